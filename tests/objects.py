@@ -1,0 +1,108 @@
+"""DRA objects for tests, shaped as resource.k8s.io/v1 sends them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def claim(
+    name: str,
+    namespace: str = "workloads",
+    results: list[tuple[str, str, str]] | None = None,
+    reserved_for: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A ResourceClaim; *results* are (driver, pool, device); None leaves it pending."""
+    status: dict[str, Any] = {}
+    if results is not None:
+        status["allocation"] = {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": d, "pool": p, "device": dev}
+                    for d, p, dev in results
+                ]
+            }
+        }
+    if reserved_for is not None:
+        status["reservedFor"] = reserved_for
+    return {
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+        "status": status,
+    }
+
+
+def device(
+    name: str,
+    capacity: dict[str, str] | None = None,
+    attributes: dict[str, dict[str, Any]] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A device with capacities given as quantity strings."""
+    return {
+        "name": name,
+        "attributes": attributes or {},
+        "capacity": {key: {"value": value} for key, value in (capacity or {}).items()},
+        **extra,
+    }
+
+
+def resource_slice(
+    name: str,
+    devices: list[dict[str, Any]],
+    driver: str = "gpu.example",
+    pool: str = "pool",
+    **spec: Any,
+) -> dict[str, Any]:
+    """A ResourceSlice; *spec* adds nodeName, allNodes, nodeSelector, perDeviceNodeSelection."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+            **spec,
+        },
+    }
+
+
+def device_class(name: str, cost: str | None = None) -> dict[str, Any]:
+    """A DeviceClass, with an hourly-cost annotation when *cost* is given."""
+    metadata: dict[str, Any] = {"name": name}
+    if cost is not None:
+        metadata["annotations"] = {"hourly-cost": cost}
+    return {"metadata": metadata, "spec": {"selectors": []}}
+
+
+GPU0 = device(
+    "gpu0", {"memory": "1Gi", "multiprocessors": "16", "decoders": "2"}, {"type": {"string": "gpu"}}
+)
+
+SEED_CLAIM = claim(
+    "claim",
+    results=[("gpu.example", "pool", "gpu0")],
+    reserved_for=[
+        {"resource": "pods", "name": "worker", "uid": "uid"},
+        {"resource": "jobs", "name": "ignored"},
+    ],
+)
+SEED_SLICE = resource_slice("slice", [GPU0], nodeName="worker-node")
+SEED_CLASS = device_class("gpu", "2.50")
+
+SEED_LINES = [
+    'kube_resourceclaim_status_allocated_device{device_name="gpu0",driver="gpu.example",'
+    'namespace="workloads",pool="pool",resourceclaim_name="claim"} 1',
+    'kube_resourceclaim_status_reserved_for_pod{namespace="workloads",pod_name="worker",'
+    'resourceclaim_name="claim",uid="uid"} 1',
+    'kube_resourceclaim_status_reserved_total{namespace="workloads",resourceclaim_name="claim"} 1',
+    'kube_resourceslice_device_capacity_memory_bytes{device_name="gpu0",driver="gpu.example",'
+    'node_name="worker-node",parent_uuid="",pool="pool",product_name="",resourceslice_name="slice",'
+    'type="gpu"} 1.073741824e+09',
+    'kube_resourceslice_device_capacity_multiprocessors{device_name="gpu0",driver="gpu.example",'
+    'node_name="worker-node",parent_uuid="",pool="pool",product_name="",resourceslice_name="slice",'
+    'type="gpu"} 16',
+    'kube_resourceslice_device_capacity_decoders{device_name="gpu0",driver="gpu.example",'
+    'node_name="worker-node",parent_uuid="",pool="pool",product_name="",resourceslice_name="slice",'
+    'type="gpu"} 2',
+    'kube_deviceclass_hourly_cost{deviceclass_name="gpu"} 2.5',
+]
+"""The exact lines of the original's successful-scrape test."""
