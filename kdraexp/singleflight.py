@@ -1,0 +1,57 @@
+"""One in-flight call shared by every concurrent caller."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+T = TypeVar("T")
+
+
+class SingleFlight(Generic[T]):
+    """Share one call of *start* among the callers that arrive while it runs.
+
+    Each caller gets its own Deferred.  Cancelling it only lets that caller go; the shared call
+    is cancelled when the last caller has gone, so an abandoned scrape stops its list calls.
+    """
+
+    def __init__(self, start: Callable[[], Deferred[T]]) -> None:
+        self._start = start
+        self._inflight: Deferred[T] | None = None
+        self._waiters: list[Deferred[T]] = []
+
+    @property
+    def running(self) -> bool:
+        """Whether a shared call is in flight."""
+        return self._inflight is not None
+
+    def __call__(self) -> Deferred[T]:
+        """Join the call in flight, or start one."""
+        waiter: Deferred[T] = Deferred(canceller=self._leave)
+        self._waiters.append(waiter)
+        if self._inflight is None:
+            inflight = self._inflight = self._start()
+            inflight.addBoth(self._finished)
+        return waiter
+
+    def cancel(self) -> None:
+        """Cancel the shared call, failing every caller with ``CancelledError``."""
+        if self._inflight is not None:
+            self._inflight.cancel()
+
+    def _leave(self, waiter: Deferred[T]) -> None:
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+        if not self._waiters and self._inflight is not None:
+            self._inflight.cancel()
+
+    def _finished(self, result: T | Failure) -> None:
+        waiters, self._waiters, self._inflight = self._waiters, [], None
+        for waiter in waiters:
+            if isinstance(result, Failure):
+                waiter.errback(result)
+            else:
+                waiter.callback(result)
