@@ -1,0 +1,110 @@
+"""Shared fixtures: synchronous Deferred helpers and an in-memory exporter over the fake API."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import attrs
+import pytest
+from treq.client import HTTPClient
+from treq.testing import RequestTraversalAgent, StubTreq
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+from twisted.python.failure import Failure
+
+from kdraexp.apiclient import KubeListClient
+from kdraexp.credentials import Credentials
+from kdraexp.gather import Gatherer
+from kdraexp.kubeconfig import ClusterConfig
+from kdraexp.selfmetrics import ListStats, registry
+from kdraexp.web import ExporterApp
+from tests.fakeapi import FakeKubeAPI
+
+T = TypeVar("T")
+
+
+def result_of(d: Deferred[T]) -> T:
+    """The result of a Deferred that has fired; raise its failure."""
+    box: list[Any] = []
+    d.addBoth(box.append)
+    assert box, "the Deferred has not fired"
+    if isinstance(box[0], Failure):
+        box[0].raiseException()
+    return box[0]  # type: ignore[no-any-return]
+
+
+def has_fired(d: Deferred[Any]) -> bool:
+    """Whether *d* has a result (a Deferred waiting on another one has not)."""
+    box: list[bool] = []
+
+    def seen(result: object) -> object:
+        box.append(True)
+        return result
+
+    d.addBoth(seen)
+    return bool(box)
+
+
+def failure_of(d: Deferred[Any]) -> Failure:
+    """The failure of a Deferred that has failed."""
+    box: list[Any] = []
+    d.addBoth(box.append)
+    assert box, "the Deferred has not fired"
+    assert isinstance(box[0], Failure), f"expected a failure, got {box[0]!r}"
+    return box[0]
+
+
+@attrs.define
+class Exporter:
+    """An exporter wired in memory: fake API <- client <- gatherer <- web, all on *clock*."""
+
+    fake: FakeKubeAPI
+    clock: Clock
+    stats: ListStats
+    gatherer: Gatherer
+    web: Any
+    """A StubTreq over the exporter (its methods are made at run time, so untyped)."""
+    agent: RequestTraversalAgent
+    resource: Any
+    """The exporter's root resource, for requests that bypass treq's gzip decoding."""
+
+    def get(
+        self, path: str, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """GET *path* from the exporter; return code, headers (lowercase) and body."""
+        response = result_of(self.web.get(f"http://exporter{path}", headers=headers or {}))
+        body = result_of(response.content())
+        names = {k.decode().lower(): v[0].decode() for k, v in response.headers.getAllRawHeaders()}
+        return response.code, names, body
+
+
+def in_memory_client(
+    fake: FakeKubeAPI, clock: Clock, page_size: int = 500, **cluster: Any
+) -> tuple[KubeListClient, RequestTraversalAgent]:
+    """A real KubeListClient whose HTTP goes to *fake* in memory."""
+    agent = RequestTraversalAgent(fake.app.resource())
+    config = ClusterConfig(server="https://api.example:6443", origin="test", **cluster)
+    credentials = Credentials(config, clock)
+    return KubeListClient(HTTPClient(agent), config.server, credentials, page_size), agent
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A clock the test moves."""
+    return Clock()
+
+
+@pytest.fixture
+def fake() -> FakeKubeAPI:
+    """An empty fake API server."""
+    return FakeKubeAPI()
+
+
+@pytest.fixture
+def exporter(fake: FakeKubeAPI, clock: Clock) -> Exporter:
+    """The exporter over *fake*, with a 10 s collection timeout on *clock*."""
+    client, agent = in_memory_client(fake, clock)
+    stats = ListStats()
+    gatherer = Gatherer(client, clock, 10.0, stats)
+    resource = ExporterApp(gatherer, registry(stats)).app.resource()
+    return Exporter(fake, clock, stats, gatherer, StubTreq(resource), agent, resource)

@@ -1,0 +1,105 @@
+"""Collections: one set of lists shared by concurrent scrapes, one deadline, cancellation."""
+
+from __future__ import annotations
+
+from twisted.internet.defer import CancelledError
+
+from kdraexp.gather import CollectionFailed
+from tests.conftest import Exporter, failure_of, has_fired, result_of
+from tests.fakeapi import Fault
+from tests.objects import SEED_CLAIM, device_class
+
+
+def dra_part(body: bytes) -> bytes:
+    """The body without the exporter's own metrics, which change between renders."""
+    return body.split(b"# HELP kube_dra_exporter_")[0]
+
+
+def test_concurrent_scrapes_share_one_collection(exporter: Exporter) -> None:
+    """40 scrapes arriving during one collection cause one list call per resource."""
+    exporter.fake.add("resourceclaims", SEED_CLAIM)
+    exporter.fake.faults["deviceclasses"] = Fault(hang=True)
+    responses = [exporter.web.get("http://exporter/metrics") for _ in range(40)]
+    assert len(exporter.fake.lists()) == 3
+    assert not any(has_fired(d) for d in responses)
+    exporter.fake.faults.clear()
+    hung = exporter.fake.hanging.pop()
+    hung.callback(
+        b'{"items": [{"metadata": {"name": "gpu", "annotations": {"hourly-cost": "3"}}}]}'
+    )
+    exporter.agent.flush()
+    exporter.web.flush()
+    bodies = {dra_part(result_of(result_of(d).content())) for d in responses}
+    assert len(bodies) == 1
+    assert b'kube_deviceclass_hourly_cost{deviceclass_name="gpu"} 3\n' in bodies.pop()
+    assert len(exporter.fake.lists()) == 3
+    exporter.get("/metrics")
+    assert len(exporter.fake.lists()) == 6, "a later scrape lists again"
+
+
+def test_deadline_cancels_in_flight_lists(exporter: Exporter) -> None:
+    """A list that outlasts the timeout fails the scrape with Timeout and is cancelled."""
+    exporter.fake.add("deviceclasses", device_class("gpu", "1"))
+    exporter.fake.faults["resourceslices"] = Fault(hang=True)
+    response = exporter.web.get("http://exporter/metrics")
+    exporter.clock.advance(9.9)
+    assert not has_fired(response)
+    assert exporter.get("/healthz")[0] == 200
+    exporter.clock.advance(0.1)
+    exporter.agent.flush()
+    exporter.web.flush()
+    answer = result_of(response)
+    assert answer.code == 500
+    assert (
+        result_of(answer.content())
+        == b"list resourceslices failed: Timeout: not complete within 10s\n"
+    )
+    assert exporter.fake.hanging[0].called, "the hanging request was cancelled"
+
+
+def test_deadline_counts_timeouts(exporter: Exporter) -> None:
+    """Timeouts are counted by reason Timeout."""
+    exporter.fake.faults["resourceclaims"] = Fault(hang=True, times=1)
+    pending = exporter.gatherer.collect()
+    exporter.clock.advance(10)
+    assert isinstance(failure_of(pending).value, CollectionFailed)
+    _, _, body = exporter.get("/metrics")
+    assert (
+        b'kube_dra_exporter_list_errors_total{reason="Timeout",resource="resourceclaims"} 1.0'
+        in body
+    )
+
+
+def test_last_waiter_leaving_cancels_collection(exporter: Exporter) -> None:
+    """When every scrape waiting on a collection goes away, its list calls are cancelled."""
+    exporter.fake.faults["resourceclaims"] = Fault(hang=True)
+    first, second = exporter.gatherer.collect(), exporter.gatherer.collect()
+    first.cancel()
+    assert not exporter.fake.hanging[0].called
+    assert exporter.gatherer.collect.running
+    second.cancel()
+    exporter.agent.flush()
+    assert exporter.fake.hanging[0].called
+    assert not exporter.gatherer.collect.running
+    failure_of(first).trap(CancelledError)
+    failure_of(second).trap(CancelledError)
+
+
+def test_invalid_cost_logged_once(exporter: Exporter) -> None:
+    """An invalid hourly-cost is omitted, and logged once while it lasts, not at every scrape."""
+    from twisted.logger import capturedLogs
+
+    exporter.fake.add("deviceclasses", device_class("invalid", "NaN"))
+    exporter.fake.add("deviceclasses", device_class("valid", "3.25"))
+    with capturedLogs() as events:
+        for _ in range(3):
+            code, _, body = exporter.get("/metrics")
+            assert code == 200
+    assert b'kube_deviceclass_hourly_cost{deviceclass_name="valid"} 3.25\n' in body
+    assert b'deviceclass_name="invalid"' not in body
+    warnings = [e for e in events if "hourly-cost" in str(e.get("problem", ""))]
+    assert len(warnings) == 1
+    assert warnings[0]["problem"] == (
+        "Error parsing 'hourly-cost' (NaN) on DeviceClass invalid: "
+        "expected a non-negative decimal with a dot separator"
+    )

@@ -1,0 +1,173 @@
+"""The HTTP contract, including the original's regression cases (successful, empty, failing)."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+import treq
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families
+from treq.testing import RequestTraversalAgent
+from twisted.web.http_headers import Headers
+
+from tests.conftest import Exporter, result_of
+from tests.fakeapi import Fault, status
+from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_LINES, SEED_SLICE, device_class
+
+DRA_PREFIXES = ("kube_resourceclaim_", "kube_resourceslice_", "kube_deviceclass_")
+
+
+def seed(exporter: Exporter) -> None:
+    exporter.fake.add("resourceclaims", SEED_CLAIM)
+    exporter.fake.add("resourceslices", SEED_SLICE)
+    exporter.fake.add("deviceclasses", SEED_CLASS)
+
+
+def test_successful_scrape_lines(exporter: Exporter) -> None:
+    """The original's successful scrape: every exact line, all lists cluster-wide."""
+    seed(exporter)
+    code, headers, body = exporter.get("/metrics")
+    assert code == 200
+    assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    lines = body.decode().splitlines()
+    for line in SEED_LINES:
+        assert line in lines
+    assert sorted(r.plural for r in exporter.fake.requests) == [
+        "deviceclasses",
+        "resourceclaims",
+        "resourceslices",
+    ]
+    for request in exporter.fake.requests:
+        assert request.method == "GET"
+        assert set(request.args) == {"limit"}
+
+
+def test_dra_families_sorted_and_typed(exporter: Exporter) -> None:
+    """Families are written sorted by name, each with HELP and TYPE gauge."""
+    seed(exporter)
+    _, _, body = exporter.get("/metrics")
+    families = [
+        f for f in text_string_to_metric_families(body.decode()) if f.name.startswith(DRA_PREFIXES)
+    ]
+    assert [f.name for f in families] == sorted(f.name for f in families)
+    assert len(families) == 7
+    assert {f.type for f in families} == {"gauge"}
+
+
+def test_empty_cluster(exporter: Exporter) -> None:
+    """An empty cluster is a successful scrape without DRA samples."""
+    code, _, body = exporter.get("/metrics")
+    assert code == 200
+    assert not [line for line in body.decode().splitlines() if line.startswith(DRA_PREFIXES)]
+
+
+@pytest.mark.parametrize("plural", ["resourceclaims", "resourceslices", "deviceclasses"])
+@pytest.mark.parametrize(
+    ("code", "reason", "message"),
+    [(403, "Forbidden", "denied"), (503, "ServiceUnavailable", "API unavailable")],
+)
+def test_failure_fails_scrape(
+    exporter: Exporter, plural: str, code: int, reason: str, message: str
+) -> None:
+    """Any failed list: 500, no sample at all, one line naming it; /healthz stays 200."""
+    exporter.fake.add("deviceclasses", device_class("gpu", "2.5"))
+    exporter.fake.faults[plural] = Fault(code, status(code, reason, message))
+    status_code, headers, body = exporter.get("/metrics")
+    assert status_code == 500
+    assert headers["content-type"].startswith("text/plain")
+    assert body.decode() == f"list {plural} failed: {code} {reason}\n"
+    assert b"kube_deviceclass_hourly_cost{" not in body
+    assert b"denied" not in body
+    assert exporter.get("/healthz")[:3:2] == (200, b"ok\n")
+
+
+def test_errors_counted_on_next_good_scrape(exporter: Exporter) -> None:
+    """list_errors_total shows a failure once a scrape succeeds again."""
+    exporter.fake.faults["resourceslices"] = Fault(403, status(403, "Forbidden", "no"), times=1)
+    assert exporter.get("/metrics")[0] == 500
+    code, _, body = exporter.get("/metrics")
+    assert code == 200
+    assert (
+        'kube_dra_exporter_list_errors_total{reason="Forbidden",resource="resourceslices"} 1.0'
+        in body.decode().splitlines()
+    )
+
+
+def test_self_metrics(exporter: Exporter) -> None:
+    """Build info, list sizes and process metrics are served."""
+    seed(exporter)
+    _, _, body = exporter.get("/metrics")
+    names = {f.name for f in text_string_to_metric_families(body.decode())}
+    assert {
+        "kube_dra_exporter_build_info",
+        "kube_dra_exporter_list_duration_seconds",
+        "kube_dra_exporter_list_objects",
+        "kube_dra_exporter_list_errors",
+    } <= names
+    assert any(name.startswith("process_") for name in names)
+    assert 'kube_dra_exporter_list_objects{resource="resourceclaims"} 1.0' in body.decode()
+
+
+def test_openmetrics(exporter: Exporter) -> None:
+    """OpenMetrics when asked for, parseable, ending in # EOF once."""
+    seed(exporter)
+    code, headers, body = exporter.get(
+        "/metrics", {"Accept": "application/openmetrics-text; version=1.0.0"}
+    )
+    assert code == 200
+    assert headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    text = body.decode()
+    assert text.endswith("# EOF\n") and text.count("# EOF") == 1
+    families = {f.name: f for f in parse_om(text)}
+    assert families["kube_deviceclass_hourly_cost"].samples[0].value == 2.5
+
+
+def test_gzip(exporter: Exporter) -> None:
+    """gzip when Accept-Encoding allows it, identity when it refuses it."""
+    seed(exporter)
+    raw = RequestTraversalAgent(exporter.resource)  # treq would decode gzip for us
+    response = result_of(
+        raw.request(
+            b"GET", b"http://exporter/metrics", Headers({b"Accept-Encoding": [b"gzip, deflate"]})
+        )
+    )
+    assert response.headers.getRawHeaders(b"Content-Encoding") == [b"gzip"]
+    assert response.headers.getRawHeaders(b"Vary") == [b"Accept-Encoding"]
+    body = gzip.decompress(result_of(treq.content(response)))
+    assert SEED_LINES[0].encode() in body.splitlines()
+    response = result_of(
+        raw.request(
+            b"GET", b"http://exporter/metrics", Headers({b"Accept-Encoding": [b"gzip;q=0"]})
+        )
+    )
+    assert response.headers.getRawHeaders(b"Content-Encoding") is None
+    assert SEED_LINES[0].encode() in result_of(treq.content(response)).splitlines()
+
+
+def test_healthz_never_lists(exporter: Exporter) -> None:
+    """/healthz answers ok without any API request."""
+    code, headers, body = exporter.get("/healthz")
+    assert (code, body) == (200, b"ok\n")
+    assert headers["content-type"] == "text/plain; charset=utf-8"
+    assert exporter.fake.requests == []
+
+
+def test_landing_page(exporter: Exporter) -> None:
+    """/ links both endpoints."""
+    code, _, body = exporter.get("/")
+    assert code == 200
+    assert b'href="metrics"' in body and b'href="healthz"' in body
+
+
+@pytest.mark.parametrize("path", ["/metrics/", "/nope", "/healthz/x"])
+def test_unknown_paths(exporter: Exporter, path: str) -> None:
+    """Other paths are 404."""
+    assert exporter.get(path)[0] == 404
+
+
+def test_other_methods(exporter: Exporter) -> None:
+    """POST is 405."""
+    response = result_of(exporter.web.post("http://exporter/metrics", data=b""))
+    assert response.code == 405
+    assert exporter.fake.requests == []
