@@ -1,0 +1,136 @@
+"""The service tree: configuration -> API client -> gatherer -> web -> listening endpoint.
+
+The reactor is typed ``Any`` here: it is the one object that provides every reactor interface.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from treq.client import HTTPClient
+from twisted.application.internet import StreamServerEndpointService
+from twisted.application.service import MultiService, Service
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.error import CannotListenError
+from twisted.logger import Logger
+from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.http import Request
+from twisted.web.server import Site
+
+from kdraexp import __version__
+from kdraexp.apiclient import KubeListClient
+from kdraexp.credentials import Credentials
+from kdraexp.filesource import FileSource
+from kdraexp.gather import Gatherer, Source
+from kdraexp.kubeconfig import ClusterConfig
+from kdraexp.selfmetrics import ListStats, registry
+from kdraexp.tls import KubeTLSPolicy, trust_root
+from kdraexp.web import ExporterApp
+
+log = Logger()
+
+MAX_CONNECTIONS = 4
+"""Kept-alive connections to the API server: the three lists run in parallel."""
+
+
+@attrs.frozen
+class Settings:
+    """What the command line chose."""
+
+    listen: str = "tcp:8080"
+    timeout: float = 10.0
+    page_size: int = 500
+    file: str | None = None
+    """The offline source's path; None reads the cluster."""
+
+
+class KubeClientService(Service):
+    """Owns the process's one connection pool to the API server and closes it on stop."""
+
+    def __init__(self, cluster: ClusterConfig, reactor: Any, page_size: int) -> None:
+        self.pool = HTTPConnectionPool(reactor, persistent=True)
+        self.pool.maxPersistentPerHost = MAX_CONNECTIONS
+        credentials = Credentials(
+            cluster, reactor, forget_connections=self.pool.closeCachedConnections
+        )
+        policy = KubeTLSPolicy(
+            trust_root(cluster.ca_pem) if not cluster.insecure else trust_root(None),
+            cluster.tls_server_name,
+            cluster.insecure,
+            credentials.client_certificate,
+        )
+        agent = Agent(reactor, contextFactory=policy, pool=self.pool)
+        self.client = KubeListClient(HTTPClient(agent), cluster.server, credentials, page_size)
+
+    def stopService(self) -> Deferred[None]:
+        """Drop the kept-alive connections."""
+        super().stopService()
+        closed: Deferred[None] = self.pool.closeCachedConnections()
+        return closed
+
+
+class GathererService(Service):
+    """Cancels the collection in flight when the exporter stops."""
+
+    def __init__(self, gatherer: Gatherer) -> None:
+        self.gatherer = gatherer
+
+    def stopService(self) -> None:
+        """Cancel in-flight list calls."""
+        super().stopService()
+        self.gatherer.collect.cancel()
+
+
+class ListeningService(StreamServerEndpointService):
+    """Listens for scrapes; a port that cannot be bound ends the process with one log line."""
+
+    _raiseSynchronously = True
+
+    def privilegedStartService(self) -> None:
+        """Bind now, so that failure to bind is reported at startup."""
+        try:
+            super().privilegedStartService()
+        except CannotListenError as error:
+            log.critical("Failed to start the HTTP server: {error}", error=str(error))
+            raise SystemExit(1) from None
+
+
+class QuietSite(Site):
+    """A Site that leaves liveness probes out of the access log."""
+
+    def log(self, request: Request) -> None:
+        """Log every request but ``/healthz``."""
+        if request.path != b"/healthz":
+            super().log(request)
+
+
+def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: Any) -> MultiService:
+    """Assemble the exporter; *cluster* is None for the offline source."""
+    top = MultiService()
+    source: Source
+    if settings.file is not None:
+        source = FileSource(settings.file)
+        origin = f"file {settings.file}"
+    else:
+        assert cluster is not None
+        client = KubeClientService(cluster, reactor, settings.page_size)
+        client.setServiceParent(top)
+        source = client.client
+        origin = f"{cluster.server} ({cluster.origin})"
+        for warning in cluster.warnings:
+            log.warn("{warning}", warning=warning)
+    stats = ListStats()
+    gatherer = Gatherer(source, reactor, settings.timeout, stats)
+    GathererService(gatherer).setServiceParent(top)
+    site = QuietSite(ExporterApp(gatherer, registry(stats)).app.resource())
+    listener = ListeningService(serverFromString(reactor, settings.listen), site)
+    listener.setServiceParent(top)
+    log.info(
+        "kdraexp {version} listening on {listen}, reading {origin}",
+        version=__version__,
+        listen=settings.listen,
+        origin=origin,
+    )
+    return top

@@ -1,0 +1,121 @@
+"""``twistd kdraexp``: the command line and the service it makes."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+from typing import Any
+
+from twisted.application.service import IService
+from twisted.internet.endpoints import serverFromString
+from twisted.python import usage
+
+from kdraexp import kubeconfig
+from kdraexp.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
+from kdraexp.service import Settings, build_service
+from kdraexp.tls import TLSConfigError
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not 0 < number < math.inf:
+        raise ValueError(f"--timeout: expected seconds greater than 0, got {value!r}")
+    return number
+
+
+_positive_float.coerceDoc = "Seconds, greater than 0."  # type: ignore[attr-defined]
+
+
+def _page_size(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"--page-size: expected a whole number of at least 1, got {value!r}")
+    return number
+
+
+_page_size.coerceDoc = "A whole number, at least 1."  # type: ignore[attr-defined]
+
+
+class Options(usage.Options):
+    """Options of ``twistd kdraexp``."""
+
+    synopsis = "[--listen ENDPOINT] [--timeout SECONDS] [--page-size N] [--source SOURCE]"
+    longdesc = (
+        "Serve Prometheus metrics about Kubernetes Dynamic Resource Allocation: "
+        "ResourceClaims, ResourceSlices and DeviceClasses of resource.k8s.io/v1."
+    )
+    optParameters = [
+        ["listen", "l", "tcp:8080", "Twisted server endpoint to serve HTTP on."],
+        ["timeout", "t", 10.0, "Seconds one whole collection may take.", _positive_float],
+        ["page-size", None, 500, "Objects per list page (the limit parameter).", _page_size],
+        ["source", None, "cluster", "cluster, or file:PATH to read a kubectl YAML/JSON dump."],
+        [
+            "serviceaccount-dir",
+            None,
+            SERVICEACCOUNT_DIR,
+            "Where the in-cluster ServiceAccount token and ca.crt are.",
+        ],
+    ]
+
+    def parseOptions(self, options: list[str] | None = None) -> None:
+        """Parse; a bad value ends the process with status 2 and one line saying what is wrong."""
+        try:
+            super().parseOptions(options)
+        except usage.UsageError as error:
+            message = str(error).replace("Parameter type enforcement failed: ", "")
+            sys.stderr.write(f"kdraexp: {message} (see twistd kdraexp --help)\n")
+            raise SystemExit(2) from None
+
+    def postOptions(self) -> None:
+        """Check the values and turn them into :class:`Settings`."""
+        try:
+            serverFromString(None, self["listen"])
+        except (ValueError, KeyError, TypeError) as error:
+            raise usage.UsageError(f"--listen {self['listen']!r}: {error}") from None
+        source = self["source"]
+        file = None
+        if source.startswith("file:") and source[5:]:
+            file = source[5:]
+        elif source != "cluster":
+            raise usage.UsageError(f"--source {source!r}: expected 'cluster' or 'file:PATH'")
+        self.settings = Settings(
+            listen=self["listen"],
+            timeout=self["timeout"],
+            page_size=self["page-size"],
+            file=file,
+        )
+
+
+def _sigterm_is_success(reactor: Any) -> None:
+    """Exit with status 0 after SIGTERM, the orderly way a pod is stopped.
+
+    twistd re-raises the signal that stopped the reactor, so the process would end with status
+    143; it reads the signal from the reactor's ``_exitSignal``, which is cleared here.
+    """
+    if getattr(reactor, "_exitSignal", None) == signal.SIGTERM:
+        reactor._exitSignal = None
+
+
+def makeService(options: Options) -> IService:
+    """Make the exporter's service; exit with status 1 if there is no usable cluster config."""
+    from twisted.internet import reactor
+
+    reactor.addSystemEventTrigger("after", "shutdown", _sigterm_is_success, reactor)
+    settings = options.settings
+    cluster = None
+    if settings.file is None:
+        try:
+            cluster = kubeconfig.load(os.environ, serviceaccount_dir=options["serviceaccount-dir"])
+            return build_service(settings, cluster, reactor)
+        except (ConfigError, TLSConfigError) as error:
+            sys.stderr.write(f"kdraexp: {error}\n")
+            raise SystemExit(1) from None
+    return build_service(settings, cluster, reactor)

@@ -1,0 +1,149 @@
+"""The installed ``twistd -n kdraexp`` end to end: scrape over real TLS, startup errors, SIGTERM."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+import yaml
+
+from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_LINES, SEED_SLICE
+from tests.processes import free_port, get, start, stop, twistd, wait_for
+from tests.tlsapi import serve
+
+pytestmark = pytest.mark.slow
+EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster.yaml"
+
+
+def kubeconfig(path: Path, server: str, ca_pem: bytes, token: str) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [
+                    {
+                        "name": "fake",
+                        "cluster": {
+                            "server": server,
+                            "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                        },
+                    }
+                ],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "scraper"}}],
+                "users": [{"name": "scraper", "user": {"token": token}}],
+            }
+        )
+    )
+    return path
+
+
+@pytest_twisted.ensureDeferred
+async def test_smoke_against_tls_api(tmp_path: Path) -> None:
+    """The installed plugin, pointed at the fake API over TLS, serves the original's lines."""
+    with serve() as api:
+        api.fake.tokens = {"s3cret-token"}
+        api.fake.add("resourceclaims", SEED_CLAIM)
+        api.fake.add("resourceslices", SEED_SLICE)
+        api.fake.add("deviceclasses", SEED_CLASS)
+        config = kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, "s3cret-token")
+        port = free_port()
+        process = start(
+            ["--listen", f"tcp:{port}:interface=127.0.0.1"], tmp_path, {"KUBECONFIG": str(config)}
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            await wait_for(lambda: get(f"{base}/healthz"))
+            code, body = await get(f"{base}/metrics")  # type: ignore[misc]
+            assert code == 200
+            lines = body.decode().splitlines()
+            for line in SEED_LINES:
+                assert line in lines
+            api.fake.tokens = set()
+            code, body = await get(f"{base}/metrics")  # type: ignore[misc]
+            assert code == 500
+            assert sorted(body.splitlines()) == [
+                b"list deviceclasses failed: 401 Unauthorized",
+                b"list resourceclaims failed: 401 Unauthorized",
+                b"list resourceslices failed: 401 Unauthorized",
+            ]
+        finally:
+            assert await stop(process) == 0
+    log = (tmp_path / "output.log").read_text()
+    assert "s3cret-token" not in log
+    assert "Error listing resourceclaims: list resourceclaims: 401 Unauthorized" in log
+
+
+@pytest_twisted.ensureDeferred
+async def test_file_source_and_sigterm(tmp_path: Path) -> None:
+    """--source file: serves the example without a cluster; SIGTERM ends it with status 0."""
+    port = free_port()
+    process = start(
+        ["--listen", f"tcp:{port}:interface=127.0.0.1", "--source", f"file:{EXAMPLE}"],
+        tmp_path,
+        {"KUBECONFIG": "/nonexistent"},
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await wait_for(lambda: get(f"{base}/healthz"))
+        code, body = await get(f"{base}/metrics")  # type: ignore[misc]
+        assert code == 200
+        assert b"kube_resourceslice_device_capacity_multiprocessors{" in body
+    finally:
+        assert await stop(process) == 0
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [twistd(), "-n", "--pidfile=", "kdraexp", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_no_configuration_exits_1(tmp_path: Path) -> None:
+    """Nowhere to find a cluster: status 1 and one line saying what was tried."""
+    result = run([], tmp_path, {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "kdraexp: no usable Kubernetes configuration: tried in-cluster "
+        "(KUBERNETES_SERVICE_HOST or KUBERNETES_SERVICE_PORT is not set), ~/.kube/config "
+        "(not found); no current-context is set"
+    ]
+
+
+def test_bad_option_exits_2(tmp_path: Path) -> None:
+    """A bad value: status 2 and one line."""
+    result = run(["--page-size", "-3"], tmp_path, {"HOME": str(tmp_path)})
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        "kdraexp: --page-size: expected a whole number of at least 1, "
+        "got '-3' (see twistd kdraexp --help)\n"
+    )
+
+
+def test_port_in_use_exits_1(tmp_path: Path) -> None:
+    """A port that cannot be bound: status 1 and one log line saying so."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run(
+            ["--listen", f"tcp:{port}:interface=127.0.0.1", "--source", f"file:{EXAMPLE}"],
+            tmp_path,
+            {"HOME": str(tmp_path)},
+        )
+    assert result.returncode == 1
+    assert "Failed to start the HTTP server: Couldn't listen on 127.0.0.1" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
