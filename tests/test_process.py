@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 import pytest_twisted
 import yaml
+from twisted.internet.defer import Deferred, gatherResults
 
+from tests.fakeapi import Fault
 from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_LINES, SEED_SLICE
 from tests.processes import free_port, get, start, stop, twistd, wait_for
-from tests.tlsapi import serve
+from tests.tlsapi import TLSAPI, serve
 
 pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster.yaml"
@@ -63,6 +66,7 @@ async def test_smoke_against_tls_api(tmp_path: Path) -> None:
             lines = body.decode().splitlines()
             for line in SEED_LINES:
                 assert line in lines
+            await forty_scrapes_share_one_collection(api, base)
             api.fake.tokens = set()
             code, body = await get(f"{base}/metrics")  # type: ignore[misc]
             assert code == 500
@@ -95,6 +99,18 @@ async def test_file_source_and_sigterm(tmp_path: Path) -> None:
         assert b"kube_resourceslice_device_capacity_multiprocessors{" in body
     finally:
         assert await stop(process) == 0
+
+
+async def forty_scrapes_share_one_collection(api: TLSAPI, base: str) -> None:
+    """40 concurrent scrapes over real sockets while a list hangs: one list call per resource."""
+    before = len(api.fake.requests)
+    api.fake.faults["deviceclasses"] = Fault(hang=True, times=1)
+    scrapes = [Deferred.fromCoroutine(get(f"{base}/metrics")) for _ in range(40)]
+    await wait_for(lambda: api.fake.hanging and len(api.fake.requests) - before == 3)
+    api.fake.hanging.pop().callback(json.dumps({"items": [SEED_CLASS]}).encode())
+    answers = await gatherResults(scrapes)
+    assert {answer[0] if answer else None for answer in answers} == {200}
+    assert len(api.fake.requests) - before == 3
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,59 @@
+"""JSON log lines for containers."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from twisted.logger import Logger, LogLevel, globalLogPublisher
+
+from kdraexp import logs
+from kdraexp.apiclient import ListError
+
+
+def test_json_lines(monkeypatch: object) -> None:
+    """One JSON object a line with time, level, logger, message and the named fields."""
+    out = io.StringIO()
+    import sys
+
+    monkeypatch.setattr(sys, "stdout", out)  # type: ignore[attr-defined]
+    observer = logs.json_observer()
+    globalLogPublisher.addObserver(observer)
+    try:
+        log = Logger(namespace="kdraexp.gather")
+        error = ListError("resourceclaims", "Forbidden", 403, 'cannot list "x"')
+        log.error("Error listing {resource}: {error}", resource="resourceclaims", error=str(error))
+        log.debug("not shown")
+    finally:
+        globalLogPublisher.removeObserver(observer)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["level"] == "error"
+    assert record["logger"] == "kdraexp.gather"
+    assert record["resource"] == "resourceclaims"
+    assert record["msg"] == (
+        'Error listing resourceclaims: list resourceclaims: 403 Forbidden: cannot list "x"'
+    )
+    assert record["time"].endswith("+00:00")
+
+
+def test_failure_traceback() -> None:
+    """A logged failure carries its traceback in one field, still one line."""
+    from twisted.python.failure import Failure
+
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failure = Failure()
+    line = logs.format_json(
+        {
+            "log_format": "oops",
+            "log_level": LogLevel.critical,
+            "log_failure": failure,
+            "log_namespace": "x",
+            "log_time": 0,
+        }
+    )
+    assert line.count("\n") == 1
+    assert "ValueError: boom" in json.loads(line)["traceback"]
