@@ -1,0 +1,100 @@
+{{/* The chart name, or nameOverride. */}}
+{{- define "kube-dra-exporter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The fullname: fullnameOverride, the release name when it holds the name, else <release>-<name>. */}}
+{{- define "kube-dra-exporter.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Cluster-scoped objects carry the namespace too, so releases in two namespaces do not collide. */}}
+{{- define "kube-dra-exporter.clusterName" -}}
+{{- printf "%s-%s" (include "kube-dra-exporter.namespace" .) (include "kube-dra-exporter.fullname" .) | trunc 253 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kube-dra-exporter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "kube-dra-exporter.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kube-dra-exporter.chartName" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kube-dra-exporter.namespace" -}}
+{{- default .Release.Namespace .Values.namespace -}}
+{{- end -}}
+
+{{/* The exporter's HTTP port (the image listens on tcp:8080). */}}
+{{- define "kube-dra-exporter.port" -}}
+8080
+{{- end -}}
+
+{{/* Labels on every object and on the pod. */}}
+{{- define "kube-dra-exporter.labels" -}}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ include "kube-dra-exporter.chartName" . }}
+{{- with .Values.global.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* What selects the exporter's pods: Deployment, Service, PDB, NetworkPolicy, monitors. */}}
+{{- define "kube-dra-exporter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kube-dra-exporter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: "main"
+{{- end -}}
+
+{{/* The selector labels, the plain app label and the common labels: every object has these. */}}
+{{- define "kube-dra-exporter.objectLabels" -}}
+app: {{ include "kube-dra-exporter.name" . }}
+{{ include "kube-dra-exporter.selectorLabels" . }}
+{{ include "kube-dra-exporter.labels" . }}
+{{- end -}}
+
+{{/*
+The image reference from (tuple image imageRegistry imageNamespace defaultTag):
+image.repository, or [registry/][namespace/]name; then :tag@digest, :tag, @digest or :defaultTag.
+*/}}
+{{- define "kube-dra-exporter.image" -}}
+{{- if ne (len .) 4 -}}
+{{- fail (printf "ERROR: template \"kube-dra-exporter.image\" expects (tuple .Values.image .Values.imageRegistry .Values.imageNamespace \"default-tag\"), got %d arguments" (len .)) -}}
+{{- end -}}
+{{- $image := index . 0 -}}
+{{- $registry := index . 1 -}}
+{{- $namespace := index . 2 -}}
+{{- $defaultTag := index . 3 -}}
+{{- $repository := $image.repository -}}
+{{- if not $repository -}}
+{{- if not $image.name -}}
+{{- fail "ERROR: image.name must be set when image.repository is empty" -}}
+{{- end -}}
+{{- $repository = $image.name -}}
+{{- if $namespace -}}{{- $repository = printf "%s/%s" $namespace $repository -}}{{- end -}}
+{{- if $registry -}}{{- $repository = printf "%s/%s" $registry $repository -}}{{- end -}}
+{{- end -}}
+{{- if and $image.tag $image.digest -}}
+{{- printf "%s:%s@%s" $repository $image.tag $image.digest -}}
+{{- else if $image.tag -}}
+{{- printf "%s:%s" $repository $image.tag -}}
+{{- else if $image.digest -}}
+{{- printf "%s@%s" $repository $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository $defaultTag -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,70 @@
+"""Rendering the chart with a real helm, built from its Go module by scripts/build-helm.sh."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).parent.parent
+CHART = ROOT / "chart" / "kube-dra-exporter"
+PROD_VALUES = CHART / "prod-values.yaml"
+
+
+@functools.cache
+def helm() -> str:
+    """The helm binary: $HELM, else the one scripts/build-helm.sh builds or has cached."""
+    if os.environ.get("HELM"):
+        return os.environ["HELM"]
+    built = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build-helm.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    return built.stdout.strip().splitlines()[-1]
+
+
+class RenderError(Exception):
+    """helm exited non-zero; the message is its stderr."""
+
+
+def render(
+    values: dict[str, Any] | None = None,
+    *,
+    production: bool = False,
+    chart: Path = CHART,
+    extra: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
+    """``helm template regression CHART --namespace exporter`` with *values* on stdin."""
+    args = [helm(), "template", "regression", str(chart), "--namespace", "exporter", *extra]
+    if production:
+        args += ["-f", str(chart / "prod-values.yaml")]
+    args += ["-f", "-"]
+    result = subprocess.run(
+        args,
+        input=yaml.safe_dump(values or {}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RenderError(result.stderr)
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def resource(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """The one document of *kind*."""
+    found = [doc for doc in docs if doc["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+def kinds(docs: list[dict[str, Any]]) -> list[str]:
+    return [doc["kind"] for doc in docs]

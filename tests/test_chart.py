@@ -1,0 +1,429 @@
+"""The Helm chart rendered by a real helm: the original's chart tests, its fixes and additions."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helm import CHART, RenderError, helm, kinds, render, resource
+
+pytestmark = pytest.mark.slow
+
+
+def container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return resource(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]  # type: ignore[no-any-return]
+
+
+def fails(values: dict[str, Any], message: str, **kwargs: Any) -> None:
+    with pytest.raises(RenderError) as caught:
+        render(values, **kwargs)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        [
+            "--set",
+            "networkPolicy.enabled=true,podDisruptionBudget.enabled=true,"
+            "prometheus.podmonitor.enabled=true",
+        ],
+        ["-f", str(CHART / "prod-values.yaml"), "--set", "networkPolicy.enabled=true"],
+    ],
+    ids=["defaults", "all-features", "production"],
+)
+def test_lint_strict(args: list[str]) -> None:
+    """helm lint --strict passes over the three value sets CI checks."""
+    result = subprocess.run(
+        [helm(), "lint", "--strict", str(CHART), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_defaults_and_probes() -> None:
+    """No NetworkPolicy or PDB by default; no args; liveness and readiness on /healthz."""
+    docs = render()
+    assert "NetworkPolicy" not in kinds(docs) and "PodDisruptionBudget" not in kinds(docs)
+    main = container(docs)
+    assert "args" not in main and "command" not in main
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert main[probe]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
+        assert main[probe]["timeoutSeconds"] <= main[probe]["periodSeconds"]
+    assert main["ports"] == [{"containerPort": 8080, "name": "http", "protocol": "TCP"}]
+    assert resource(docs, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
+
+
+def test_security_contexts() -> None:
+    """Non-root, RuntimeDefault seccomp, no escalation, no capabilities, read-only root."""
+    docs = render()
+    pod = resource(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert container(docs)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+    }
+
+
+def test_image_follows_app_version(tmp_path: Path) -> None:
+    """An empty image.tag follows appVersion, in the default and production renders."""
+    chart = tmp_path / "kube-dra-exporter"
+    shutil.copytree(CHART, chart)
+    meta = yaml.safe_load((chart / "Chart.yaml").read_text())
+    meta["appVersion"] = "9.8.7"
+    (chart / "Chart.yaml").write_text(yaml.safe_dump(meta))
+    for production in (False, True):
+        docs = render(chart=chart, production=production)
+        assert container(docs)["image"] == "ghcr.io/gradiant/kube-dra-exporter:9.8.7"
+    docs = render({"image": {"repository": "example/exporter", "tag": "custom"}}, chart=chart)
+    assert container(docs)["image"] == "example/exporter:custom"
+
+
+@pytest.mark.parametrize(
+    ("image", "expected"),
+    [
+        ({"digest": "sha256:abc"}, "ghcr.io/gradiant/kube-dra-exporter@sha256:abc"),
+        (
+            {"tag": "1.0.0", "digest": "sha256:abc"},
+            "ghcr.io/gradiant/kube-dra-exporter:1.0.0@sha256:abc",
+        ),
+        ({"name": "other"}, "ghcr.io/gradiant/other:0.1.0"),
+    ],
+)
+def test_image_forms(image: dict[str, str], expected: str) -> None:
+    """Digest, tag and digest, another name."""
+    assert container(render({"image": image}))["image"] == expected
+
+
+def test_image_name_required() -> None:
+    """Without a repository, image.name is required."""
+    fails({"image": {"name": ""}}, "image.name must be set when image.repository is empty")
+
+
+@pytest.mark.parametrize(
+    ("kind", "key"), [("PodMonitor", "podmonitor"), ("ServiceMonitor", "servicemonitor")]
+)
+def test_monitors_use_actual_port(kind: str, key: str) -> None:
+    """Each monitor scrapes the container's named port and selects the exporter's namespace."""
+    docs = render({"prometheus": {key: {"enabled": True, "namespace": "monitoring"}}})
+    monitor = resource(docs, kind)
+    endpoint = monitor["spec"]["podMetricsEndpoints" if kind == "PodMonitor" else "endpoints"][0]
+    port = endpoint["port"] if kind == "PodMonitor" else endpoint["targetPort"]
+    assert port in {p["name"] for p in container(docs)["ports"]}
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["exporter"]
+    assert monitor["metadata"]["namespace"] == "monitoring"
+    annotations = resource(docs, "Deployment")["spec"]["template"]["metadata"].get(
+        "annotations", {}
+    )
+    assert not any(name.startswith("prometheus.io/") for name in annotations)
+
+
+def test_not_both_monitors() -> None:
+    """Enabling both monitors fails."""
+    fails(
+        {"prometheus": {"podmonitor": {"enabled": True}, "servicemonitor": {"enabled": True}}},
+        "not both",
+    )
+
+
+def test_monitor_details() -> None:
+    """ServiceMonitor labels, selectorOverride, endpoint properties; no empty prometheus label."""
+    docs = render(
+        {
+            "prometheus": {
+                "servicemonitor": {
+                    "enabled": True,
+                    "labels": {"release": "kps"},
+                    "selectorOverride": {"app": "x"},
+                    "endpointAdditionalProperties": {"metricRelabelings": [{"action": "keep"}]},
+                    "interval": "",
+                    "honorLabels": True,
+                }
+            }
+        }
+    )
+    monitor = resource(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["metadata"]["labels"]["prometheus"] == "default"
+    assert monitor["spec"]["selector"]["matchLabels"] == {"app": "x"}
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint == {
+        "targetPort": "http",
+        "path": "/metrics",
+        "honorLabels": True,
+        "scrapeTimeout": "30s",
+        "metricRelabelings": [{"action": "keep"}],
+    }
+    assert "namespaceSelector" not in monitor["spec"]
+    pod_monitor = resource(
+        render({"prometheus": {"podmonitor": {"enabled": True, "prometheusInstance": ""}}}),
+        "PodMonitor",
+    )
+    assert "prometheus" not in pod_monitor["metadata"]["labels"]
+
+
+def test_prometheus_annotations() -> None:
+    """With no monitor the pod is annotated for scraping; prometheus.enabled=false turns it off."""
+    annotations = resource(render(), "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {
+        "prometheus.io/path": "/metrics",
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "8080",
+    }
+    docs = render({"prometheus": {"enabled": False}, "podAnnotations": {"a": "b"}})
+    assert resource(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"] == {"a": "b"}
+
+
+def test_cluster_rbac() -> None:
+    """A list-only ClusterRole on the three resources, bound to the ServiceAccount."""
+    docs = render()
+    role = resource(docs, "ClusterRole")
+    assert role["rules"][0] == {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims", "resourceslices", "deviceclasses"],
+        "verbs": ["list"],
+    }
+    binding = resource(docs, "ClusterRoleBinding")
+    assert "namespace" not in binding["metadata"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "regression-kube-dra-exporter", "namespace": "exporter"}
+    ]
+    fails({"rbac": {"useClusterRole": False}}, "cluster-wide list permissions")
+    docs = render({"rbac": {"create": False}})
+    assert not {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} & set(kinds(docs))
+    docs = render({"rbac": {"useExistingRole": "existing"}})
+    assert "ClusterRole" not in kinds(docs)
+    assert resource(docs, "ClusterRoleBinding")["roleRef"]["name"] == "existing"
+
+
+def test_rbac_fixes() -> None:
+    """create=false needs no useClusterRole; extra rules append; names differ per namespace."""
+    docs = render({"rbac": {"create": False, "useClusterRole": False}})
+    assert "ClusterRoleBinding" not in kinds(docs)
+    rule = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}
+    assert resource(render({"rbac": {"extraRules": [rule]}}), "ClusterRole")["rules"][1] == rule
+    other = render(extra=("--namespace", "other"))
+    assert (
+        resource(other, "ClusterRole")["metadata"]["name"]
+        != resource(render(), "ClusterRole")["metadata"]["name"]
+    )
+    fails({"rbac": {"create": "true"}}, "at '/rbac/create': got string, want boolean")
+
+
+PDB_CASES = [
+    ({}, {"minAvailable": 1}),
+    ({"minAvailable": 0}, {"minAvailable": 0}),
+    ({"maxUnavailable": 0}, {"maxUnavailable": 0}),
+    ({"minAvailable": "50%"}, {"minAvailable": "50%"}),
+    ({"maxUnavailable": 1}, {"maxUnavailable": 1}),
+]
+
+
+@pytest.mark.parametrize(("limits", "expected"), PDB_CASES)
+def test_pdb(limits: dict[str, Any], expected: dict[str, Any]) -> None:
+    """The PDB defaults to minAvailable 1 and keeps zero and percentages as given."""
+    docs = render(
+        {
+            "replicaCount": 3,
+            "namespace": "custom",
+            "fullnameOverride": "custom-exporter",
+            "podDisruptionBudget": {"enabled": True, **limits},
+        }
+    )
+    pdb, deployment = resource(docs, "PodDisruptionBudget"), resource(docs, "Deployment")
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    assert pdb["metadata"]["namespace"] == "custom"
+    assert pdb["metadata"]["name"] == deployment["metadata"]["name"]
+    assert deployment["spec"]["replicas"] == 3
+    assert {k: v for k, v in pdb["spec"].items() if k != "selector"} == expected
+    assert pdb["metadata"]["labels"]["app"] == "kube-dra-exporter"
+
+
+def test_pdb_rules() -> None:
+    """Both limits fail; unhealthyPodEvictionPolicy is rendered."""
+    fails(
+        {"podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 0}},
+        "mutually exclusive",
+    )
+    docs = render(
+        {"podDisruptionBudget": {"enabled": True, "unhealthyPodEvictionPolicy": "AlwaysAllow"}}
+    )
+    assert (
+        resource(docs, "PodDisruptionBudget")["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"extraArgs": ["--foo"]}, "extraArgs is unsupported"),
+        ({"featureGates": "Example=true"}, "featureGates is unsupported"),
+        ({"maxConcurrentChallenges": 60}, "maxConcurrentChallenges is unsupported"),
+    ],
+)
+def test_unsupported_configuration(values: dict[str, Any], message: str) -> None:
+    """Options of the chart's ancestry that the exporter does not have fail clearly."""
+    fails(values, message)
+    render({"extraArgs": []})
+
+
+@pytest.mark.parametrize("production", [False, True])
+def test_network_policy(production: bool) -> None:
+    """The policy selects the exporter, admits Prometheus on http, lets out API and DNS only."""
+    docs = render({"networkPolicy": {"enabled": True}}, production=production)
+    policy = resource(docs, "NetworkPolicy")
+    assert policy["spec"]["podSelector"] == resource(docs, "Deployment")["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    sources = policy["spec"]["ingress"][0]["from"]
+    assert len(sources) == 1
+    assert sources[0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    if production:
+        assert sources[0]["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": "monitoring"
+        }
+    else:
+        assert "namespaceSelector" not in sources[0]
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": "http", "protocol": "TCP"}]
+    egress = {
+        (p["port"], p["protocol"]) for rule in policy["spec"]["egress"] for p in rule["ports"]
+    }
+    assert egress == {(443, "TCP"), (6443, "TCP"), (53, "TCP"), (53, "UDP")}
+    denied = resource(
+        render({"networkPolicy": {"enabled": True, "ingress": [], "egress": []}}), "NetworkPolicy"
+    )
+    assert (denied["spec"]["ingress"], denied["spec"]["egress"]) == ([], [])
+
+
+def test_labels_consistent() -> None:
+    """Every object carries managed-by, helm.sh/chart, component main and the common labels."""
+    docs = render(
+        {
+            "global": {"commonLabels": {"team": "gpu"}},
+            "networkPolicy": {"enabled": True},
+            "podDisruptionBudget": {"enabled": True},
+            "prometheus": {"servicemonitor": {"enabled": True}},
+        }
+    )
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", doc["kind"]
+        assert labels["helm.sh/chart"] == "kube-dra-exporter-0.1.0", doc["kind"]
+        assert labels["app.kubernetes.io/component"] == "main", doc["kind"]
+        assert labels["app"] == "kube-dra-exporter", doc["kind"]
+        assert labels["team"] == "gpu", doc["kind"]
+    pod_labels = resource(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels["team"] == "gpu"
+
+
+def test_node_selector_component_wins() -> None:
+    """The component's nodeSelector overrides the global one key by key, as documented."""
+    docs = render(
+        {
+            "global": {"nodeSelector": {"zone": "a", "pool": "global"}},
+            "nodeSelector": {"pool": "gpu"},
+        }
+    )
+    selector = resource(docs, "Deployment")["spec"]["template"]["spec"]["nodeSelector"]
+    assert selector == {"kubernetes.io/os": "linux", "zone": "a", "pool": "gpu"}
+
+
+def test_extra_objects_and_env() -> None:
+    """extraObjects render (maps and template strings); extraEnv reaches the container."""
+    docs = render(
+        {
+            "extraObjects": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "{{ .Release.Name }}-a"},
+                },
+                "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {{ .Release.Name }}-b\n",
+            ],
+            "extraEnv": [{"name": "KUBECONFIG", "value": "/etc/kdraexp/kubeconfig"}],
+        }
+    )
+    assert resource(docs, "ConfigMap")["metadata"]["name"] == "regression-a"
+    assert resource(docs, "Secret")["metadata"]["name"] == "regression-b"
+    assert container(docs)["env"] == [{"name": "KUBECONFIG", "value": "/etc/kdraexp/kubeconfig"}]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicaCount": "three"}, "at '/replicaCount': got string, want integer"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
+        ({"ingressShim": {}}, "additional properties 'ingressShim' not allowed"),
+        ({"http_proxy": "http://proxy"}, "additional properties 'http_proxy' not allowed"),
+        ({"clusterResourceNamespace": "x"}, "additional properties 'clusterResourceNamespace'"),
+        (
+            {"podDisruptionBudget": {"minAvailable": "half"}},
+            "at '/podDisruptionBudget/minAvailable'",
+        ),
+    ],
+)
+def test_schema_rejects(values: dict[str, Any], message: str) -> None:
+    """values.schema.json: wrong types, unknown enums and removed values fail with a clear path."""
+    fails(values, message)
+
+
+def test_kubernetes_version() -> None:
+    """Kubernetes older than 1.34 is refused; 1.34 renders."""
+    fails({}, "incompatible with Kubernetes v1.33.0", extra=("--kube-version", "1.33.0"))
+    render(extra=("--kube-version", "1.34.0"))
+
+
+def test_notes(tmp_path: Path) -> None:
+    """NOTES.txt tells how to reach /metrics (rendered in a ConfigMap: helm template skips it)."""
+    chart = tmp_path / "kube-dra-exporter"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
+    (chart / "templates" / "notes-probe.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
+    )
+    notes = resource(render(chart=chart), "ConfigMap")["data"]["notes"]
+    assert (
+        "kubectl --namespace exporter port-forward service/regression-kube-dra-exporter 8080:8080"
+    ) in notes
+    assert "curl http://localhost:8080/metrics" in notes
+    assert "prometheus.io/scrape pod annotations" in notes
+
+
+def test_readme_manifests() -> None:
+    """YAML blocks in the README parse; any Kubernetes object in them uses a known API."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    blocks = [part.split("```", 1)[0] for part in readme.split("```yaml")[1:]]
+    assert blocks, "the README shows at least one YAML example"
+    for block in blocks:
+        for doc in yaml.safe_load_all(block):
+            if isinstance(doc, dict) and "kind" in doc:
+                assert doc["apiVersion"] in {
+                    "v1",
+                    "apps/v1",
+                    "rbac.authorization.k8s.io/v1",
+                    "monitoring.coreos.com/v1",
+                }
+                if doc["kind"] == "ClusterRole":
+                    assert set(doc["rules"][0]["resources"]) == {
+                        "resourceclaims",
+                        "resourceslices",
+                        "deviceclasses",
+                    }
