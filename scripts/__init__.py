@@ -1,0 +1,1 @@
+"""Release and build helpers (importable so that tests can call check_release)."""
