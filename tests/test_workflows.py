@@ -17,9 +17,17 @@ PLATFORMS = "linux/amd64,linux/arm64,linux/ppc64le,linux/s390x,linux/riscv64"
 def actionlint() -> str:
     """actionlint, built from its Go module by scripts/go-tool.sh (cached)."""
     built = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "go-tool.sh"), "actionlint",
-         "github.com/rhysd/actionlint/cmd/actionlint@v1.7.12"],
-        check=True, capture_output=True, text=True, timeout=900)
+        [
+            "bash",
+            str(ROOT / "scripts" / "go-tool.sh"),
+            "actionlint",
+            "github.com/rhysd/actionlint/cmd/actionlint@v1.7.12",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return built.stdout.strip().splitlines()[-1]
 
 
@@ -27,8 +35,9 @@ def test_actionlint() -> None:
     """Both workflows pass actionlint."""
     files = sorted(str(p) for p in WORKFLOWS.glob("*.yaml"))
     assert len(files) == 2
-    result = subprocess.run([actionlint(), "-color=false", *files], capture_output=True,
-                            text=True, check=False)
+    result = subprocess.run(
+        [actionlint(), "-color=false", *files], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -60,4 +69,4 @@ def test_release_order() -> None:
     assert push["with"]["platforms"] == PLATFORMS and push["with"]["push"] is True
     chart_run = " ".join(s.get("run", "") for s in jobs["publish-chart"]["steps"])  # type: ignore[index]
     assert "helm package chart/kube-dra-exporter" in chart_run
-    assert 'oci://$REGISTRY/$owner/charts' in chart_run
+    assert "oci://$REGISTRY/$owner/charts" in chart_run
