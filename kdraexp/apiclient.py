@@ -126,7 +126,11 @@ class KubeListClient:
                 raise
             except Exception as error:
                 raise ListError(kind.plural, "Transport", None, transport_message(error)) from None
-            if response.code == 401 and attempt == 1 and self._credentials.after_unauthorized():
+            if (
+                response.code == 401
+                and attempt == 1
+                and self._credentials.after_unauthorized(authorization)
+            ):
                 continue
             return response.code, body
         raise AssertionError("unreachable")

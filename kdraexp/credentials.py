@@ -90,14 +90,20 @@ class Credentials:
             return f"Bearer {self._exec_token}" if self._exec_token else None
         return None
 
-    def after_unauthorized(self) -> bool:
-        """Forget what the server refused; return whether a retry may now succeed."""
+    def after_unauthorized(self, refused: str | None) -> bool:
+        """Forget the credential the server refused; return whether a retry may now succeed.
+
+        *refused* is the ``Authorization`` value the refused request carried.  Lists run in
+        parallel, so another list may already have replaced it: then the retry uses the new one.
+        """
         config = self._config
         if config.token_file:
-            before = self._file_token
-            return self._read_token_file(force=True) not in (None, before)
+            token = self._read_token_file(force=True)
+            return token is not None and f"Bearer {token}" != refused
         if config.exec is not None and not config.token and config.username is None:
-            self._exec_fetched = False
+            current = f"Bearer {self._exec_token}" if self._exec_token else None
+            if current == refused:
+                self._exec_fetched = False
             return True
         return False
 

@@ -75,6 +75,9 @@ class FakeKubeAPI:
         self.expire_continue: dict[str, int] = {}
         """Per resource, how many continue tokens to refuse with 410 Expired."""
         self.hanging: list[Deferred[bytes]] = []
+        self.hold = False
+        """Keep every answer until :meth:`release` (to make requests overlap in memory)."""
+        self.held: list[Callable[[], None]] = []
         self.on_request: Callable[[Request], None] | None = None
 
     def add(self, plural: str, obj: dict[str, Any]) -> None:
@@ -90,6 +93,20 @@ class FakeKubeAPI:
     @app.route("/apis/resource.k8s.io/v1/<plural>", methods=["GET"])
     def list(self, request: IRequest, plural: str) -> bytes | Deferred[bytes]:
         """``GET`` one of the three lists."""
+        if not self.hold:
+            return self._list(request, plural)
+        held: Deferred[bytes] = Deferred()
+        self.held.append(lambda: held.callback(self._list(request, plural)))  # type: ignore[arg-type]
+        return held
+
+    def release(self) -> None:
+        """Answer the held requests, in the order they arrived."""
+        self.hold = False
+        held, self.held = self.held, []
+        for answer in held:
+            answer()
+
+    def _list(self, request: IRequest, plural: str) -> bytes | Deferred[bytes]:
         args = {k.decode(): [v.decode() for v in vs] for k, vs in request.args.items()}
         header = request.getHeader("Authorization")
         seen = Request("GET", plural, args, header)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
@@ -148,3 +150,20 @@ def test_odd_objects(fake: FakeKubeAPI, clock: Clock) -> None:
     assert result.objects == 5
     assert len(result.samples.by_family["kube_resourceclaim_status_reserved_total"]) == 5
     assert result.samples.by_family["kube_resourceclaim_status_allocated_device"] == []
+
+
+def test_parallel_unauthorized_all_retry(fake: FakeKubeAPI, clock: Clock, tmp_path: Path) -> None:
+    """Lists refused together after a rotation all retry with the new token, not just the first."""
+    token = tmp_path / "token"
+    token.write_text("old")
+    fake.tokens = {"new"}
+    client, agent = in_memory_client(fake, clock, token_file=str(token))
+    fake.hold = True
+    lists = [
+        Deferred.fromCoroutine(client.fetch(kind)) for kind in (DEVICE_CLASSES, RESOURCE_CLAIMS)
+    ]
+    token.write_text("new")
+    fake.release()
+    agent.flush()
+    assert [result_of(d).objects for d in lists] == [0, 0]
+    assert [r.authorization for r in fake.lists()] == ["Bearer old"] * 2 + ["Bearer new"] * 2

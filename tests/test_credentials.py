@@ -44,7 +44,7 @@ def test_token_file_unreadable_keeps_last(tmp_path: Path, clock: Clock) -> None:
     token.unlink()
     clock.advance(61)
     assert authorization(credentials) == "Bearer from-file"
-    assert credentials.after_unauthorized() is False
+    assert credentials.after_unauthorized("Bearer from-file") is False
 
 
 def test_basic_auth(clock: Clock) -> None:
