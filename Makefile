@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 LISTEN ?= tcp:8080
 
-.PHONY: demo test lint pytest install
+.PHONY: demo test lint pytest e2e install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,5 +26,9 @@ lint: install
 
 pytest: install
 	$(BIN)/python -m pytest
+
+# The end-to-end tier alone: a real kube-apiserver, etcd, helm and Prometheus (see README).
+e2e: install
+	$(BIN)/python -m pytest tests/e2e
 
 test: lint pytest

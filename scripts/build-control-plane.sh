@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Build kube-apiserver and etcd for the end-to-end tests from the Go module proxy,
-# into a cache outside the repository keyed by version, and reuse it when present.
-# Prints the directory holding the binaries on the last line of stdout.
+# Build kube-apiserver and etcd for the end-to-end tests from the Go module proxy, and fetch
+# the ServiceMonitor and PodMonitor CRDs from the prometheus-operator module, into a cache
+# outside the repository keyed by version, and reuse it when present.
+# Prints the directory holding them on the last line of stdout.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 module="$here/tools/control-plane"
 k8s_version=$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$module/go.mod")
 etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$module/go.mod")
-sum=$(sha256sum "$module/go.sum" | cut -c1-12)
+operator_version=v0.90.1
+sum=$(cat "$module/go.sum" "$0" | sha256sum | cut -c1-12)
 cache_root=${KDRAEXP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kdraexp}
 out="$cache_root/control-plane-$k8s_version-etcd-$etcd_version-$sum"
 
-if [ -x "$out/kube-apiserver" ] && [ -x "$out/etcd" ]; then
+if [ -x "$out/kube-apiserver" ] && [ -x "$out/etcd" ] && [ -d "$out/crds" ]; then
   echo "control plane $k8s_version / etcd $etcd_version: cached" >&2
   echo "$out"
   exit 0
@@ -32,6 +34,13 @@ echo "building kube-apiserver $k8s_version ..." >&2
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 echo "building etcd $etcd_version ..." >&2
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+echo "fetching prometheus-operator $operator_version CRDs ..." >&2
+operator_dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$operator_version" \
+  | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+mkdir -p "$tmp/crds"
+for kind in servicemonitors podmonitors; do
+  cp "$operator_dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$tmp/crds/"
+done
 rm -rf "$out"
 mv "$tmp" "$out"
 trap - EXIT

@@ -1,0 +1,210 @@
+"""A real etcd and kube-apiserver on loopback, and a small admin client for them.
+
+The binaries come from scripts/build-control-plane.sh (built from the Go module proxy). The
+API server authenticates an admin by static token, authorizes with RBAC, serves a certificate
+made here, and signs ServiceAccount tokens so that TokenRequest works.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trustme
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from tests.processes import free_port
+
+ROOT = Path(__file__).parent.parent.parent
+ADMIN_TOKEN = "e2e-admin-token"
+READY_TIMEOUT = 120.0
+
+
+class APIError(Exception):
+    """The API server answered with an error Status."""
+
+    def __init__(self, code: int, body: dict[str, Any]) -> None:
+        super().__init__(f"{code} {body.get('reason')}: {body.get('message')}")
+        self.code = code
+        self.body = body
+
+
+@attrs.define
+class Kube:
+    """An admin client of the API server (synchronous; for fixtures and arrangement)."""
+
+    server: str
+    ca_pem: bytes
+    token: str = ADMIN_TOKEN
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """Send one request; return the decoded JSON answer or raise APIError."""
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            self.server + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {self.token}",
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+            },
+        )
+        context = ssl.create_default_context(cadata=self.ca_pem.decode())
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=30) as response:
+                text = response.read()
+        except urllib.error.HTTPError as error:
+            payload = error.read()
+            try:
+                raise APIError(error.code, json.loads(payload)) from None
+            except ValueError:
+                raise APIError(error.code, {"message": payload.decode(errors="replace")}) from None
+        if not text:
+            return None
+        if not text.lstrip().startswith((b"{", b"[")):
+            return text.decode()
+        return json.loads(text)
+
+    def create(self, path: str, obj: dict[str, Any], dry_run: bool = False) -> Any:
+        return self.request("POST", path + ("?dryRun=All" if dry_run else ""), obj)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+
+@attrs.define
+class ControlPlane:
+    """The running servers and where their files are."""
+
+    kube: Kube
+    port: int
+    directory: Path
+    processes: list[subprocess.Popen[bytes]]
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.terminate()
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def binaries() -> Path:
+    """Build (or reuse) the control plane; the directory holding it."""
+    built = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build-control-plane.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
+def start(directory: Path) -> ControlPlane:
+    """Start etcd and kube-apiserver with their files in *directory*; wait until ready."""
+    bin_dir = binaries()
+    ca = trustme.CA()
+    serving = ca.issue_cert("127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc")
+    serving.cert_chain_pems[0].write_to_path(str(directory / "serving.crt"))
+    serving.private_key_pem.write_to_path(str(directory / "serving.key"))
+    (directory / "ca.crt").write_bytes(ca.cert_pem.bytes())
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (directory / "sa.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    (directory / "sa.pub").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    (directory / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,1,"system:masters"\n')
+    etcd_port, peer_port, port = free_port(), free_port(), free_port()
+    processes = []
+    etcd_log = (directory / "etcd.log").open("wb")
+    processes.append(
+        subprocess.Popen(
+            [
+                str(bin_dir / "etcd"),
+                "--name=e2e",
+                f"--data-dir={directory / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=e2e=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+            stdout=etcd_log,
+            stderr=subprocess.STDOUT,
+        )
+    )
+    apiserver_log = (directory / "kube-apiserver.log").open("wb")
+    processes.append(
+        subprocess.Popen(
+            [
+                str(bin_dir / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={directory / 'serving.crt'}",
+                f"--tls-private-key-file={directory / 'serving.key'}",
+                f"--cert-dir={directory / 'certs'}",
+                f"--token-auth-file={directory / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={directory / 'sa.pub'}",
+                f"--service-account-signing-key-file={directory / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--disable-admission-plugins=ServiceAccount",
+                "--feature-gates=DRAPartitionableDevices=true",
+                "--profiling=false",
+            ],
+            stdout=apiserver_log,
+            stderr=subprocess.STDOUT,
+        )
+    )
+    etcd_log.close()
+    apiserver_log.close()
+    plane = ControlPlane(
+        Kube(f"https://127.0.0.1:{port}", ca.cert_pem.bytes()), port, directory, processes
+    )
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        for process in processes:
+            if process.poll() is not None:
+                plane.stop()
+                raise RuntimeError(
+                    f"{process.args!r} exited with {process.returncode}; see {directory}"
+                )
+        try:
+            if plane.kube.get("/readyz") == "ok":
+                break
+        except (APIError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            plane.stop()
+            raise RuntimeError(f"kube-apiserver not ready within {READY_TIMEOUT:g}s")
+        time.sleep(0.5)
+    return plane

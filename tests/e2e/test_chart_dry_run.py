@@ -1,0 +1,91 @@
+"""Every object the chart renders is accepted by a real Kubernetes 1.34 API server (dry run)."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import ensure_namespace, wait_until
+from tests.e2e.controlplane import Kube, binaries
+from tests.helm import CHART, render
+
+pytestmark = pytest.mark.slow
+
+PATHS = {
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "Service": "/api/v1/namespaces/{ns}/services",
+    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
+    "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+    "ServiceMonitor": "/apis/monitoring.coreos.com/v1/namespaces/{ns}/servicemonitors",
+    "PodMonitor": "/apis/monitoring.coreos.com/v1/namespaces/{ns}/podmonitors",
+}
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+@pytest.fixture(scope="module")
+def monitor_crds(kube: Kube) -> None:
+    """The ServiceMonitor and PodMonitor CRDs from the prometheus-operator module, established."""
+    for path in sorted((binaries() / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        kube.create(CRD_PATH, crd)
+        name = crd["metadata"]["name"]
+        wait_until(partial(_established, kube, name), 60, f"CRD {name} established")
+    for namespace in ("exporter", "monitoring"):
+        ensure_namespace(kube, namespace)
+
+
+def _established(kube: Kube, name: str) -> bool:
+    conditions = (kube.get(f"{CRD_PATH}/{name}").get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+VALUE_SETS: dict[str, tuple[dict[str, Any], bool]] = {
+    "defaults": ({}, False),
+    "all-features-podmonitor": (
+        {
+            "networkPolicy": {"enabled": True},
+            "podDisruptionBudget": {"enabled": True},
+            "prometheus": {"podmonitor": {"enabled": True}},
+        },
+        False,
+    ),
+    "all-features-servicemonitor": (
+        {
+            "networkPolicy": {"enabled": True},
+            "podDisruptionBudget": {"enabled": True, "maxUnavailable": "50%"},
+            "prometheus": {"servicemonitor": {"enabled": True}},
+        },
+        False,
+    ),
+    "production": ({"networkPolicy": {"enabled": True}}, True),
+}
+
+
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_server_side_dry_run(kube: Kube, monitor_crds: None, name: str) -> None:
+    """Each rendered object passes the API server's validation and admission."""
+    values, production = VALUE_SETS[name]
+    docs = render(values, production=production)
+    assert docs
+    for doc in docs:
+        namespace = doc["metadata"].get("namespace", "")
+        answer = kube.create(PATHS[doc["kind"]].format(ns=namespace), doc, dry_run=True)
+        assert answer["kind"] == doc["kind"]
+        assert answer["metadata"]["name"] == doc["metadata"]["name"]
+
+
+def test_crds_come_from_the_operator_module() -> None:
+    """The CRDs are the prometheus-operator's own files."""
+    names = sorted(p.name for p in (binaries() / "crds").glob("*.yaml"))
+    assert names == [
+        "monitoring.coreos.com_podmonitors.yaml",
+        "monitoring.coreos.com_servicemonitors.yaml",
+    ]
+    assert Path(CHART / "Chart.yaml").exists()

@@ -1,0 +1,141 @@
+"""A real Prometheus scrapes the exporter; promtool lints the exposition."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e import dataset
+from tests.e2e.conftest import Exporter, ensure_namespace, mint_token, wait_until, write_kubeconfig
+from tests.e2e.controlplane import ROOT, Kube
+from tests.processes import free_port
+
+pytestmark = pytest.mark.slow
+DRA_SERIES = 'job="kdraexp", __name__=~"kube_(resourceclaim|resourceslice|deviceclass)_.*"'
+FAMILIES = (
+    "kube_deviceclass_hourly_cost",
+    "kube_resourceclaim_status_allocated_device",
+    "kube_resourceclaim_status_reserved_for_pod",
+    "kube_resourceclaim_status_reserved_total",
+    "kube_resourceslice_device_capacity_decoders",
+    "kube_resourceslice_device_capacity_memory_bytes",
+    "kube_resourceslice_device_capacity_multiprocessors",
+)
+
+
+@pytest.fixture(scope="module")
+def prometheus_bin() -> Path:
+    """Prometheus and promtool from Debian's package, installed by the project's script."""
+    installed = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install-prometheus.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    return Path(installed.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def exporter(
+    kube: Kube,
+    chart_rbac: dict[str, dict[str, object]],
+    dra_objects: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Exporter]:
+    ensure_namespace(kube, "prom")
+    dataset.create_claim(kube, "scraped", "prom", [("node-a", "gpu-0")], ["scraper-pod"])
+    account = str(chart_rbac["ServiceAccount"]["metadata"]["name"])  # type: ignore[index]
+    directory = tmp_path_factory.mktemp("prometheus-exporter")
+    config = write_kubeconfig(directory / "kubeconfig", kube, mint_token(kube, account))
+    running = Exporter(directory / "run", [], {"KUBECONFIG": str(config)})
+    yield running
+    assert running.stop() == 0
+
+
+def query(port: int, promql: str) -> list[dict[str, object]]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=10) as response:
+        answer = json.load(response)
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]  # type: ignore[no-any-return]
+
+
+def test_prometheus_scrapes(prometheus_bin: Path, exporter: Exporter, tmp_path: Path) -> None:
+    """up is 1 and every family has the series the exposition has."""
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+                "scrape_configs": [
+                    {
+                        "job_name": "kdraexp",
+                        "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}],
+                    }
+                ],
+            }
+        )
+    )
+    port = free_port()
+    log = (tmp_path / "prometheus.log").open("wb")
+    server = subprocess.Popen(
+        [
+            str(prometheus_bin / "prometheus"),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    try:
+
+        def scraped() -> list[dict[str, object]] | None:
+            assert server.poll() is None, (tmp_path / "prometheus.log").read_text()
+            try:
+                result = query(port, 'up{job="kdraexp"}')
+            except OSError:
+                return None
+            return result if result and result[0]["value"][1] == "1" else None  # type: ignore[index]
+
+        wait_until(scraped, 60, "Prometheus scraping the exporter with up == 1")
+        _, body = exporter.scrape()
+        expected = Counter(line.split("{")[0] for line in dataset.dra_lines(body))
+        assert set(expected) == set(FAMILIES)
+        counts = {}
+        for item in query(port, f"count by (__name__) ({{{DRA_SERIES}}})"):
+            counts[item["metric"]["__name__"]] = int(item["value"][1])  # type: ignore[index]
+        assert counts == dict(expected)
+        pods = query(port, 'kube_resourceclaim_status_reserved_for_pod{namespace="prom"}')
+        assert [p["metric"]["pod_name"] for p in pods] == ["scraper-pod"]  # type: ignore[index]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_promtool_accepts_exposition(prometheus_bin: Path, exporter: Exporter) -> None:
+    """promtool's only complaint is the one inherent to the original's gauge name."""
+    _, body = exporter.scrape()
+    result = subprocess.run(
+        [str(prometheus_bin / "promtool"), "check", "metrics"],
+        input=body,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    problems = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert problems == [
+        "kube_resourceclaim_status_reserved_total "
+        'non-counter metrics should not have "_total" suffix'
+    ], problems
