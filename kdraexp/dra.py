@@ -18,20 +18,28 @@ import attrs
 import msgspec
 
 from kdraexp import metrics
-from kdraexp.metrics import Samples, render_labels
+from kdraexp.metrics import Samples
 from kdraexp.quantity import QuantityError, parse_quantity
 
 # ---------------------------------------------------------------------------------------------
 # Wire shapes (only what the metrics need).
 
 
-class ListMeta(msgspec.Struct):
+class Wire(msgspec.Struct, gc=False):
+    """Base of the wire shapes, left out of the cyclic garbage collector.
+
+    They never form reference cycles, and the collector's passes would otherwise grow with every
+    object of a large cluster.
+    """
+
+
+class ListMeta(Wire):
     """``metadata`` of a list: where the next page starts."""
 
     continue_: str | None = msgspec.field(default=None, name="continue")
 
 
-class ObjectMeta(msgspec.Struct):
+class ObjectMeta(Wire):
     """``metadata`` of an object."""
 
     name: str | None = None
@@ -44,7 +52,7 @@ class AnnotatedMeta(ObjectMeta):
     annotations: dict[str, str | None] | None = None
 
 
-class DeviceResult(msgspec.Struct):
+class DeviceResult(Wire):
     """One ``status.allocation.devices.results`` entry."""
 
     driver: str | None = None
@@ -52,19 +60,19 @@ class DeviceResult(msgspec.Struct):
     device: str | None = None
 
 
-class DeviceAllocation(msgspec.Struct):
+class DeviceAllocation(Wire):
     """``status.allocation.devices``."""
 
     results: list[DeviceResult] | None = None
 
 
-class Allocation(msgspec.Struct):
+class Allocation(Wire):
     """``status.allocation``: absent while the claim is pending."""
 
     devices: DeviceAllocation | None = None
 
 
-class Consumer(msgspec.Struct):
+class Consumer(Wire):
     """One ``status.reservedFor`` entry."""
 
     api_group: str | None = msgspec.field(default=None, name="apiGroup")
@@ -73,48 +81,52 @@ class Consumer(msgspec.Struct):
     uid: str | None = None
 
 
-class ClaimStatus(msgspec.Struct):
+class ClaimStatus(Wire):
     """``status`` of a ResourceClaim."""
 
     allocation: Allocation | None = None
     reserved_for: list[Consumer] | None = msgspec.field(default=None, name="reservedFor")
 
 
-class ResourceClaim(msgspec.Struct):
+class ResourceClaim(Wire):
     """A ResourceClaim."""
 
     metadata: ObjectMeta | None = None
     status: ClaimStatus | None = None
 
 
-class AttributeValue(msgspec.Struct):
+class AttributeValue(Wire):
     """A device attribute: only string values become labels."""
 
     string: str | None = None
 
 
-class CapacityValue(msgspec.Struct):
+class CapacityValue(Wire):
     """A device capacity: a Kubernetes quantity."""
 
     value: str | None = None
 
 
-class Device(msgspec.Struct):
-    """One device of a ResourceSlice."""
+class Device(Wire):
+    """One device of a ResourceSlice.
+
+    Attributes and capacities stay undecoded (``Raw``) until read: a device publishes a dozen
+    of them and the metrics read at most six.
+    """
 
     name: str | None = None
-    attributes: dict[str, AttributeValue | None] | None = None
-    capacity: dict[str, CapacityValue | None] | None = None
+    attributes: dict[str, msgspec.Raw] | None = None
+    capacity: dict[str, msgspec.Raw] | None = None
     node_name: str | None = msgspec.field(default=None, name="nodeName")
 
 
-class Pool(msgspec.Struct):
+class Pool(Wire):
     """``spec.pool``."""
 
     name: str | None = None
 
 
-class SliceSpec(msgspec.Struct):
+class SliceSpec(Wire):
     """``spec`` of a ResourceSlice."""
 
     driver: str | None = None
@@ -126,14 +138,14 @@ class SliceSpec(msgspec.Struct):
     devices: list[Device] | None = None
 
 
-class ResourceSlice(msgspec.Struct):
+class ResourceSlice(Wire):
     """A ResourceSlice."""
 
     metadata: ObjectMeta | None = None
     spec: SliceSpec | None = None
 
 
-class DeviceClass(msgspec.Struct):
+class DeviceClass(Wire):
     """A DeviceClass."""
 
     metadata: AnnotatedMeta | None = None
@@ -142,7 +154,7 @@ class DeviceClass(msgspec.Struct):
 Item = TypeVar("Item", ResourceClaim, ResourceSlice, DeviceClass)
 
 
-class ObjectList(msgspec.Struct, Generic[Item]):
+class ObjectList(Wire, Generic[Item]):
     """One page of a list."""
 
     metadata: ListMeta | None = None
@@ -155,6 +167,11 @@ class ObjectList(msgspec.Struct, Generic[Item]):
 
 def reduce_claims(claims: list[ResourceClaim], out: Samples) -> list[str]:
     """Add the three claim families' samples for *claims* to *out*; nothing in them is refused."""
+    allocated, reserved, total = (
+        metrics.ALLOCATED_DEVICE,
+        metrics.RESERVED_FOR_POD,
+        metrics.RESERVED_TOTAL,
+    )
     for claim in claims:
         meta = claim.metadata or ObjectMeta()
         name, namespace = meta.name or "", meta.namespace or ""
@@ -162,47 +179,25 @@ def reduce_claims(claims: list[ResourceClaim], out: Samples) -> list[str]:
         allocation = status.allocation
         if allocation is not None and allocation.devices is not None:
             for result in allocation.devices.results or ():
-                out.add(
-                    metrics.ALLOCATED_DEVICE,
-                    render_labels(
-                        {
-                            "resourceclaim_name": name,
-                            "namespace": namespace,
-                            "pool": result.pool or "",
-                            "device_name": result.device or "",
-                            "driver": result.driver or "",
-                        }
-                    ),
-                    1.0,
+                labels = allocated.render(
+                    name, namespace, result.pool or "", result.device or "", result.driver or ""
                 )
+                out.add(allocated, labels, 1.0)
         pods = 0
         for consumer in status.reserved_for or ():
             if consumer.resource != "pods" or consumer.api_group:
                 continue
             pods += 1
-            out.add(
-                metrics.RESERVED_FOR_POD,
-                render_labels(
-                    {
-                        "resourceclaim_name": name,
-                        "namespace": namespace,
-                        "pod_name": consumer.name or "",
-                        "uid": consumer.uid or "",
-                    }
-                ),
-                1.0,
-            )
-        out.add(
-            metrics.RESERVED_TOTAL,
-            render_labels({"resourceclaim_name": name, "namespace": namespace}),
-            float(pods),
-        )
+            labels = reserved.render(name, namespace, consumer.name or "", consumer.uid or "")
+            out.add(reserved, labels, 1.0)
+        out.add(total, total.render(name, namespace), float(pods))
     return []
 
 
 def reduce_slices(slices: list[ResourceSlice], out: Samples) -> list[str]:
     """Add the capacity families' samples for *slices* to *out*; return what could not be read."""
     problems: list[str] = []
+    capacity_families = metrics.CAPACITY_FAMILIES.items()
     for resource_slice in slices:
         slice_name = (resource_slice.metadata or ObjectMeta()).name or ""
         spec = resource_slice.spec or SliceSpec()
@@ -210,16 +205,17 @@ def reduce_slices(slices: list[ResourceSlice], out: Samples) -> list[str]:
         pool = (spec.pool or Pool()).name or ""
         per_device = spec.per_device_node_selection is True
         for device in spec.devices or ():
-            if not device.capacity:
+            capacity = device.capacity
+            if not capacity:
                 continue
-            values = {}
-            for key, family in metrics.CAPACITY_FAMILIES.items():
-                capacity = device.capacity.get(key)
-                if capacity is None:
+            values = []
+            for key, family in capacity_families:
+                raw = capacity.get(key)
+                if raw is None:
                     continue
                 try:
-                    values[family] = parse_quantity(capacity.value or "")
-                except QuantityError as error:
+                    values.append((family, parse_quantity(_capacity_value(raw))))
+                except (QuantityError, msgspec.ValidationError) as error:
                     problems.append(
                         f"ResourceSlice {slice_name} device {device.name or ''} "
                         f"capacity {key}: {error}"
@@ -227,24 +223,31 @@ def reduce_slices(slices: list[ResourceSlice], out: Samples) -> list[str]:
             if not values:
                 continue
             attributes = device.attributes or {}
-            labels = render_labels(
-                {
-                    "resourceslice_name": slice_name,
-                    "device_name": device.name or "",
-                    "driver": driver,
-                    "pool": pool,
-                    "node_name": (device.node_name if per_device else spec.node_name) or "",
-                    "type": string_attribute(attributes, driver, "type"),
-                    "product_name": string_attribute(attributes, driver, "productName"),
-                    "parent_uuid": string_attribute(attributes, driver, "parentUUID"),
-                }
+            labels = metrics.CAPACITY_MEMORY.render(
+                slice_name,
+                device.name or "",
+                driver,
+                pool,
+                (device.node_name if per_device else spec.node_name) or "",
+                string_attribute(attributes, driver, "type"),
+                string_attribute(attributes, driver, "productName"),
+                string_attribute(attributes, driver, "parentUUID"),
             )
-            for family, value in values.items():
+            for family, value in values:
                 out.add(family, labels, value)
     return problems
 
 
-def string_attribute(attributes: dict[str, AttributeValue | None], driver: str, name: str) -> str:
+_ATTRIBUTE = msgspec.json.Decoder(AttributeValue | None)
+_CAPACITY = msgspec.json.Decoder(CapacityValue | None)
+
+
+def _capacity_value(raw: msgspec.Raw) -> str:
+    capacity = _CAPACITY.decode(raw)
+    return (capacity.value if capacity is not None else None) or ""
+
+
+def string_attribute(attributes: dict[str, msgspec.Raw], driver: str, name: str) -> str:
     """The string value of attribute *name*, given bare or qualified with the driver's domain.
 
     A name without a domain is in the driver's domain, so ``productName`` and
@@ -252,7 +255,13 @@ def string_attribute(attributes: dict[str, AttributeValue | None], driver: str, 
     Attributes of another kind (int, bool, version) give "".
     """
     for key in (name, f"{driver}/{name}"):
-        attribute = attributes.get(key)
+        raw = attributes.get(key)
+        if raw is None:
+            continue
+        try:
+            attribute = _ATTRIBUTE.decode(raw)
+        except msgspec.ValidationError:
+            continue
         if attribute is not None and attribute.string is not None:
             return attribute.string
     return ""
@@ -274,7 +283,7 @@ def reduce_classes(classes: list[DeviceClass], out: Samples) -> list[str]:
                 f"Error parsing '{HOURLY_COST_ANNOTATION}' ({raw}) on DeviceClass {name}: {error}"
             )
             continue
-        out.add(metrics.HOURLY_COST, render_labels({"deviceclass_name": name}), cost)
+        out.add(metrics.HOURLY_COST, metrics.HOURLY_COST.render(name), cost)
     return problems
 
 
@@ -300,10 +309,14 @@ class Kind:
     item_type: type[Any]
     reducer: Callable[[list[Any], Samples], list[str]]
     decoder: msgspec.json.Decoder[Any] = attrs.field(init=False, eq=False, repr=False)
+    """Decodes one page (a list) of this kind."""
+    item_decoder: msgspec.json.Decoder[Any] = attrs.field(init=False, eq=False, repr=False)
+    """Decodes one object of this kind."""
 
     def __attrs_post_init__(self) -> None:
         decoder = msgspec.json.Decoder(ObjectList[self.item_type])  # type: ignore[name-defined]
         object.__setattr__(self, "decoder", decoder)
+        object.__setattr__(self, "item_decoder", msgspec.json.Decoder(self.item_type))
 
     def reduce(self, items: list[Any], result: ListResult) -> None:
         """Reduce one page's *items* into *result*."""

@@ -9,10 +9,12 @@ metrics are small and go through prometheus_client's encoders.
 
 from __future__ import annotations
 
-import gzip
 import math
+import weakref
+import zlib
 from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
@@ -20,8 +22,9 @@ from prometheus_client.registry import CollectorRegistry
 from kdraexp.metrics import Samples
 
 OPENMETRICS_EOF = b"# EOF\n"
-GZIP_LEVEL = 6
-"""zlib level for gzip bodies: level 9 costs several times more CPU for a few percent."""
+GZIP_LEVEL = 1
+"""zlib level for gzip bodies: level 1 compresses a scrape about 27 to 1, at half the CPU of
+level 6 for 8% more bytes (measured on 64,000 capacity samples)."""
 
 
 def format_value(value: float) -> str:
@@ -54,36 +57,90 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
+LINES_PER_CHUNK = 4096
+
+
 def encode_samples(samples: Samples) -> Iterator[bytes]:
-    """Yield the seven families' exposition, one chunk per family.
+    """Yield the seven families' exposition in chunks of at most LINES_PER_CHUNK samples.
 
     The text format 0.0.4 and OpenMetrics 1.0 write gauges the same way, so one encoder serves
     both (OpenMetrics adds ``# EOF`` after the last family, which :func:`render` writes).
     """
     formatted: dict[float, str] = {}
     for family, family_samples in samples.families():
-        lines = [f"# HELP {family.name} {_escape_help(family.help)}\n# TYPE {family.name} gauge\n"]
         name = family.name
+        lines = [f"# HELP {name} {_escape_help(family.help)}\n# TYPE {name} gauge\n"]
         for labels, value in family_samples:
             text = formatted.get(value)
             if text is None:
                 text = formatted[value] = format_value(value)
             lines.append(f"{name}{labels} {text}\n")
+            if len(lines) >= LINES_PER_CHUNK:
+                yield "".join(lines).encode()
+                lines = []
         yield "".join(lines).encode()
 
 
+class Rendering:
+    """One collection's seven families, written once however many scrapes share it.
+
+    The gzip form is kept as compressed bytes plus the compressor's state, flushed but not
+    finished: each scrape copies the state, adds its own self-metrics and finishes the stream,
+    so forty concurrent scrapes compress the large part once.
+
+    It refers to its samples weakly: a cache keyed by the samples can then forget both when the
+    last scrape holding them is answered.
+    """
+
+    def __init__(self, samples: Samples) -> None:
+        self._samples = weakref.ref(samples)
+        self._plain: bytes | None = None
+        self._gzip: tuple[bytes, Any] | None = None
+
+    def _encoded(self) -> Iterator[bytes]:
+        samples = self._samples()
+        if samples is None:
+            raise RuntimeError("the samples were released before they were rendered")
+        return encode_samples(samples)
+
+    def plain(self) -> bytes:
+        """The families as uncompressed bytes."""
+        if self._plain is None:
+            self._plain = b"".join(self._encoded())
+        return self._plain
+
+    def gzip(self, tail: bytes) -> bytes:
+        """A gzip stream of the families followed by *tail*."""
+        if self._gzip is None:
+            compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+            parts = [compressor.compress(chunk) for chunk in self._encoded()]
+            parts.append(compressor.flush(zlib.Z_SYNC_FLUSH))
+            self._gzip = (b"".join(parts), compressor)
+        prefix, state = self._gzip
+        compressor = state.copy()
+        return prefix + compressor.compress(tail) + compressor.flush()
+
+
 def render(
-    samples: Samples | None, self_metrics: CollectorRegistry, accept: str | None
+    rendering: Rendering,
+    self_metrics: CollectorRegistry,
+    accept: str | None,
+    gzip: bool,
 ) -> tuple[bytes, str]:
-    """Return the whole exposition for *samples* plus *self_metrics*, and its content type."""
+    """The whole answer: *rendering*'s families, then the exporter's own metrics.
+
+    Returns the body (gzip-compressed when *gzip*) and its content type, negotiated from
+    *accept*: OpenMetrics when asked for, else the text format 0.0.4.
+    """
     encoder, content_type = choose_encoder(accept or "")
-    openmetrics = content_type.startswith("application/openmetrics-text")
-    chunks = list(encode_samples(samples)) if samples is not None else []
     tail = encoder(self_metrics)
-    chunks.append(tail)
-    if openmetrics and not tail.endswith(OPENMETRICS_EOF):
-        chunks.append(OPENMETRICS_EOF)
-    return b"".join(chunks), content_type
+    if content_type.startswith("application/openmetrics-text") and not tail.endswith(
+        OPENMETRICS_EOF
+    ):
+        tail += OPENMETRICS_EOF
+    if gzip:
+        return rendering.gzip(tail), content_type
+    return rendering.plain() + tail, content_type
 
 
 def gzip_accepted(accept_encoding: str | None) -> bool:
@@ -99,8 +156,3 @@ def gzip_accepted(accept_encoding: str | None) -> bool:
                     return False
             return True
     return False
-
-
-def compress(body: bytes) -> bytes:
-    """gzip *body*."""
-    return gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)

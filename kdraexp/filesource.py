@@ -42,7 +42,7 @@ class FileSource:
         converted = []
         for index, item in enumerate(items):
             try:
-                converted.append(msgspec.convert(item, kind.item_type))
+                converted.append(kind.item_decoder.decode(msgspec.json.encode(item)))
             except msgspec.ValidationError as error:
                 name = _name_of(item)
                 raise self._error(

@@ -8,7 +8,7 @@ label values, and writing the exposition is string concatenation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 import attrs
 
@@ -21,11 +21,18 @@ class Family:
     help: str
     labels: tuple[str, ...]
     """Label names in the order the original declares them."""
+    _template: str = attrs.field(init=False, repr=False, eq=False)
+    _order: tuple[int, ...] = attrs.field(init=False, repr=False, eq=False)
 
-    @property
-    def sorted_labels(self) -> tuple[str, ...]:
-        """Label names in the order they are written: alphabetical, as the original prints them."""
-        return tuple(sorted(self.labels))
+    def __attrs_post_init__(self) -> None:
+        written = sorted(self.labels)  # alphabetical, as the original prints them
+        template = "{" + ",".join(f'{name}="%s"' for name in written) + "}"
+        object.__setattr__(self, "_template", template)
+        object.__setattr__(self, "_order", tuple(self.labels.index(name) for name in written))
+
+    def render(self, *values: str) -> str:
+        """Render ``{a="x",b="y"}`` from label values given in the declared order."""
+        return self._template % tuple([escape_label_value(values[i]) for i in self._order])
 
 
 _CAPACITY_LABELS = (
@@ -106,51 +113,44 @@ def escape_label_value(value: str) -> str:
     return value
 
 
-def render_labels(labels: dict[str, str]) -> str:
-    """Render ``{a="x",b="y"}`` with the names in alphabetical order."""
-    inner = ",".join(f'{name}="{escape_label_value(labels[name])}"' for name in sorted(labels))
-    return "{" + inner + "}"
-
-
 Sample = tuple[str, float]
 """A rendered label set and the sample's value."""
 
 
 class Samples:
-    """Samples collected for the seven families, each family a list of (labels, value)."""
+    """Samples collected for the seven families: per family, rendered labels -> value.
 
-    __slots__ = ("by_family",)
+    A dict per family rather than a list of pairs: a label set repeated (which would make an
+    invalid exposition, and makes the original fail the whole scrape) is kept once, the first
+    value collected winning; and strings and floats in a dict are invisible to the cyclic
+    garbage collector, whose passes would otherwise grow with every sample.
+    """
+
+    __slots__ = ("__weakref__", "by_family")
 
     def __init__(self) -> None:
-        self.by_family: dict[str, list[Sample]] = {family.name: [] for family in FAMILIES}
+        self.by_family: dict[str, dict[str, float]] = {family.name: {} for family in FAMILIES}
 
     def add(self, family: Family, labels: str, value: float) -> None:
-        """Add one sample whose labels were rendered with :func:`render_labels`."""
-        self.by_family[family.name].append((labels, value))
+        """Add one sample whose labels were rendered with :meth:`Family.render`."""
+        self.by_family[family.name].setdefault(labels, value)
 
     def update(self, other: Samples) -> None:
-        """Add every sample of *other*."""
+        """Add every sample of *other* (taking over its dicts where this one has none)."""
         for name, samples in other.by_family.items():
-            self.by_family[name].extend(samples)
+            mine = self.by_family[name]
+            if not mine:
+                self.by_family[name] = samples
+                continue
+            for labels, value in samples.items():
+                mine.setdefault(labels, value)
 
     def __len__(self) -> int:
         return sum(len(samples) for samples in self.by_family.values())
 
     def families(self) -> Iterator[tuple[Family, list[Sample]]]:
-        """Yield each family with its samples sorted by labels and identical label sets dropped.
-
-        Two samples with the same name and labels make an invalid exposition; the original fails
-        the whole scrape on them.  Here the first one collected is kept.
-        """
+        """Yield each family that has samples, with its samples sorted by labels."""
         for family in FAMILIES:
             samples = self.by_family[family.name]
             if samples:
-                yield family, list(_unique_sorted(samples))
-
-
-def _unique_sorted(samples: Iterable[Sample]) -> Iterator[Sample]:
-    previous = None
-    for sample in sorted(samples, key=lambda sample: sample[0]):
-        if sample[0] != previous:
-            previous = sample[0]
-            yield sample
+                yield family, sorted(samples.items())

@@ -10,6 +10,7 @@ one nearest to the exact decimal value, so ``1.1`` is 1.1 (Go's approximation sa
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import ROUND_UP, Decimal, localcontext
 
@@ -28,8 +29,11 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_quantity(text: str) -> float:
     """Return the value of the Kubernetes quantity *text* as a float.
+
+    Cached: a cluster publishes the same few capacity strings thousands of times.
 
     :raises QuantityError: if *text* is not a quantity.
     """

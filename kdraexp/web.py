@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from weakref import WeakKeyDictionary
+
 from klein import Klein
 from prometheus_client.registry import CollectorRegistry
 from twisted.web.iweb import IRequest
 
 from kdraexp import exposition
 from kdraexp.gather import CollectionFailed, Gatherer
+from kdraexp.metrics import Samples
 
 LANDING_PAGE = b"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kdraexp</title></head>
@@ -26,6 +29,8 @@ class ExporterApp:
     def __init__(self, gatherer: Gatherer, self_metrics: CollectorRegistry) -> None:
         self._gatherer = gatherer
         self._self_metrics = self_metrics
+        self._renderings: WeakKeyDictionary[Samples, exposition.Rendering] = WeakKeyDictionary()
+        """Scrapes sharing a collection share its rendering, for as long as one holds it."""
 
     @app.route("/", methods=["GET"])
     def index(self, request: IRequest) -> bytes:
@@ -49,12 +54,15 @@ class ExporterApp:
             request.setHeader("Content-Type", "text/plain; charset=utf-8")
             lines = dict.fromkeys(error.summary() for error in failure.errors)
             return "".join(line + "\n" for line in lines).encode()
+        rendering = self._renderings.get(samples)
+        if rendering is None:
+            rendering = self._renderings[samples] = exposition.Rendering(samples)
+        gzip = exposition.gzip_accepted(request.getHeader("Accept-Encoding"))
         body, content_type = exposition.render(
-            samples, self._self_metrics, request.getHeader("Accept")
+            rendering, self._self_metrics, request.getHeader("Accept"), gzip
         )
         request.setHeader("Content-Type", content_type)
         request.setHeader("Vary", "Accept-Encoding")
-        if exposition.gzip_accepted(request.getHeader("Accept-Encoding")):
-            body = exposition.compress(body)
+        if gzip:
             request.setHeader("Content-Encoding", "gzip")
         return body

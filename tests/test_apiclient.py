@@ -149,7 +149,7 @@ def test_odd_objects(fake: FakeKubeAPI, clock: Clock) -> None:
     result = result_of(list_now(fake, clock))
     assert result.objects == 5
     assert len(result.samples.by_family["kube_resourceclaim_status_reserved_total"]) == 5
-    assert result.samples.by_family["kube_resourceclaim_status_allocated_device"] == []
+    assert result.samples.by_family["kube_resourceclaim_status_allocated_device"] == {}
 
 
 def test_parallel_unauthorized_all_retry(fake: FakeKubeAPI, clock: Clock, tmp_path: Path) -> None:

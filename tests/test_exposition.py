@@ -14,7 +14,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from kdraexp import exposition, metrics
 from kdraexp.exposition import format_value
-from kdraexp.metrics import Samples, render_labels
+from kdraexp.metrics import Family, Samples
+
+TWO_LABELS = Family(
+    metrics.HOURLY_COST.name, metrics.HOURLY_COST.help, ("namespace", "deviceclass_name")
+)
 
 
 @pytest.mark.parametrize(
@@ -73,7 +77,7 @@ def test_same_samples_as_prometheus_client(rows: list[tuple[str, str, float]]) -
         seen.add((name, namespace))
         samples.add(
             metrics.HOURLY_COST,
-            render_labels({"deviceclass_name": name, "namespace": namespace}),
+            TWO_LABELS.render(namespace, name),
             value,
         )
         reference.add_metric([name, namespace], value)
@@ -120,3 +124,20 @@ def test_empty_families_omitted() -> None:
 def test_gzip_accepted(header: str | None, allowed: bool) -> None:
     """Accept-Encoding parsing."""
     assert exposition.gzip_accepted(header) is allowed
+
+
+def test_rendering_shared_gzip_stream() -> None:
+    """Each scrape finishes its own copy of one compressed stream: a single valid gzip member."""
+    import gzip
+    import zlib
+
+    samples = Samples()
+    for index in range(5000):
+        samples.add(metrics.HOURLY_COST, metrics.HOURLY_COST.render(f"class-{index}"), index / 3)
+    rendering = exposition.Rendering(samples)
+    plain = rendering.plain()
+    for tail in (b"# first scrape's tail\n", b"# second\n", b""):
+        body = rendering.gzip(tail)
+        assert gzip.decompress(body) == plain + tail
+        single = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        assert single.decompress(body) == plain + tail and single.eof and not single.unused_data

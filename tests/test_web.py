@@ -171,3 +171,15 @@ def test_other_methods(exporter: Exporter) -> None:
     response = result_of(exporter.web.post("http://exporter/metrics", data=b""))
     assert response.code == 405
     assert exporter.fake.requests == []
+
+
+def test_renderings_released_after_scrape(exporter: Exporter) -> None:
+    """Nothing of a collection outlives its scrapes (the shared rendering is dropped too)."""
+    import gc
+
+    seed(exporter)
+    for _ in range(3):
+        assert exporter.get("/metrics", {"Accept-Encoding": "gzip"})[0] == 200
+    gc.collect()
+    app = exporter.resource._app._instance
+    assert len(app._renderings) == 0
