@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 LISTEN ?= tcp:8080
 
-.PHONY: demo test lint pytest e2e install
+.PHONY: demo test lint pytest e2e bench install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,5 +30,9 @@ pytest: install
 # The end-to-end tier alone: a real kube-apiserver, etcd, helm and Prometheus (see README).
 e2e: install
 	$(BIN)/python -m pytest tests/e2e
+
+# The scale benchmark (about two minutes): table on stdout, benchmarks/results.{json,png}.
+bench: install
+	$(BIN)/python -m benchmarks.run --check
 
 test: lint pytest

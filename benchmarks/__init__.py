@@ -1,0 +1,1 @@
+"""The scale benchmark: a synthetic GPU cluster, a fast fake API, and a runner."""

@@ -1,0 +1,215 @@
+"""A synthetic GPU cluster shaped like what the NVIDIA DRA driver publishes.
+
+N nodes with 8 devices each: three nodes in four carry full GPUs (A100 80GB), every fourth is
+partitioned into MIG devices (eight 1g.10gb slices of its GPUs). Half of the devices are
+allocated, one device a claim, each claim reserved by a pod. A few DeviceClasses, with costs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+DEVICES_PER_NODE = 8
+DRIVER = "gpu.nvidia.com"
+COMMON = {
+    "productName": {"string": "NVIDIA A100 80GB PCIe"},
+    "brand": {"string": "Nvidia"},
+    "architecture": {"string": "Ampere"},
+    "cudaComputeCapability": {"version": "8.0.0"},
+    "driverVersion": {"version": "580.95.5"},
+    "cudaDriverVersion": {"version": "13.0.0"},
+}
+
+
+def _uuid(prefix: str, *parts: int) -> str:
+    return f"{prefix}-{uuid.UUID(int=hash(parts) & (2**128 - 1))}"
+
+
+def node_name(index: int) -> str:
+    """The name of node *index*."""
+    return f"gpu-node-{index:05d}"
+
+
+def devices(node: int) -> list[dict[str, Any]]:
+    """The devices one node publishes."""
+    found = []
+    for index in range(DEVICES_PER_NODE):
+        bus = f"0000:{0x17 + index * 0x10:02x}:00.0"
+        if node % 4 == 3:
+            parent = index // 4
+            start = (index % 4) * 2
+            found.append(
+                {
+                    "name": f"gpu-{parent}-mig-1g10gb-19-{start}",
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "uuid": {"string": _uuid("MIG", node, index)},
+                        "parentUUID": {"string": _uuid("GPU", node, parent)},
+                        "profile": {"string": "1g.10gb"},
+                        **COMMON,
+                        "resource.kubernetes.io/pciBusID": {"string": bus},
+                    },
+                    "capacity": {
+                        "multiprocessors": {"value": "14"},
+                        "copyEngines": {"value": "1"},
+                        "decoders": {"value": "0"},
+                        "encoders": {"value": "0"},
+                        "jpegEngines": {"value": "0"},
+                        "ofaEngines": {"value": "0"},
+                        "memory": {"value": "9728Mi"},
+                        f"memorySlice{start}": {"value": "1"},
+                    },
+                }
+            )
+        else:
+            found.append(
+                {
+                    "name": f"gpu-{index}",
+                    "attributes": {
+                        "type": {"string": "gpu"},
+                        "uuid": {"string": _uuid("GPU", node, index)},
+                        **COMMON,
+                        "addressingMode": {"string": "None"},
+                        "resource.kubernetes.io/pciBusID": {"string": bus},
+                        "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{index:02x}"},
+                    },
+                    "capacity": {"memory": {"value": "80Gi"}},
+                }
+            )
+    return found
+
+
+def resource_slices(nodes: int) -> list[dict[str, Any]]:
+    """One slice a node, as the driver writes them."""
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {
+                "name": f"{node_name(n)}-gpu.nvidia.com-x7k2p",
+                "generateName": f"{node_name(n)}-gpu.nvidia.com-",
+                "uid": str(uuid.UUID(int=n + 1)),
+                "resourceVersion": str(1000 + n),
+                "creationTimestamp": "2026-11-20T09:14:03Z",
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": node_name(n),
+                        "uid": str(uuid.UUID(int=10**9 + n)),
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": node_name(n),
+                "pool": {"name": node_name(n), "generation": 1, "resourceSliceCount": 1},
+                "devices": devices(n),
+            },
+        }
+        for n in range(nodes)
+    ]
+
+
+def resource_claims(nodes: int) -> list[dict[str, Any]]:
+    """A claim for every other device, allocated and reserved by a pod."""
+    claims: list[dict[str, Any]] = []
+    for n in range(nodes):
+        for device in devices(n)[::2]:
+            name = f"job-{n:05d}-{device['name']}"
+            claims.append(
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {
+                        "name": name,
+                        "namespace": f"team-{n % 16:02d}",
+                        "uid": str(uuid.UUID(int=2 * 10**9 + len(claims))),
+                        "resourceVersion": str(5000 + len(claims)),
+                        "creationTimestamp": "2026-11-28T16:02:11Z",
+                        "finalizers": ["resource.kubernetes.io/delete-protection"],
+                        "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
+                    },
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": "gpu",
+                                    "exactly": {
+                                        "deviceClassName": "gpu.nvidia.com",
+                                        "allocationMode": "ExactCount",
+                                        "count": 1,
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                    "status": {
+                        "allocation": {
+                            "devices": {
+                                "results": [
+                                    {
+                                        "request": "gpu",
+                                        "driver": DRIVER,
+                                        "pool": node_name(n),
+                                        "device": device["name"],
+                                    }
+                                ]
+                            },
+                            "nodeSelector": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchFields": [
+                                            {
+                                                "key": "metadata.name",
+                                                "operator": "In",
+                                                "values": [node_name(n)],
+                                            }
+                                        ]
+                                    }
+                                ]
+                            },
+                        },
+                        "reservedFor": [
+                            {
+                                "resource": "pods",
+                                "name": f"{name}-pod",
+                                "uid": str(uuid.UUID(int=3 * 10**9 + len(claims))),
+                            }
+                        ],
+                    },
+                }
+            )
+    return claims
+
+
+def device_classes() -> list[dict[str, Any]]:
+    """The NVIDIA chart's classes, some with an hourly cost."""
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name, **({"annotations": {"hourly-cost": cost}} if cost else {})},
+            "spec": {
+                "selectors": [
+                    {"cel": {"expression": f"device.attributes['gpu.nvidia.com'].type == '{kind}'"}}
+                ]
+            },
+        }
+        for name, kind, cost in [
+            ("gpu.nvidia.com", "gpu", "2.50"),
+            ("mig.nvidia.com", "mig", "0.45"),
+            ("vfio.gpu.nvidia.com", "vfio", None),
+        ]
+    ]
+
+
+def cluster(nodes: int) -> dict[str, list[dict[str, Any]]]:
+    """The three lists of a cluster of *nodes* nodes."""
+    return {
+        "resourceclaims": resource_claims(nodes),
+        "resourceslices": resource_slices(nodes),
+        "deviceclasses": device_classes(),
+    }

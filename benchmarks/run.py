@@ -1,0 +1,354 @@
+"""Measure the installed exporter against the floor, for clusters of growing size.
+
+``python -m benchmarks.run [--sizes 1000,4000,16000,64000] [--scrapes 5]`` prints a markdown
+table, writes ``--json`` and ``--plot`` files, and checks the targets (``--check``): at 16k
+devices the median scrape within 1.5x the floor and peak RSS within 128 MiB; 40 concurrent
+scrapes making one set of list calls; /healthz under a second during the largest scrape; the
+64k scrape within 4.5x the 16k one.
+
+Scrapes ask what Prometheus asks: the text format, gzip-compressed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cluster import DEVICES_PER_NODE
+
+BIN = Path(sys.executable).parent
+PAGE_SIZE = 500
+SCRAPE_HEADERS = {"Accept": "text/plain;version=0.0.4;q=0.9,*/*;q=0.1", "Accept-Encoding": "gzip"}
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """GET *path* on a new connection; (status, body)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    try:
+        connection.request("GET", path, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def wait_for(condition: Any, limit: float, what: str) -> None:
+    """Poll *condition* until true, at most *limit* seconds."""
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            if condition():
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not within {limit:g}s")
+        time.sleep(0.05)
+
+
+class Run:
+    """One cluster size: the fake API and the exporter, as child processes."""
+
+    def __init__(self, devices: int, directory: Path) -> None:
+        self.devices = devices
+        self.nodes = max(1, devices // DEVICES_PER_NODE)
+        self.api_port, self.port = free_port(), free_port()
+        self.api = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.fakeapi", str(self.nodes), str(self.api_port)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.api.stdout is not None and self.api.stdout.readline().strip() == "ready"
+        config = directory / f"kubeconfig-{devices}"
+        config.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "bench",
+                    "clusters": [
+                        {
+                            "name": "bench",
+                            "cluster": {"server": f"http://127.0.0.1:{self.api_port}"},
+                        }
+                    ],
+                    "contexts": [
+                        {"name": "bench", "context": {"cluster": "bench", "user": "bench"}}
+                    ],
+                    "users": [{"name": "bench", "user": {"token": "bench"}}],
+                }
+            )
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+        env["KUBECONFIG"] = str(config)
+        self.log = directory / f"exporter-{devices}.log"
+        with self.log.open("wb") as log:
+            self.exporter = subprocess.Popen(
+                [
+                    str(BIN / "twistd"),
+                    "-n",
+                    "--pidfile=",
+                    "kdraexp",
+                    "--timeout",
+                    "120",
+                    "--page-size",
+                    str(PAGE_SIZE),
+                    "--listen",
+                    f"tcp:{self.port}:interface=127.0.0.1",
+                ],
+                cwd=directory,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for(lambda: get(self.port, "/healthz")[0] == 200, 60, "the exporter starting")
+
+    def list_requests(self) -> int:
+        """List requests the fake API has answered so far."""
+        return sum(json.loads(get(self.api_port, "/stats")[1]).values())
+
+    def scrape(self) -> float:
+        """Seconds one scrape takes, as Prometheus asks for it."""
+        start = time.perf_counter()
+        code, body = get(self.port, "/metrics", SCRAPE_HEADERS)
+        elapsed = time.perf_counter() - start
+        if code != 200:
+            raise RuntimeError(f"scrape answered {code}: {body[:300]!r}")
+        return elapsed
+
+    def peak_rss(self) -> int:
+        """The exporter's peak resident memory so far, in bytes."""
+        for line in Path(f"/proc/{self.exporter.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmHWM")
+
+    def floor(self) -> float:
+        """Seconds a separate process takes to fetch and decode every page."""
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.floor", str(self.api_port), str(PAGE_SIZE)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return float(out.stdout)
+
+    def healthz_during_scrape(self) -> float:
+        """The slowest /healthz answer while a scrape is being computed."""
+        done = threading.Event()
+
+        def scrape() -> None:
+            try:
+                self.scrape()
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=scrape)
+        thread.start()
+        slowest = 0.0
+        while not done.is_set():
+            start = time.perf_counter()
+            get(self.port, "/healthz")
+            slowest = max(slowest, time.perf_counter() - start)
+            time.sleep(0.02)
+        thread.join()
+        return slowest
+
+    def concurrent(self, count: int = 40) -> int:
+        """List requests reaching the API while *count* scrapes arrive together.
+
+        The fake API answers half a second late meanwhile, so that the collection is still in
+        flight when the last of the scrapes arrives, however the threads are scheduled.
+        """
+        get(self.api_port, "/delay?seconds=0.5")
+        before = self.list_requests()
+        barrier = threading.Barrier(count)
+        errors: list[BaseException] = []
+
+        def scrape() -> None:
+            barrier.wait()
+            try:
+                self.scrape()
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=scrape) for _ in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        get(self.api_port, "/delay?seconds=0")
+        if errors:
+            raise errors[0]
+        return self.list_requests() - before
+
+    def stop(self) -> None:
+        """Stop both processes."""
+        self.exporter.terminate()
+        self.exporter.wait(timeout=60)
+        self.api.terminate()
+        self.api.wait(timeout=60)
+
+
+def measure(devices: int, scrapes: int, directory: Path) -> dict[str, Any]:
+    """Every figure for one cluster size."""
+    run = Run(devices, directory)
+    try:
+        run.scrape()  # warm-up
+        before = run.list_requests()
+        times = [run.scrape() for _ in range(scrapes)]
+        per_scrape = (run.list_requests() - before) / scrapes
+        healthz = run.healthz_during_scrape()
+        burst = run.concurrent()
+        floors = [run.floor() for _ in range(scrapes)]
+        rss = run.peak_rss()
+    finally:
+        run.stop()
+    return {
+        "devices": run.nodes * DEVICES_PER_NODE,
+        "nodes": run.nodes,
+        "claims": run.nodes * DEVICES_PER_NODE // 2,
+        "scrape_min": min(times),
+        "scrape_median": statistics.median(times),
+        "scrape_max": max(times),
+        "floor_median": statistics.median(floors),
+        "ratio": statistics.median(times) / statistics.median(floors),
+        "peak_rss_bytes": rss,
+        "lists_per_scrape": per_scrape,
+        "lists_during_40_concurrent": burst,
+        "healthz_max_during_scrape": healthz,
+    }
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The results as a markdown table."""
+    lines = [
+        "| devices | claims | scrape min / median / max (s) | floor (s) | median ÷ floor "
+        "| peak RSS (MiB) | lists per scrape | lists for 40 concurrent | /healthz max (ms) |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['devices']:,} | {r['claims']:,} | {r['scrape_min']:.3f} / "
+            f"{r['scrape_median']:.3f} / {r['scrape_max']:.3f} | {r['floor_median']:.3f} | "
+            f"{r['ratio']:.2f} | {r['peak_rss_bytes'] / 2**20:.1f} | {r['lists_per_scrape']:g} | "
+            f"{r['lists_during_40_concurrent']} | {r['healthz_max_during_scrape'] * 1000:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def targets(results: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+    """Each target that the sizes measured allow checking, and whether it is met."""
+    by_size = {r["devices"]: r for r in results}
+    checks = [
+        (
+            f"{r['devices']:,} devices: 40 concurrent scrapes make one set of list calls",
+            r["lists_during_40_concurrent"] == r["lists_per_scrape"],
+        )
+        for r in results
+    ]
+    if 16000 in by_size:
+        r = by_size[16000]
+        checks.append(("16,000 devices: median scrape <= 1.5x the floor", r["ratio"] <= 1.5))
+        checks.append(("16,000 devices: peak RSS <= 128 MiB", r["peak_rss_bytes"] <= 128 * 2**20))
+    largest = max(results, key=lambda r: r["devices"])
+    checks.append(
+        (
+            f"/healthz under 1 s during the {largest['devices']:,}-device scrape",
+            largest["healthz_max_during_scrape"] < 1.0,
+        )
+    )
+    if 16000 in by_size and 64000 in by_size:
+        small, large = by_size[16000], by_size[64000]
+        checks.append(
+            (
+                "64,000-device scrape <= 4.5x the 16,000-device one",
+                large["scrape_median"] <= 4.5 * small["scrape_median"],
+            )
+        )
+        checks.append(
+            (
+                "RSS grows sublinearly (64k / 16k < 4)",
+                large["peak_rss_bytes"] < 4 * small["peak_rss_bytes"],
+            )
+        )
+    return checks
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    """Plot scrape time, floor and peak RSS against devices into *path*."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    devices = [r["devices"] for r in results]
+    figure, latency = plt.subplots(figsize=(7, 4))
+    latency.plot(devices, [r["scrape_median"] for r in results], "o-", label="scrape (median)")
+    latency.plot(
+        devices, [r["floor_median"] for r in results], "s--", label="floor: fetch + decode"
+    )
+    latency.set_xscale("log")
+    latency.set_yscale("log")
+    latency.set_xlabel("devices")
+    latency.set_ylabel("seconds")
+    memory = latency.twinx()
+    memory.plot(
+        devices,
+        [r["peak_rss_bytes"] / 2**20 for r in results],
+        "^:",
+        color="tab:red",
+        label="peak RSS",
+    )
+    memory.set_ylabel("peak RSS (MiB)")
+    handles = latency.get_legend_handles_labels()[0] + memory.get_legend_handles_labels()[0]
+    figure.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.12, 0.88))
+    latency.set_title("kdraexp scrape time and memory against cluster size")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure every size, print and write the results."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,4000,16000,64000")
+    parser.add_argument("--scrapes", type=int, default=5)
+    parser.add_argument("--json", type=Path, default=Path("benchmarks/results.json"))
+    parser.add_argument("--plot", type=Path, default=Path("benchmarks/results.png"))
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    args = parser.parse_args(argv)
+    results = []
+    with tempfile.TemporaryDirectory() as directory:
+        for size in (int(s) for s in args.sizes.split(",")):
+            results.append(measure(size, args.scrapes, Path(directory)))
+            print(f"measured {results[-1]['devices']:,} devices", file=sys.stderr, flush=True)
+    print(table(results))
+    print()
+    checks = targets(results)
+    for name, ok in checks:
+        print(f"- {'met' if ok else 'MISSED'}: {name}")
+    args.json.write_text(json.dumps({"results": results, "targets": dict(checks)}, indent=2) + "\n")
+    plot(results, args.plot)
+    return 1 if args.check and not all(ok for _, ok in checks) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The benchmark runs end to end at its smallest size (a smoke test: no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).parent.parent
+
+
+def test_benchmark_smoke(tmp_path: Path) -> None:
+    """1,000 devices: the table, the JSON and the plot are written; list counts add up."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--sizes",
+            "1000",
+            "--scrapes",
+            "2",
+            "--json",
+            str(tmp_path / "results.json"),
+            "--plot",
+            str(tmp_path / "results.png"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("| devices | claims |")
+    assert "| 1,000 | 500 |" in result.stdout
+    measured = json.loads((tmp_path / "results.json").read_text())["results"][0]
+    assert measured["devices"] == 1000
+    assert measured["lists_per_scrape"] == 3
+    assert measured["lists_during_40_concurrent"] == 3
+    assert (tmp_path / "results.png").read_bytes().startswith(b"\x89PNG")
