@@ -31,7 +31,7 @@ pytest: install
 e2e: install
 	$(BIN)/python -m pytest tests/e2e
 
-# The scale benchmark (about two minutes): table on stdout, benchmarks/results.{json,png}.
+# The scale benchmark (about half a minute): table on stdout, benchmarks/results.{json,png}.
 bench: install
 	$(BIN)/python -m benchmarks.run --check
 
