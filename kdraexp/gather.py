@@ -71,9 +71,9 @@ class Gatherer:
             errors.append(error)
         for problem in sorted(problems - self._problems):
             log.warn("{problem} (logged once while it lasts)", problem=problem)
+        self._problems = frozenset(problems)
         if errors:
             raise CollectionFailed(tuple(errors))
-        self._problems = frozenset(problems)
         return samples
 
     def _list(self, kind: Kind) -> Deferred[ListResult]:

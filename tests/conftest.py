@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, TypeVar
 
 import attrs
@@ -18,9 +19,35 @@ from kdraexp.gather import Gatherer
 from kdraexp.kubeconfig import ClusterConfig
 from kdraexp.selfmetrics import ListStats, registry
 from kdraexp.web import ExporterApp
+from tests import tools
 from tests.fakeapi import FakeKubeAPI
 
 T = TypeVar("T")
+_unavailable: list[str] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Build the Go tools the collected tests need; without them skip those tests (not in CI)."""
+    for fragment, builders in tools.NEEDS.items():
+        needing = [item for item in items if fragment in item.path.as_posix()]
+        if not needing:
+            continue
+        try:
+            for build in builders:
+                build()
+        except tools.ToolUnavailable as error:
+            reason = f"{fragment} not run: {error}"
+            if os.environ.get("CI") == "true":
+                raise pytest.UsageError(reason) from None
+            _unavailable.append(reason)
+            for item in needing:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say loudly which tests did not run for want of a tool."""
+    for reason in _unavailable:
+        terminalreporter.write_line(f"!!! {reason}", red=True, bold=True)
 
 
 def result_of(d: Deferred[T]) -> T:

@@ -1,33 +1,20 @@
-"""Rendering the chart with a real helm, built from its Go module by scripts/build-helm.sh."""
+"""Rendering the chart with a real helm (see tests/tools.py)."""
 
 from __future__ import annotations
 
-import functools
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tests.tools import helm
+
+__all__ = ["CHART", "PROD_VALUES", "RenderError", "helm", "kinds", "render", "resource"]
+
 ROOT = Path(__file__).parent.parent
 CHART = ROOT / "chart" / "kube-dra-exporter"
 PROD_VALUES = CHART / "prod-values.yaml"
-
-
-@functools.cache
-def helm() -> str:
-    """The helm binary: $HELM, else the one scripts/build-helm.sh builds or has cached."""
-    if os.environ.get("HELM"):
-        return os.environ["HELM"]
-    built = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build-helm.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    return built.stdout.strip().splitlines()[-1]
 
 
 class RenderError(Exception):

@@ -53,8 +53,6 @@ def test_example_cluster() -> None:
     results = [result_of(Deferred.fromCoroutine(source.fetch(kind))) for kind in KINDS]
     assert all(r.objects for r in results)
     assert not any(r.problems for r in results)
-    for family, samples in results[0].samples.by_family.items():
-        del family, samples
     merged = results[0].samples
     for result in results[1:]:
         merged.update(result.samples)

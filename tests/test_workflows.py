@@ -8,27 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.tools import actionlint
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 PLATFORMS = "linux/amd64,linux/arm64,linux/ppc64le,linux/s390x,linux/riscv64"
-
-
-def actionlint() -> str:
-    """actionlint, built from its Go module by scripts/go-tool.sh (cached)."""
-    built = subprocess.run(
-        [
-            "bash",
-            str(ROOT / "scripts" / "go-tool.sh"),
-            "actionlint",
-            "github.com/rhysd/actionlint/cmd/actionlint@v1.7.12",
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    return built.stdout.strip().splitlines()[-1]
 
 
 def test_actionlint() -> None:

@@ -1,13 +1,10 @@
 """The real control plane for the whole session, and helpers to run the exporter against it.
 
-Building the control plane needs Go (or a cache from an earlier build). In CI (CI=true) a
-failure to build fails the run; elsewhere the tier is skipped with one line saying why.
+Its binaries are built while the tests are collected (tests/tools.py).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -18,38 +15,12 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from tests.e2e.controlplane import ROOT, ControlPlane, Kube, binaries, start
+from tests.e2e.controlplane import ControlPlane, Kube, start
 from tests.helm import render
 from tests.processes import free_port
 from tests.processes import start as start_exporter
 
 T = TypeVar("T")
-_unavailable: list[str] = []
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Build the control plane before the tier runs; skip the tier (outside CI) if it cannot."""
-    e2e = [item for item in items if "tests/e2e/" in str(item.path)]
-    if not e2e:
-        return
-    try:
-        binaries()
-    except (subprocess.CalledProcessError, OSError) as error:
-        stderr = getattr(error, "stderr", "") or str(error)
-        reason = (
-            f"end-to-end tier not run: cannot build kube-apiserver/etcd: {stderr.strip()[-300:]}"
-        )
-        if os.environ.get("CI") == "true":
-            raise pytest.UsageError(reason) from None
-        _unavailable.append(reason)
-        for item in e2e:
-            item.add_marker(pytest.mark.skip(reason=reason))
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Say loudly that the tier did not run."""
-    for reason in _unavailable:
-        terminalreporter.write_line(f"!!! {reason}", red=True, bold=True)
 
 
 @pytest.fixture(scope="session")
@@ -207,6 +178,3 @@ class Exporter:
     def stop(self) -> int:
         self.process.terminate()
         return self.process.wait(timeout=30)
-
-
-__all__ = ["ROOT"]

@@ -1,6 +1,6 @@
 """A real etcd and kube-apiserver on loopback, and a small admin client for them.
 
-The binaries come from scripts/build-control-plane.sh (built from the Go module proxy). The
+The binaries come from scripts/build-control-plane.sh (see tests/tools.py). The
 API server authenticates an admin by static token, authorizes with RBAC, serves a certificate
 made here, and signs ServiceAccount tokens so that TokenRequest works.
 """
@@ -21,9 +21,9 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests import tools
 from tests.processes import free_port
 
-ROOT = Path(__file__).parent.parent.parent
 ADMIN_TOKEN = "e2e-admin-token"
 READY_TIMEOUT = 120.0
 
@@ -104,21 +104,9 @@ class ControlPlane:
                 process.wait()
 
 
-def binaries() -> Path:
-    """Build (or reuse) the control plane; the directory holding it."""
-    built = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build-control-plane.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
-    return Path(built.stdout.strip().splitlines()[-1])
-
-
 def start(directory: Path) -> ControlPlane:
     """Start etcd and kube-apiserver with their files in *directory*; wait until ready."""
-    bin_dir = binaries()
+    bin_dir = tools.control_plane()
     ca = trustme.CA()
     serving = ca.issue_cert("127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc")
     serving.cert_chain_pems[0].write_to_path(str(directory / "serving.crt"))

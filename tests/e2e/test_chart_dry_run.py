@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import tools
 from tests.e2e.conftest import ensure_namespace, wait_until
-from tests.e2e.controlplane import Kube, binaries
+from tests.e2e.controlplane import Kube
 from tests.helm import CHART, render
 
 pytestmark = pytest.mark.slow
@@ -32,7 +33,7 @@ CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 @pytest.fixture(scope="module")
 def monitor_crds(kube: Kube) -> None:
     """The ServiceMonitor and PodMonitor CRDs from the prometheus-operator module, established."""
-    for path in sorted((binaries() / "crds").glob("*.yaml")):
+    for path in sorted((tools.control_plane() / "crds").glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
         kube.create(CRD_PATH, crd)
         name = crd["metadata"]["name"]
@@ -83,7 +84,7 @@ def test_server_side_dry_run(kube: Kube, monitor_crds: None, name: str) -> None:
 
 def test_crds_come_from_the_operator_module() -> None:
     """The CRDs are the prometheus-operator's own files."""
-    names = sorted(p.name for p in (binaries() / "crds").glob("*.yaml"))
+    names = sorted(p.name for p in (tools.control_plane() / "crds").glob("*.yaml"))
     assert names == [
         "monitoring.coreos.com_podmonitors.yaml",
         "monitoring.coreos.com_servicemonitors.yaml",

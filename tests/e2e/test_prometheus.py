@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import tools
 from tests.e2e import dataset
 from tests.e2e.conftest import Exporter, ensure_namespace, mint_token, wait_until, write_kubeconfig
-from tests.e2e.controlplane import ROOT, Kube
+from tests.e2e.controlplane import Kube
 from tests.processes import free_port
 
 pytestmark = pytest.mark.slow
@@ -35,7 +36,7 @@ FAMILIES = (
 def prometheus_bin() -> Path:
     """Prometheus and promtool from Debian's package, installed by the project's script."""
     installed = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "install-prometheus.sh")],
+        ["bash", str(tools.SCRIPTS / "install-prometheus.sh")],
         check=True,
         capture_output=True,
         text=True,

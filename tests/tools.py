@@ -1,0 +1,69 @@
+"""Tools the tests need that PyPI does not have, built from the Go module proxy.
+
+The project's scripts build them into ~/.cache/kdraexp, so only the first build takes minutes.
+
+They are built while the tests are collected, outside any test's timeout. Without Go they
+cannot be built: in CI (CI=true) that fails the run; elsewhere the tests needing them are
+skipped with one line saying why.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+SCRIPTS = ROOT / "scripts"
+BUILD_TIMEOUT = 3600
+
+
+class ToolUnavailable(Exception):
+    """A tool could not be built; the message says why."""
+
+
+def _last_line(args: list[str], what: str) -> str:
+    try:
+        built = subprocess.run(
+            args, check=True, capture_output=True, text=True, timeout=BUILD_TIMEOUT
+        )
+    except subprocess.CalledProcessError as error:
+        raise ToolUnavailable(f"cannot build {what}: {error.stderr.strip()[-300:]}") from None
+    return built.stdout.strip().splitlines()[-1]
+
+
+@functools.cache
+def helm() -> str:
+    """The helm binary: $HELM, else the one scripts/build-helm.sh builds or has cached."""
+    return os.environ.get("HELM") or _last_line(["bash", str(SCRIPTS / "build-helm.sh")], "helm")
+
+
+@functools.cache
+def actionlint() -> str:
+    """actionlint, built by scripts/go-tool.sh."""
+    return _last_line(
+        [
+            "bash",
+            str(SCRIPTS / "go-tool.sh"),
+            "actionlint",
+            "github.com/rhysd/actionlint/cmd/actionlint@v1.7.12",
+        ],
+        "actionlint",
+    )
+
+
+@functools.cache
+def control_plane() -> Path:
+    """The directory holding kube-apiserver, etcd and the monitor CRDs."""
+    return Path(
+        _last_line(["bash", str(SCRIPTS / "build-control-plane.sh")], "kube-apiserver/etcd")
+    )
+
+
+NEEDS = {
+    "tests/test_chart.py": (helm,),
+    "tests/test_workflows.py": (actionlint,),
+    "tests/e2e/": (helm, control_plane),
+}
+"""Which collected tests need which tools (matched on the test file's path)."""
