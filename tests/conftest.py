@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 import attrs
 import pytest
+from hypothesis import settings
 from treq.client import HTTPClient
 from treq.testing import RequestTraversalAgent, StubTreq
 from twisted.internet.defer import Deferred
@@ -24,6 +25,10 @@ from tests.fakeapi import FakeKubeAPI
 
 T = TypeVar("T")
 _unavailable: list[str] = []
+
+# Examples are checked, not timed: a loaded CI machine must not turn a slow example into a failure.
+settings.register_profile("kdraexp", deadline=None)
+settings.load_profile("kdraexp")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
