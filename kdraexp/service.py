@@ -56,7 +56,7 @@ class KubeClientService(Service):
             cluster, reactor, forget_connections=self.pool.closeCachedConnections
         )
         policy = KubeTLSPolicy(
-            trust_root(cluster.ca_pem) if not cluster.insecure else trust_root(None),
+            trust_root(None if cluster.insecure else cluster.ca_pem),
             cluster.tls_server_name,
             cluster.insecure,
             credentials.client_certificate,
