@@ -6,26 +6,20 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/cache.sh
+. "$here/scripts/cache.sh"
 module="$here/tools/control-plane"
 k8s_version=$(awk '$1 == "k8s.io/kubernetes" {print $2; exit}' "$module/go.mod")
 etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$module/go.mod")
 operator_version=v0.90.1
 sum=$(cat "$module/go.sum" "$0" | sha256sum | cut -c1-12)
-cache_root=${KDRAEXP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kdraexp}
 out="$cache_root/control-plane-$k8s_version-etcd-$etcd_version-$sum"
 
-if [ -x "$out/kube-apiserver" ] && [ -x "$out/etcd" ] && [ -d "$out/crds" ]; then
-  echo "control plane $k8s_version / etcd $etcd_version: cached" >&2
+if cache_hit "$out" kube-apiserver etcd crds; then
   echo "$out"
   exit 0
 fi
-
-command -v go >/dev/null || { echo "go is not installed: cannot build the control plane" >&2; exit 1; }
-
-start=$(date +%s)
-tmp="$out.tmp.$$"
-mkdir -p "$tmp"
-trap 'rm -rf "$tmp"' EXIT
+cache_begin "$out" "the control plane"
 minor=${k8s_version#v1.}; minor=${minor%%.*}
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version"
 ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
@@ -41,8 +35,5 @@ mkdir -p "$tmp/crds"
 for kind in servicemonitors podmonitors; do
   cp "$operator_dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$tmp/crds/"
 done
-rm -rf "$out"
-mv "$tmp" "$out"
-trap - EXIT
-echo "control plane built in $(( $(date +%s) - start ))s" >&2
+cache_commit
 echo "$out"

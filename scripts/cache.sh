@@ -1,0 +1,31 @@
+# shellcheck shell=bash
+# Building into the cache outside the repository; sourced by the build scripts.
+#   cache_hit DIR FILE...   true when every FILE is already in DIR
+#   cache_begin DIR WHAT    check for Go and make "$tmp" to build into (removed on failure)
+#   cache_commit            move "$tmp" to DIR and say how long the build took
+cache_root=${KDRAEXP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kdraexp}
+
+cache_hit() {
+  local dir=$1 file
+  shift
+  for file in "$@"; do
+    [ -e "$dir/$file" ] || return 1
+  done
+  echo "$(basename "$dir"): cached" >&2
+}
+
+cache_begin() {
+  cache_dir=$1 cache_what=$2
+  command -v go >/dev/null || { echo "go is not installed: cannot build $cache_what" >&2; exit 1; }
+  cache_start=$(date +%s)
+  tmp="$cache_dir.tmp.$$"
+  mkdir -p "$tmp"
+  trap 'rm -rf "$tmp"' EXIT
+}
+
+cache_commit() {
+  rm -rf "$cache_dir"
+  mv "$tmp" "$cache_dir"
+  trap - EXIT
+  echo "$cache_what built in $(( $(date +%s) - cache_start ))s" >&2
+}
