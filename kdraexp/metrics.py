@@ -145,9 +145,6 @@ class Samples:
             for labels, value in samples.items():
                 mine.setdefault(labels, value)
 
-    def __len__(self) -> int:
-        return sum(len(samples) for samples in self.by_family.values())
-
     def families(self) -> Iterator[tuple[Family, list[Sample]]]:
         """Yield each family that has samples, with its samples sorted by labels."""
         for family in FAMILIES:

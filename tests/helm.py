@@ -10,11 +10,10 @@ import yaml
 
 from tests.tools import helm
 
-__all__ = ["CHART", "PROD_VALUES", "RenderError", "helm", "kinds", "render", "resource"]
+__all__ = ["CHART", "RenderError", "helm", "kinds", "render", "resource"]
 
 ROOT = Path(__file__).parent.parent
 CHART = ROOT / "chart" / "kube-dra-exporter"
-PROD_VALUES = CHART / "prod-values.yaml"
 
 
 class RenderError(Exception):
