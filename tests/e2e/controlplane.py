@@ -166,7 +166,9 @@ def start(directory: Path) -> ControlPlane:
                 f"--service-account-signing-key-file={directory / 'sa.key'}",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--disable-admission-plugins=ServiceAccount",
-                "--feature-gates=DRAPartitionableDevices=true",
+                # DeviceTaintRule is beta but off in 1.36: served as v1beta2 when asked for.
+                "--feature-gates=DRADeviceTaintRules=true",
+                "--runtime-config=resource.k8s.io/v1beta2=true",
                 "--profiling=false",
             ],
             stdout=apiserver_log,
