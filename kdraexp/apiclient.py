@@ -1,16 +1,17 @@
 """Listing DRA objects from the API server: paged, authenticated, with readable errors.
 
 Each list reads ``limit`` objects a page and follows ``continue`` until it is empty (a page may
-be short or empty while ``continue`` is set).  Each page is reduced to samples as it arrives and
-its JSON dropped, so memory follows the metrics, not the cluster's JSON.  A 410 Expired in the
-middle of a list restarts it from the start once; a 401 re-reads the token and retries once.
+be short or empty while ``continue`` is set).  Each page is handed on as it arrives and its JSON
+dropped, so memory follows the metrics, not the cluster's JSON.  A 410 Expired in the middle of a
+list (the list changed faster than it could be paged) starts it over as one unpaged list, which
+is always consistent, as client-go's pager does; a 401 re-reads the token and retries once.  A
+kind served under several versions (DeviceTaintRule) is listed at the newest the server serves.
 """
 
 from __future__ import annotations
 
 import platform
 
-import attrs
 import msgspec
 from hyperlink import DecodedURL
 from treq.client import HTTPClient
@@ -20,34 +21,13 @@ from twisted.web.http import RESPONSES
 
 from kdraexp import __version__
 from kdraexp.credentials import CredentialError, Credentials
-from kdraexp.dra import Kind, ListResult
+from kdraexp.listing import GROUP, PAGE, Kind, ListError, Reader, Reason, ShapeError
 
 USER_AGENT = f"kdraexp/{__version__} (python {platform.python_version()})"
 
 
-@attrs.frozen
-class ListError(Exception):
-    """A list that failed: which resource, the reason (Kubernetes' or our own), the HTTP code."""
-
-    resource: str
-    reason: str
-    """A Kubernetes Status reason (``Forbidden``, ``Expired``...) or ``Timeout``, ``Transport``,
-    ``Decode``, ``Credentials``."""
-    code: int | None = None
-    message: str = ""
-    public: bool = False
-    """Whether *message* may be shown in the HTTP answer (it never may for API server text)."""
-
-    def __str__(self) -> str:
-        code = f"{self.code} " if self.code is not None else ""
-        detail = f": {self.message}" if self.message else ""
-        return f"list {self.resource}: {code}{self.reason}{detail}"
-
-    def summary(self) -> str:
-        """One line for the HTTP answer: no upstream text, which can hold RBAC details."""
-        code = f"{self.code} " if self.code is not None else ""
-        detail = f": {self.message}" if self.public and self.message else ""
-        return f"list {self.resource} failed: {code}{self.reason}{detail}"
+class _ContinueExpired(Exception):
+    """A continue token expired (410) in the middle of a list: the list starts over."""
 
 
 class _Status(msgspec.Struct):
@@ -67,45 +47,72 @@ class KubeListClient:
         self, http: HTTPClient, server: str, credentials: Credentials, page_size: int
     ) -> None:
         self._http = http
-        self._base = DecodedURL.from_text(server.rstrip("/")).child("apis", "resource.k8s.io", "v1")
+        self._base = DecodedURL.from_text(server.rstrip("/")).child("apis", GROUP)
         self._credentials = credentials
         self._page_size = page_size
+        self._versions: dict[str, str] = {}
+        """Per kind served under several versions, the one found served."""
 
-    async def fetch(self, kind: Kind) -> ListResult:
-        """List every object of *kind*, cluster-wide, and reduce them to samples.
+    async def fetch(self, kind: Kind, reader: Reader) -> int:
+        """Hand every object of *kind*, cluster-wide, to *reader* as pages arrive; return how many.
 
         :raises ListError: when the list cannot be completed.
         """
-        try:
-            return await self._list_pages(kind)
-        except ListError as error:
-            if error.reason != "Expired":
-                raise
-        return await self._list_pages(kind)
+        versions = list(kind.versions)
+        known = self._versions.get(kind.plural)
+        if known in versions:
+            versions.remove(known)
+            versions.insert(0, known)
+        for version in versions:
+            try:
+                return await self._list(kind, version, reader)
+            except ListError as error:
+                if error.code != 404 or version == versions[-1]:
+                    raise
+        raise AssertionError("a kind has at least one version")
 
-    async def _list_pages(self, kind: Kind) -> ListResult:
-        result = ListResult()
-        decoder = kind.decoder
+    async def _list(self, kind: Kind, version: str, reader: Reader) -> int:
+        try:
+            objects = await self._list_pages(kind, version, reader, self._page_size)
+        except _ContinueExpired:
+            reader.restart()
+            objects = await self._list_pages(kind, version, reader, None)
+        self._versions[kind.plural] = version
+        return objects
+
+    async def _list_pages(self, kind: Kind, version: str, reader: Reader, limit: int | None) -> int:
         token: str | None = None
+        objects = 0
         while True:
-            code, body = await self._get(kind, token)
+            code, body = await self._get(kind, version, limit, token)
             if code != 200:
                 error = _status_error(kind.plural, code, body)
-                if error.reason == "Expired" and token is None:
-                    error = attrs.evolve(error, reason="Gone")  # only a continue token expires
+                if error.reason == "Expired" and token:
+                    raise _ContinueExpired()
                 raise error
             try:
-                page = decoder.decode(body)
+                decoded = PAGE.decode(body)
             except msgspec.DecodeError as error:
-                raise ListError(kind.plural, "Decode", code, _decode_message(body, error)) from None
-            del body
-            kind.reduce(page.items or [], result)
-            token = page.metadata.continue_ if page.metadata is not None else None
+                raise ListError(
+                    kind.plural, Reason.DECODE, code, _decode_message(body, error)
+                ) from None
+            items = decoded.items or []
+            objects += len(items)
+            try:
+                reader.page(items)
+            except ShapeError as error:
+                raise ListError(kind.plural, Reason.DECODE, code, _clip(str(error))) from None
+            del body, items
+            token = decoded.metadata.continue_ if decoded.metadata is not None else None
             if not token:
-                return result
+                return objects
 
-    async def _get(self, kind: Kind, token: str | None) -> tuple[int, bytes]:
-        url = self._base.child(kind.plural).add("limit", str(self._page_size))
+    async def _get(
+        self, kind: Kind, version: str, limit: int | None, token: str | None
+    ) -> tuple[int, bytes]:
+        url = self._base.child(version, kind.plural)
+        if limit is not None:
+            url = url.add("limit", str(limit))
         if token:
             url = url.add("continue", token)
         for attempt in (1, 2):
@@ -116,7 +123,7 @@ class KubeListClient:
             try:
                 authorization = await self._credentials.authorization()
             except CredentialError as error:
-                raise ListError(kind.plural, "Credentials", None, str(error)) from None
+                raise ListError(kind.plural, Reason.CREDENTIALS, None, str(error)) from None
             if authorization:
                 headers["Authorization"] = [authorization]
             try:
@@ -125,7 +132,9 @@ class KubeListClient:
             except CancelledError:
                 raise
             except Exception as error:
-                raise ListError(kind.plural, "Transport", None, transport_message(error)) from None
+                raise ListError(
+                    kind.plural, Reason.TRANSPORT, None, transport_message(error)
+                ) from None
             if (
                 response.code == 401
                 and attempt == 1

@@ -1,8 +1,13 @@
-"""One collection: the three lists in parallel under one deadline, shared by concurrent scrapes."""
+"""One collection: the lists under one deadline, shared by concurrent scrapes.
+
+DeviceClasses (and DeviceTaintRules) are listed first: slices need the classes to match devices,
+claims to price their results.  ResourceSlices and ResourceClaims are then listed in parallel,
+each page read as it arrives.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol, cast
+from typing import Any
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred, DeferredList
@@ -10,20 +15,17 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from kdraexp.apiclient import ListError
-from kdraexp.dra import KINDS, Kind, ListResult
-from kdraexp.metrics import Samples
-from kdraexp.selfmetrics import ListStats
+from kdraexp.collection import Collection, CollectionBuilder, Store
+from kdraexp.devicecel import Matcher
+from kdraexp.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, Kind, ListError, Reason, Source
+from kdraexp.selection import Selection
+from kdraexp.selfmetrics import CollectionStats
 from kdraexp.singleflight import SingleFlight
 
 log = Logger()
 
-
-class Source(Protocol):
-    """Where the DRA objects come from: the API server, or a file."""
-
-    async def fetch(self, kind: Kind) -> ListResult:
-        """Every object of *kind* reduced to samples; raises ListError."""
+FIRST = (DEVICE_CLASSES, DEVICE_TAINT_RULES)
+"""Listed before the others, which read them."""
 
 
 @attrs.frozen
@@ -34,61 +36,117 @@ class CollectionFailed(Exception):
 
 
 class Gatherer:
-    """Runs collections; :meth:`collect` joins the one in flight when there is one."""
+    """Runs collections; :meth:`gather` joins the one in flight when there is one."""
 
     def __init__(
-        self, source: Source, clock: IReactorTime, timeout: float, stats: ListStats
+        self,
+        source: Source,
+        clock: IReactorTime,
+        timeout: float,
+        stats: CollectionStats,
+        selection: Selection,
     ) -> None:
         self._source = source
         self._clock = clock
         self._timeout = timeout
         self._stats = stats
-        self._problems: frozenset[str] = frozenset()
-        self.collect: SingleFlight[Samples] = SingleFlight(
+        self._selection = selection
+        self._matcher = Matcher()
+        self._store = Store()
+        """What the last collection read: unchanged objects keep their rows."""
+        self._logged: frozenset[str] = frozenset()
+        self._flight: SingleFlight[Collection] = SingleFlight(
             lambda: Deferred.fromCoroutine(self._collect())
         )
 
-    async def _collect(self) -> Samples:
-        outcomes = await DeferredList([self._list(kind) for kind in KINDS], consumeErrors=True)
-        samples = Samples()
-        errors: list[ListError] = []
-        problems: set[str] = set()
-        for kind, (ok, value) in zip(KINDS, cast(list[tuple[bool, object]], outcomes), strict=True):
-            if ok:
-                assert isinstance(value, ListResult)
-                samples.update(value.samples)
-                problems.update(value.problems)
-                continue
-            assert isinstance(value, Failure)
-            if value.check(CancelledError):
-                value.raiseException()
-            error = value.value if isinstance(value.value, ListError) else None
-            if error is None:
-                log.failure("Unexpected failure listing {resource}", value, resource=kind.plural)
-                error = ListError(kind.plural, "InternalError", None, "see the exporter's log")
-            self._stats.failed(kind.plural, error.reason)
-            log.error("Error listing {resource}: {error}", resource=kind.plural, error=str(error))
-            errors.append(error)
-        for problem in sorted(problems - self._problems):
-            log.warn("{problem} (logged once while it lasts)", problem=problem)
-        self._problems = frozenset(problems)
+    def gather(self) -> Deferred[Collection]:
+        """A collection: the one in flight, or a new one."""
+        return self._flight()
+
+    @property
+    def running(self) -> bool:
+        """Whether a collection is in flight."""
+        return self._flight.running
+
+    def cancel(self) -> None:
+        """Cancel the collection in flight (the exporter is stopping)."""
+        self._flight.cancel()
+
+    async def _collect(self) -> Collection:
+        builder = CollectionBuilder(self._selection, self._matcher, self._store)
+        deadline = self._clock.seconds() + self._timeout
+        kinds = self._selection.kinds
+        first = [kind for kind in kinds if kind in FIRST]
+        errors = await self._lists(first, builder, deadline)
+        builder.classes_listed()
+        errors += await self._lists([k for k in kinds if k not in FIRST], builder, deadline)
         if errors:
             raise CollectionFailed(tuple(errors))
-        return samples
+        collection = builder.finish()
+        self._report(collection)
+        return collection
 
-    def _list(self, kind: Kind) -> Deferred[ListResult]:
+    async def _lists(
+        self, kinds: list[Kind], builder: CollectionBuilder, deadline: float
+    ) -> list[ListError]:
+        outcomes: list[tuple[bool, Any]] = await DeferredList(
+            [self._list(kind, builder, deadline) for kind in kinds], consumeErrors=True
+        )
+        errors = []
+        for ok, outcome in outcomes:
+            if not ok:
+                outcome.raiseException()  # cancelled: every other failure became a ListError
+            if outcome is not None:
+                errors.append(outcome)
+        return errors
+
+    def _list(
+        self, kind: Kind, builder: CollectionBuilder, deadline: float
+    ) -> Deferred[ListError | None]:
         started = self._clock.seconds()
 
-        async def timed() -> ListResult:
-            result = await self._source.fetch(kind)
-            self._stats.listed(kind.plural, result.objects, self._clock.seconds() - started)
-            return result
+        async def timed() -> None:
+            objects = await self._source.fetch(kind, builder.reader(kind))
+            self._stats.listed(kind.plural, objects, self._clock.seconds() - started)
+
+        def failed(failure: Failure) -> ListError | Failure:
+            if failure.check(CancelledError):
+                return failure
+            error = failure.value if isinstance(failure.value, ListError) else None
+            if error is None:
+                log.failure("Unexpected failure listing {resource}", failure, resource=kind.plural)
+                error = ListError(kind.plural, Reason.INTERNAL, None, "see the exporter's log")
+            self._stats.failed(kind.plural, error.reason)
+            log.error("Error listing {resource}: {error}", resource=kind.plural, error=str(error))
+            return error
 
         def timed_out(_: object, timeout: float) -> Failure:
             return Failure(
-                ListError(kind.plural, "Timeout", None, f"not complete within {timeout:g}s", True)
+                ListError(
+                    kind.plural,
+                    Reason.TIMEOUT,
+                    None,
+                    f"not complete within {self._timeout:g}s",
+                    public=True,
+                )
             )
 
-        listing = Deferred.fromCoroutine(timed())
-        listing.addTimeout(self._timeout, self._clock, onTimeoutCancel=timed_out)
-        return listing
+        listing: Deferred[None] = Deferred.fromCoroutine(timed())
+        listing.addTimeout(max(0.0, deadline - started), self._clock, onTimeoutCancel=timed_out)
+        outcome: Deferred[ListError | None] = listing.addCallbacks(lambda _: None, failed)
+        return outcome
+
+    def _report(self, collection: Collection) -> None:
+        """Count what could not be read; log each problem once while it lasts."""
+        messages = {problem.message for problem in collection.problems}
+        for problem in collection.problems:
+            self._stats.invalid(problem.resource, problem.field)
+        for name, count in collection.class_errors.items():
+            self._stats.cel_errors(name, count)
+        messages.update(
+            f"DeviceClass {name}: {message}"
+            for name, message in collection.class_error_messages.items()
+        )
+        for message in sorted(messages - self._logged):
+            log.warn("{problem} (logged once while it lasts)", problem=message)
+        self._logged = frozenset(messages)

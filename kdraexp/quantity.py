@@ -11,6 +11,7 @@ one nearest to the exact decimal value, so ``1.1`` is 1.1 (Go's approximation sa
 from __future__ import annotations
 
 import functools
+import math
 import re
 from decimal import ROUND_UP, Decimal, localcontext
 
@@ -35,6 +36,18 @@ def parse_quantity(text: str) -> float:
 
     Cached: a cluster publishes the same few capacity strings thousands of times.
 
+    :raises QuantityError: if *text* is not a quantity, or is beyond the range of a float.
+    """
+    value = float(parse_quantity_exact(text))
+    if math.isinf(value):
+        raise QuantityError(f"quantity out of range: {text!r}")
+    return value
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_quantity_exact(text: str) -> Decimal:
+    """Return the exact value of the Kubernetes quantity *text*, rounded as Kubernetes rounds it.
+
     :raises QuantityError: if *text* is not a quantity.
     """
     match = _GRAMMAR.fullmatch(text)
@@ -57,5 +70,4 @@ def parse_quantity(text: str) -> float:
             magnitude = magnitude.quantize(_NANO, rounding=ROUND_UP)
         if suffix in _BINARY and magnitude > _INT64_MAX:
             magnitude = _INT64_MAX
-        value = float(magnitude)
-    return -value if match["sign"] == "-" else value
+        return -magnitude if match["sign"] == "-" else magnitude

@@ -12,13 +12,15 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from kdraexp import __version__
 
 
-class ListStats(Collector):
-    """Duration and size of each resource's last completed list, and failures by reason."""
+class CollectionStats(Collector):
+    """How collections went: each list's duration, size and failures, and values not read."""
 
     def __init__(self) -> None:
         self._duration: dict[str, float] = {}
         self._objects: dict[str, int] = {}
         self._errors: dict[tuple[str, str], int] = {}
+        self._invalid: dict[tuple[str, str], int] = {}
+        self._cel_errors: dict[str, int] = {}
 
     def listed(self, resource: str, objects: int, seconds: float) -> None:
         """Record a completed list."""
@@ -30,23 +32,42 @@ class ListStats(Collector):
         key = (resource, reason)
         self._errors[key] = self._errors.get(key, 0) + 1
 
+    def invalid(self, resource: str, field: str) -> None:
+        """Record a value left out because it could not be read."""
+        key = (resource, field)
+        self._invalid[key] = self._invalid.get(key, 0) + 1
+
+    def cel_errors(self, deviceclass: str, devices: int) -> None:
+        """Record devices whose match with a class could not be decided."""
+        self._cel_errors[deviceclass] = self._cel_errors.get(deviceclass, 0) + devices
+
     def describe(self) -> Iterator[Metric]:
         """The families, without collecting (keeps registration free of side effects)."""
         return iter(self._families())
 
     def collect(self) -> Iterator[Metric]:
         """The families with their current values."""
-        duration, objects, errors = self._families()
+        duration, objects, errors, invalid, cel = self._families()
         for resource, seconds in sorted(self._duration.items()):
             duration.add_metric([resource], seconds)
         for resource, count in sorted(self._objects.items()):
             objects.add_metric([resource], count)
         for (resource, reason), count in sorted(self._errors.items()):
             errors.add_metric([resource, reason], count)
-        yield from (duration, objects, errors)
+        for (resource, field), count in sorted(self._invalid.items()):
+            invalid.add_metric([resource, field], count)
+        for deviceclass, count in sorted(self._cel_errors.items()):
+            cel.add_metric([deviceclass], count)
+        yield from (duration, objects, errors, invalid, cel)
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, CounterMetricFamily]:
+    def _families() -> tuple[
+        GaugeMetricFamily,
+        GaugeMetricFamily,
+        CounterMetricFamily,
+        CounterMetricFamily,
+        CounterMetricFamily,
+    ]:
         return (
             GaugeMetricFamily(
                 "kube_dra_exporter_list_duration_seconds",
@@ -62,6 +83,16 @@ class ListStats(Collector):
                 "kube_dra_exporter_list_errors",
                 "Failed lists of the resource, by Kubernetes reason or Timeout/Transport/Decode.",
                 labels=["resource", "reason"],
+            ),
+            CounterMetricFamily(
+                "kube_dra_exporter_invalid_values",
+                "Values left out of the metrics because they could not be read, by field.",
+                labels=["resource", "field"],
+            ),
+            CounterMetricFamily(
+                "kube_dra_exporter_cel_errors",
+                "Devices whose match with a DeviceClass's CEL selectors could not be decided.",
+                labels=["deviceclass_name"],
             ),
         )
 
@@ -80,7 +111,7 @@ class BuildInfo(Collector):
         yield info
 
 
-def registry(stats: ListStats) -> CollectorRegistry:
+def registry(stats: CollectionStats) -> CollectorRegistry:
     """A registry of the exporter's own metrics; never the global one."""
     registry = CollectorRegistry(auto_describe=True)
     registry.register(BuildInfo())

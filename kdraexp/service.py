@@ -5,6 +5,7 @@ The reactor is typed ``Any`` here: it is the one object that provides every reac
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import attrs
@@ -23,9 +24,11 @@ from kdraexp import __version__
 from kdraexp.apiclient import KubeListClient
 from kdraexp.credentials import Credentials
 from kdraexp.filesource import FileSource
-from kdraexp.gather import Gatherer, Source
+from kdraexp.gather import Gatherer
 from kdraexp.kubeconfig import ClusterConfig
-from kdraexp.selfmetrics import ListStats, registry
+from kdraexp.listing import Source
+from kdraexp.selection import Selection, select
+from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.tls import KubeTLSPolicy, trust_root
 from kdraexp.web import ExporterApp
 
@@ -44,6 +47,8 @@ class Settings:
     page_size: int = 500
     file: str | None = None
     """The offline source's path; None reads the cluster."""
+    selection: Selection = attrs.Factory(select)
+    """The resources listed and the families written."""
 
 
 class KubeClientService(Service):
@@ -80,7 +85,7 @@ class GathererService(Service):
     def stopService(self) -> None:
         """Cancel in-flight list calls."""
         super().stopService()
-        self.gatherer.collect.cancel()
+        self.gatherer.cancel()
 
 
 class ListeningService(StreamServerEndpointService):
@@ -95,6 +100,21 @@ class ListeningService(StreamServerEndpointService):
         except CannotListenError as error:
             log.critical("Failed to start the HTTP server: {error}", error=str(error))
             raise SystemExit(1) from None
+
+
+class FrozenStartup(Service):
+    """Leaves what startup made (modules, classes, configuration) out of later collector passes.
+
+    ``gc.freeze`` moves every object alive now to a permanent generation: a collection allocates
+    hundreds of thousands of rows, and each full collector pass would otherwise walk the whole
+    program too (measured: a fifth of a 16,000-device collection's time).
+    """
+
+    def startService(self) -> None:
+        """Freeze once everything is wired."""
+        super().startService()
+        gc.collect()
+        gc.freeze()
 
 
 class QuietSite(Site):
@@ -121,10 +141,13 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
         origin = f"{cluster.server} ({cluster.origin})"
         for warning in cluster.warnings:
             log.warn("{warning}", warning=warning)
-    stats = ListStats()
-    gatherer = Gatherer(source, reactor, settings.timeout, stats)
+    for warning in settings.selection.warnings:
+        log.warn("{warning}", warning=warning)
+    stats = CollectionStats()
+    gatherer = Gatherer(source, reactor, settings.timeout, stats, settings.selection)
     GathererService(gatherer).setServiceParent(top)
-    site = QuietSite(ExporterApp(gatherer, registry(stats)).app.resource())
+    site = QuietSite(ExporterApp(gatherer, registry(stats), reactor).app.resource())
+    FrozenStartup().setServiceParent(top)
     listener = ListeningService(serverFromString(reactor, settings.listen), site)
     listener.setServiceParent(top)
     log.info(

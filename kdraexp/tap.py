@@ -13,7 +13,10 @@ from twisted.internet.endpoints import serverFromString
 from twisted.python import usage
 
 from kdraexp import kubeconfig
+from kdraexp.context import DEFAULT_DEVICE_CAPACITIES
 from kdraexp.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
+from kdraexp.listing import DEFAULT_RESOURCES
+from kdraexp.selection import SelectionError, select
 from kdraexp.service import Settings, build_service
 from kdraexp.tls import TLSConfigError
 
@@ -63,6 +66,33 @@ class Options(usage.Options):
             SERVICEACCOUNT_DIR,
             "Where the in-cluster ServiceAccount token and ca.crt are.",
         ],
+        [
+            "resources",
+            None,
+            ",".join(DEFAULT_RESOURCES),
+            "Resources to list: resourceclaims, resourceslices, deviceclasses, devicetaintrules.",
+        ],
+        ["metric-allowlist", None, "", "Comma-separated regexes: write only families matching."],
+        ["metric-denylist", None, "", "Comma-separated regexes: write no family matching."],
+        ["metric-opt-in-list", None, "", "Comma-separated regexes: opt-in families to write."],
+        [
+            "device-attributes",
+            None,
+            "",
+            "Device attributes (name or domain/name) added to kube_resourceslice_device_info.",
+        ],
+        [
+            "device-capacities",
+            None,
+            DEFAULT_DEVICE_CAPACITIES,
+            "Regex of the capacity names kube_resourceslice_device_capacity reports.",
+        ],
+        [
+            "cost-share-capacity",
+            None,
+            "memory",
+            "Capacity whose consumed share of a shareable device is the share of its cost.",
+        ],
     ]
 
     def parseOptions(self, options: list[str] | None = None) -> None:
@@ -86,11 +116,24 @@ class Options(usage.Options):
             file = source[5:]
         elif source != "cluster":
             raise usage.UsageError(f"--source {source!r}: expected 'cluster' or 'file:PATH'")
+        try:
+            selection = select(
+                resources=self["resources"],
+                allowlist=self["metric-allowlist"],
+                denylist=self["metric-denylist"],
+                opt_in=self["metric-opt-in-list"],
+                device_attributes=self["device-attributes"],
+                device_capacities=self["device-capacities"],
+                cost_share_capacity=self["cost-share-capacity"],
+            )
+        except SelectionError as error:
+            raise usage.UsageError(str(error)) from None
         self.settings = Settings(
             listen=self["listen"],
             timeout=self["timeout"],
             page_size=self["page-size"],
             file=file,
+            selection=selection,
         )
 
 

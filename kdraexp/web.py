@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from weakref import WeakKeyDictionary
+from collections.abc import Iterable, Iterator
+from typing import cast
 
 from klein import Klein
 from prometheus_client.registry import CollectorRegistry
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IConsumer, IPushProducer, IReactorTime
 from twisted.web.iweb import IRequest
+from zope.interface import implementer
 
-from kdraexp import exposition
+from kdraexp import exposition, rendering
 from kdraexp.gather import CollectionFailed, Gatherer
-from kdraexp.metrics import Samples
+from kdraexp.listing import ListError
 
 LANDING_PAGE = b"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kdraexp</title></head>
@@ -26,11 +30,13 @@ class ExporterApp:
 
     app = Klein()
 
-    def __init__(self, gatherer: Gatherer, self_metrics: CollectorRegistry) -> None:
+    def __init__(
+        self, gatherer: Gatherer, self_metrics: CollectorRegistry, clock: IReactorTime
+    ) -> None:
         self._gatherer = gatherer
         self._self_metrics = self_metrics
-        self._renderings: WeakKeyDictionary[Samples, exposition.Rendering] = WeakKeyDictionary()
-        """Scrapes sharing a collection share its rendering, for as long as one holds it."""
+        self._renderer = rendering.Renderer(clock)
+        """Keeps each family's text compressed, shared by every scrape until the family changes."""
 
     @app.route("/", methods=["GET"])
     def index(self, request: IRequest) -> bytes:
@@ -48,21 +54,74 @@ class ExporterApp:
     async def metrics(self, request: IRequest) -> bytes:
         """A fresh collection, or 500 with one line per failed list and no samples at all."""
         try:
-            samples = await self._gatherer.collect()
+            collection = await self._gatherer.gather()
         except CollectionFailed as failure:
             request.setResponseCode(500)
             request.setHeader("Content-Type", "text/plain; charset=utf-8")
-            lines = dict.fromkeys(error.summary() for error in failure.errors)
+            lines = dict.fromkeys(failure_line(error) for error in failure.errors)
             return "".join(line + "\n" for line in lines).encode()
-        rendering = self._renderings.get(samples)
-        if rendering is None:
-            rendering = self._renderings[samples] = exposition.Rendering(samples)
-        gzip = exposition.gzip_accepted(request.getHeader("Accept-Encoding"))
-        body, content_type = exposition.render(
-            rendering, self._self_metrics, request.getHeader("Accept"), gzip
-        )
+        segments = await self._renderer.segments(collection)
+        tail, content_type = exposition.tail(self._self_metrics, request.getHeader("Accept"))
+        pieces: Iterable[bytes]
+        if exposition.gzip_accepted(request.getHeader("Accept-Encoding")):
+            pieces, length = self._renderer.gzip(segments, tail)
+            request.setHeader("Content-Encoding", "gzip")
+        else:
+            pieces, length = rendering.plain(segments, tail)
         request.setHeader("Content-Type", content_type)
         request.setHeader("Vary", "Accept-Encoding")
-        if gzip:
-            request.setHeader("Content-Encoding", "gzip")
-        return body
+        request.setHeader("Content-Length", str(length))
+        await _BodyProducer(request, pieces).done
+        return b""
+
+
+def failure_line(error: ListError) -> str:
+    """One line of the 500 body: no upstream text, which can hold RBAC details."""
+    code = f"{error.code} " if error.code is not None else ""
+    detail = f": {error.message}" if error.public and error.message else ""
+    return f"list {error.resource} failed: {code}{error.reason}{detail}"
+
+
+@implementer(IPushProducer)
+class _BodyProducer:
+    """Writes a body a piece at a time while the connection takes it, never all at once.
+
+    The transport pauses it when its buffer is full and resumes it once drained, so a slow
+    client holds a piece, not a body.
+    """
+
+    def __init__(self, request: IRequest, pieces: Iterable[bytes]) -> None:
+        self._request = request
+        self._pieces: Iterator[bytes] = _cut(pieces)
+        self._paused = False
+        self.done: Deferred[None] = Deferred()
+        self._consumer = cast(IConsumer, request)
+        self._consumer.registerProducer(self, True)
+        self.resumeProducing()
+
+    def resumeProducing(self) -> None:
+        """Write pieces until paused or done."""
+        self._paused = False
+        while not self._paused and not self.done.called:
+            piece = next(self._pieces, None)
+            if piece is None:
+                self._consumer.unregisterProducer()
+                self.done.callback(None)
+                return
+            self._request.write(piece)
+
+    def pauseProducing(self) -> None:
+        """The connection's buffer is full."""
+        self._paused = True
+
+    def stopProducing(self) -> None:
+        """The client went away: write no more."""
+        self._pieces = iter(())
+        if not self.done.called:
+            self.done.callback(None)
+
+
+def _cut(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    for piece in pieces:
+        for start in range(0, len(piece), rendering.PIECE):
+            yield piece[start : start + rendering.PIECE]

@@ -18,7 +18,8 @@ from kdraexp.apiclient import KubeListClient
 from kdraexp.credentials import Credentials
 from kdraexp.gather import Gatherer
 from kdraexp.kubeconfig import ClusterConfig
-from kdraexp.selfmetrics import ListStats, registry
+from kdraexp.selection import select
+from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.web import ExporterApp
 from tests import tools
 from tests.fakeapi import FakeKubeAPI
@@ -92,7 +93,7 @@ class Exporter:
 
     fake: FakeKubeAPI
     clock: Clock
-    stats: ListStats
+    stats: CollectionStats
     gatherer: Gatherer
     web: Any
     """A StubTreq over the exporter (its methods are made at run time, so untyped)."""
@@ -100,12 +101,22 @@ class Exporter:
     resource: Any
     """The exporter's root resource, for requests that bypass treq's gzip decoding."""
 
+    def settle(self) -> None:
+        """Deliver what is in flight between the fake API, the exporter and its clients."""
+        for _ in range(100):
+            self.agent.flush()
+            self.web.flush()
+
     def get(
         self, path: str, headers: dict[str, str] | None = None
     ) -> tuple[int, dict[str, str], bytes]:
         """GET *path* from the exporter; return code, headers (lowercase) and body."""
-        response = result_of(self.web.get(f"http://exporter{path}", headers=headers or {}))
-        body = result_of(response.content())
+        pending = self.web.get(f"http://exporter{path}", headers=headers or {})
+        self.settle()
+        response = result_of(pending)
+        content = response.content()
+        self.settle()
+        body = result_of(content)
         names = {k.decode().lower(): v[0].decode() for k, v in response.headers.getAllRawHeaders()}
         return response.code, names, body
 
@@ -136,7 +147,7 @@ def fake() -> FakeKubeAPI:
 def exporter(fake: FakeKubeAPI, clock: Clock) -> Exporter:
     """The exporter over *fake*, with a 10 s collection timeout on *clock*."""
     client, agent = in_memory_client(fake, clock)
-    stats = ListStats()
-    gatherer = Gatherer(client, clock, 10.0, stats)
-    resource = ExporterApp(gatherer, registry(stats)).app.resource()
+    stats = CollectionStats()
+    gatherer = Gatherer(client, clock, 10.0, stats, select())
+    resource = ExporterApp(gatherer, registry(stats), clock).app.resource()
     return Exporter(fake, clock, stats, gatherer, StubTreq(resource), agent, resource)

@@ -106,3 +106,117 @@ SEED_LINES = [
     'kube_deviceclass_hourly_cost{deviceclass_name="gpu"} 2.5',
 ]
 """The exact lines of the original's successful-scrape test."""
+
+
+# --- Shapes of the newer fields, as the drivers publish them ------------------------------------
+
+NVIDIA = "gpu.nvidia.com"
+
+
+def attributes(**values: str | int | bool) -> dict[str, dict[str, Any]]:
+    """Device attributes from plain values; a string starting with "v:" is a version."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, value in values.items():
+        key = name.replace("__", "/").replace("_dot_", ".")
+        if isinstance(value, bool):
+            found[key] = {"bool": value}
+        elif isinstance(value, int):
+            found[key] = {"int": value}
+        elif value.startswith("v:"):
+            found[key] = {"version": value[2:]}
+        else:
+            found[key] = {"string": value}
+    return found
+
+
+def counters(**values: str) -> dict[str, dict[str, str]]:
+    """A counters map (memory_slice_0 is written memory-slice-0)."""
+    return {name.replace("_", "-"): {"value": value} for name, value in values.items()}
+
+
+def gpu(
+    name: str,
+    kind: str = "gpu",
+    product: str = "NVIDIA A100 80GB PCIe",
+    capacity: dict[str, str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """An NVIDIA device (full GPU or MIG) with the attributes the driver publishes."""
+    values: dict[str, str | int | bool] = {
+        "type": kind,
+        "uuid": f"{'MIG' if kind == 'mig' else 'GPU'}-{name}",
+        "productName": product,
+        "driverVersion": "v:580.95.5",
+    }
+    if kind == "mig":
+        values["parentUUID"] = "GPU-parent"
+        values["profile"] = "1g.10gb"
+    return device(name, capacity or {"memory": "80Gi"}, attributes(**values), **extra)
+
+
+def result(device: str, pool: str = "pool", driver: str = NVIDIA, **extra: Any) -> dict[str, Any]:
+    """One allocation result."""
+    return {"request": "gpu", "driver": driver, "pool": pool, "device": device, **extra}
+
+
+def new_claim(
+    name: str,
+    results: list[dict[str, Any]] | None = None,
+    namespace: str = "workloads",
+    requests: list[dict[str, Any]] | None = None,
+    reserved: bool = False,
+    **metadata: Any,
+) -> dict[str, Any]:
+    """A ResourceClaim in full: requests, results (None: pending), metadata fields."""
+    status: dict[str, Any] = {}
+    if results is not None:
+        status["allocation"] = {"devices": {"results": results}}
+    if reserved:
+        status["reservedFor"] = [{"resource": "pods", "name": f"{name}-pod", "uid": "u"}]
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+            "creationTimestamp": "2026-11-28T16:00:00Z",
+            **metadata,
+        },
+        "spec": {
+            "devices": {
+                "requests": requests
+                or [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        },
+        "status": status,
+    }
+
+
+def pool_slice(
+    name: str,
+    devices: list[dict[str, Any]] | None = None,
+    pool: str = "pool",
+    generation: int = 1,
+    count: int = 1,
+    driver: str = NVIDIA,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A ResourceSlice of a pool at a generation, with devices or shared counters."""
+    body: dict[str, Any] = {
+        "driver": driver,
+        "nodeName": pool,
+        "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+        **spec,
+    }
+    if devices is not None:
+        body["devices"] = devices
+    return {"metadata": {"name": name, "resourceVersion": "1"}, "spec": body}
+
+
+def classy(name: str, expression: str | None = None, cost: str | None = None) -> dict[str, Any]:
+    """A DeviceClass with one CEL selector (or none) and an optional hourly cost."""
+    made = device_class(name, cost)
+    made["metadata"]["creationTimestamp"] = "2026-11-01T08:00:00Z"
+    made["metadata"]["resourceVersion"] = "1"
+    made["spec"] = {"selectors": [{"cel": {"expression": expression}}] if expression else []}
+    return made

@@ -8,8 +8,9 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from kdraexp.apiclient import ListError
-from kdraexp.dra import DEVICE_CLASSES, RESOURCE_CLAIMS, Kind, ListResult
+from kdraexp.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, Kind, ListError
+from kdraexp.web import failure_line
+from tests.collect import Recorder, collect, fetch, labels
 from tests.conftest import failure_of, in_memory_client, result_of
 from tests.fakeapi import FakeKubeAPI, Fault, status
 from tests.objects import claim, device_class
@@ -17,9 +18,9 @@ from tests.objects import claim, device_class
 
 def list_now(
     fake: FakeKubeAPI, clock: Clock, kind: Kind = RESOURCE_CLAIMS, **kw: object
-) -> Deferred[ListResult]:
+) -> Deferred[Recorder]:
     client, _ = in_memory_client(fake, clock, **kw)  # type: ignore[arg-type]
-    return Deferred.fromCoroutine(client.fetch(kind))
+    return fetch(client, kind)
 
 
 def add_claims(fake: FakeKubeAPI, count: int) -> None:
@@ -28,11 +29,11 @@ def add_claims(fake: FakeKubeAPI, count: int) -> None:
 
 
 def test_pages_until_continue_is_empty(fake: FakeKubeAPI, clock: Clock) -> None:
-    """limit is sent, continue followed, every object reduced."""
+    """limit is sent, continue followed, every object handed on a page at a time."""
     add_claims(fake, 7)
     result = result_of(list_now(fake, clock, page_size=3))
-    assert result.objects == 7
-    assert len(result.samples.by_family["kube_resourceclaim_status_reserved_total"]) == 7
+    assert result.count == len(result.items) == 7
+    assert result.pages == 3
     sent = [r.args for r in fake.lists()]
     assert sent == [
         {"limit": ["3"]},
@@ -46,32 +47,35 @@ def test_short_and_empty_pages(fake: FakeKubeAPI, clock: Clock) -> None:
     add_claims(fake, 5)
     fake.page_sizes["resourceclaims"] = [1, 0, 2, 0, 2, 0]
     result = result_of(list_now(fake, clock, page_size=500))
-    assert result.objects == 5
+    assert result.count == len(result.items) == 5
     assert len(fake.lists()) == 6
 
 
-def test_expired_continue_restarts_once(fake: FakeKubeAPI, clock: Clock) -> None:
-    """A 410 Expired mid-list restarts the list from the start, without double counting."""
+def test_expired_continue_falls_back_to_one_unpaged_list(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A 410 Expired mid-list starts over as one unpaged list, as client-go's pager does.
+
+    An unpaged list is always consistent; what the first attempt read is forgotten, so nothing is
+    counted twice.
+    """
     add_claims(fake, 5)
-    fake.expire_continue["resourceclaims"] = 1
+    fake.expire_continue["resourceclaims"] = 3
     result = result_of(list_now(fake, clock, page_size=2))
-    assert result.objects == 5
-    assert [r.args.get("continue") for r in fake.lists()] == [
-        None,
-        ["page:2"],
-        None,
-        ["page:2"],
-        ["page:4"],
+    assert result.count == len(result.items) == 5
+    assert result.restarts == 1
+    assert [r.args for r in fake.lists()] == [
+        {"limit": ["2"]},
+        {"limit": ["2"], "continue": ["page:2"]},
+        {},
     ]
 
 
-def test_expired_twice_fails(fake: FakeKubeAPI, clock: Clock) -> None:
-    """A second 410 in the restarted list fails it."""
-    add_claims(fake, 5)
-    fake.expire_continue["resourceclaims"] = 2
+def test_expired_without_continue_fails(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A 410 on a list that had no continue token is an error, not a restart."""
+    fake.faults["resourceclaims"] = Fault(410, status(410, "Expired", "too old"))
     error = failure_of(list_now(fake, clock, page_size=2)).value
     assert isinstance(error, ListError)
     assert (error.reason, error.code) == ("Expired", 410)
+    assert len(fake.lists()) == 1
 
 
 def test_unauthorized_rereads_token_file(fake: FakeKubeAPI, clock: Clock, tmp_path: object) -> None:
@@ -83,10 +87,10 @@ def test_unauthorized_rereads_token_file(fake: FakeKubeAPI, clock: Clock, tmp_pa
     fake.tokens = {"old"}
     fake.add("deviceclasses", device_class("gpu", "1"))
     client, _ = in_memory_client(fake, clock, token_file=str(token))
-    assert result_of(Deferred.fromCoroutine(client.fetch(DEVICE_CLASSES))).objects == 1
+    assert result_of(fetch(client, DEVICE_CLASSES)).count == 1
     token.write_text("new\n")
     fake.tokens = {"new"}
-    assert result_of(Deferred.fromCoroutine(client.fetch(DEVICE_CLASSES))).objects == 1
+    assert result_of(fetch(client, DEVICE_CLASSES)).count == 1
     assert [r.authorization for r in fake.lists()] == ["Bearer old", "Bearer old", "Bearer new"]
 
 
@@ -121,7 +125,7 @@ def test_errors_name_resource_code_and_reason(
     error = failure_of(list_now(fake, clock)).value
     assert isinstance(error, ListError)
     assert (error.resource, error.reason, error.code) == ("resourceclaims", reason, code)
-    assert error.summary() == f"list resourceclaims failed: {code} {reason}"
+    assert failure_line(error) == f"list resourceclaims failed: {code} {reason}"
 
 
 def test_html_page_is_named(fake: FakeKubeAPI, clock: Clock) -> None:
@@ -147,9 +151,11 @@ def test_odd_objects(fake: FakeKubeAPI, clock: Clock) -> None:
         {},
     ]
     result = result_of(list_now(fake, clock))
-    assert result.objects == 5
-    assert len(result.samples.by_family["kube_resourceclaim_status_reserved_total"]) == 5
-    assert result.samples.by_family["kube_resourceclaim_status_allocated_device"] == {}
+    assert result.count == 5
+    collection = collect(claims=fake.objects["resourceclaims"])
+    assert len(labels(collection, "kube_resourceclaim_status_reserved_total")) == 5
+    assert labels(collection, "kube_resourceclaim_status_allocated_device") == []
+    assert len(labels(collection, "kube_resourceclaim_status_state")) == 5
 
 
 def test_parallel_unauthorized_all_retry(fake: FakeKubeAPI, clock: Clock, tmp_path: Path) -> None:
@@ -159,11 +165,9 @@ def test_parallel_unauthorized_all_retry(fake: FakeKubeAPI, clock: Clock, tmp_pa
     fake.tokens = {"new"}
     client, agent = in_memory_client(fake, clock, token_file=str(token))
     fake.hold = True
-    lists = [
-        Deferred.fromCoroutine(client.fetch(kind)) for kind in (DEVICE_CLASSES, RESOURCE_CLAIMS)
-    ]
+    lists = [fetch(client, kind) for kind in (DEVICE_CLASSES, RESOURCE_CLAIMS)]
     token.write_text("new")
     fake.release()
     agent.flush()
-    assert [result_of(d).objects for d in lists] == [0, 0]
+    assert [result_of(d).count for d in lists] == [0, 0]
     assert [r.authorization for r in fake.lists()] == ["Bearer old"] * 2 + ["Bearer new"] * 2

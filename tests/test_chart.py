@@ -50,12 +50,20 @@ def test_lint_strict(args: list[str]) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+DEFAULT_ARGS = [
+    "--timeout=10",
+    "--page-size=500",
+    "--resources=resourceclaims,resourceslices,deviceclasses",
+    "--cost-share-capacity=memory",
+]
+
+
 def test_defaults_and_probes() -> None:
-    """No NetworkPolicy or PDB by default; no args; liveness and readiness on /healthz."""
+    """No NetworkPolicy or PDB by default; the options as args; probes on /healthz."""
     docs = render()
     assert "NetworkPolicy" not in kinds(docs) and "PodDisruptionBudget" not in kinds(docs)
     main = container(docs)
-    assert "args" not in main and "command" not in main
+    assert main["args"] == DEFAULT_ARGS and "command" not in main
     for probe in ("livenessProbe", "readinessProbe"):
         assert main[probe]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
         assert main[probe]["timeoutSeconds"] <= main[probe]["periodSeconds"]
@@ -274,15 +282,54 @@ def test_pdb_rules() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"extraArgs": ["--foo"]}, "extraArgs is unsupported"),
         ({"featureGates": "Example=true"}, "featureGates is unsupported"),
         ({"maxConcurrentChallenges": 60}, "maxConcurrentChallenges is unsupported"),
+        (
+            {"exporter": {"metricAllowlist": ["a"], "metricDenylist": ["b"]}},
+            "exporter.metricAllowlist and exporter.metricDenylist are mutually exclusive",
+        ),
     ],
 )
 def test_unsupported_configuration(values: dict[str, Any], message: str) -> None:
     """Options of the chart's ancestry that the exporter does not have fail clearly."""
     fails(values, message)
-    render({"extraArgs": []})
+
+
+def test_exporter_options_become_args() -> None:
+    """Every exporter value is a container argument, extraArgs last, quoted as given."""
+    values = {
+        "exporter": {
+            "timeout": 25,
+            "pageSize": 1000,
+            "resources": ["resourceslices", "deviceclasses", "devicetaintrules"],
+            "metricDenylist": ["^kube_resourceslice_device_capacity$", "pool_.*"],
+            "metricOptInList": ["kube_x"],
+            "deviceAttributes": ["profile", "resource.kubernetes.io/pciBusID"],
+            "deviceCapacities": "memory|multiprocessors",
+            "costShareCapacity": "gpu.example.com/memory",
+        },
+        "extraArgs": ["--metric-allowlist", "x y"],
+    }
+    assert container(render(values))["args"] == [
+        "--timeout=25",
+        "--page-size=1000",
+        "--resources=resourceslices,deviceclasses,devicetaintrules",
+        "--metric-denylist=^kube_resourceslice_device_capacity$,pool_.*",
+        "--metric-opt-in-list=kube_x",
+        "--device-attributes=profile,resource.kubernetes.io/pciBusID",
+        "--device-capacities=memory|multiprocessors",
+        "--cost-share-capacity=gpu.example.com/memory",
+        "--metric-allowlist",
+        "x y",
+    ]
+
+
+def test_cluster_role_follows_resources() -> None:
+    """The ClusterRole lists exactly the resources the exporter lists."""
+    role = resource(
+        render({"exporter": {"resources": ["resourceslices", "devicetaintrules"]}}), "ClusterRole"
+    )
+    assert role["rules"][0]["resources"] == ["resourceslices", "devicetaintrules"]
 
 
 @pytest.mark.parametrize("production", [False, True])
@@ -369,6 +416,12 @@ def test_extra_objects_and_env() -> None:
     ("values", "message"),
     [
         ({"replicaCount": "three"}, "at '/replicaCount': got string, want integer"),
+        ({"exporter": {"resources": ["pods"]}}, "at '/exporter/resources/0'"),
+        ({"exporter": {"resources": []}}, "at '/exporter/resources'"),
+        ({"exporter": {"timeout": 0}}, "at '/exporter/timeout'"),
+        ({"exporter": {"pageSize": "500"}}, "at '/exporter/pageSize': got string, want integer"),
+        ({"exporter": {"typo": 1}}, "additional properties 'typo' not allowed"),
+        ({"extraArgs": "--timeout=3"}, "at '/extraArgs': got string, want array"),
         ({"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
         ({"ingressShim": {}}, "additional properties 'ingressShim' not allowed"),
         ({"http_proxy": "http://proxy"}, "additional properties 'http_proxy' not allowed"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -12,13 +13,22 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from kdraexp import exposition, metrics
+from kdraexp import exposition
+from kdraexp.collection import Collection
 from kdraexp.exposition import format_value
-from kdraexp.metrics import Family, Samples
+from kdraexp.family import CLUSTER, family
 
-TWO_LABELS = Family(
-    metrics.HOURLY_COST.name, metrics.HOURLY_COST.help, ("namespace", "deviceclass_name")
-)
+TWO_LABELS = family(
+    "kube_test_two_labels",
+    "Two labels, written in declaration order.",
+    ("namespace", "class"),
+    CLUSTER,
+    "",
+)(lambda _: ())
+
+
+def one_family(rows: list[Any], declared: object = TWO_LABELS) -> Collection:
+    return Collection.of([(declared, rows)])  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize(
@@ -66,20 +76,14 @@ label_text = st.text(st.characters(codec="utf-8"), max_size=8)
 @given(st.lists(st.tuples(label_text, label_text, st.floats(allow_nan=False)), max_size=20))
 def test_same_samples_as_prometheus_client(rows: list[tuple[str, str, float]]) -> None:
     """Parsed, the direct encoder's output equals prometheus_client's for the same samples."""
-    samples = Samples()
-    reference = GaugeMetricFamily(
-        metrics.HOURLY_COST.name, metrics.HOURLY_COST.help, labels=["deviceclass_name", "namespace"]
-    )
+    written = []
+    reference = GaugeMetricFamily(TWO_LABELS.name, TWO_LABELS.help, labels=["class", "namespace"])
     seen = set()
     for name, namespace, value in rows:
         if (name, namespace) in seen:
             continue
         seen.add((name, namespace))
-        samples.add(
-            metrics.HOURLY_COST,
-            TWO_LABELS.render(namespace, name),
-            value,
-        )
+        written.append((namespace, name, value))
         reference.add_metric([name, namespace], value)
 
     class One(Collector):
@@ -88,7 +92,7 @@ def test_same_samples_as_prometheus_client(rows: list[tuple[str, str, float]]) -
 
     registry = CollectorRegistry()
     registry.register(One())
-    ours = b"".join(exposition.encode_samples(samples)).decode()
+    ours = b"".join(exposition.encode_collection(one_family(written))).decode()
     theirs = generate_latest(registry).decode()
 
     def read(text: str) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
@@ -102,8 +106,8 @@ def test_same_samples_as_prometheus_client(rows: list[tuple[str, str, float]]) -
 
 
 def test_empty_families_omitted() -> None:
-    """Families without samples are not written at all, as the original does."""
-    assert list(exposition.encode_samples(Samples())) == []
+    """A collection without rows writes nothing, as the original does."""
+    assert list(exposition.encode_collection(Collection.of([]))) == []
 
 
 @pytest.mark.parametrize(
@@ -124,20 +128,3 @@ def test_empty_families_omitted() -> None:
 def test_gzip_accepted(header: str | None, allowed: bool) -> None:
     """Accept-Encoding parsing."""
     assert exposition.gzip_accepted(header) is allowed
-
-
-def test_rendering_shared_gzip_stream() -> None:
-    """Each scrape finishes its own copy of one compressed stream: a single valid gzip member."""
-    import gzip
-    import zlib
-
-    samples = Samples()
-    for index in range(5000):
-        samples.add(metrics.HOURLY_COST, metrics.HOURLY_COST.render(f"class-{index}"), index / 3)
-    rendering = exposition.Rendering(samples)
-    plain = rendering.plain()
-    for tail in (b"# first scrape's tail\n", b"# second\n", b""):
-        body = rendering.gzip(tail)
-        assert gzip.decompress(body) == plain + tail
-        single = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        assert single.decompress(body) == plain + tail and single.eof and not single.unused_data

@@ -9,9 +9,13 @@ import pytest
 import yaml
 from twisted.internet.defer import Deferred
 
-from kdraexp.apiclient import ListError
-from kdraexp.dra import DEVICE_CLASSES, KINDS, RESOURCE_SLICES
 from kdraexp.filesource import FileSource
+from kdraexp.gather import Gatherer
+from kdraexp.listing import DEFAULT_RESOURCES, DEVICE_CLASSES, KINDS, RESOURCE_SLICES, ListError
+from kdraexp.selection import select
+from kdraexp.selfmetrics import CollectionStats
+from kdraexp.web import failure_line
+from tests.collect import Recorder, fetch
 from tests.conftest import failure_of, result_of
 from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_SLICE
 
@@ -29,8 +33,8 @@ SEED = [
 ]
 
 
-def list_file(path: Path, kind: object) -> Deferred[object]:
-    return Deferred.fromCoroutine(FileSource(str(path)).fetch(kind))  # type: ignore[arg-type]
+def list_file(path: Path, kind: object) -> Deferred[Recorder]:
+    return fetch(FileSource(str(path)), kind, read=True)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("form", ["list-yaml", "multi-document", "json"])
@@ -44,19 +48,23 @@ def test_forms(tmp_path: Path, form: str) -> None:
     else:
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": SEED}))
     for kind in KINDS:
-        assert result_of(list_file(path, kind)).objects == 1  # type: ignore[attr-defined]
+        expected = 1 if kind.plural in DEFAULT_RESOURCES else 0
+        assert result_of(list_file(path, kind)).count == expected
 
 
 def test_example_cluster() -> None:
-    """The shipped example holds every kind and every family."""
-    source = FileSource(str(EXAMPLE))
-    results = [result_of(Deferred.fromCoroutine(source.fetch(kind))) for kind in KINDS]
-    assert all(r.objects for r in results)
-    assert not any(r.problems for r in results)
-    merged = results[0].samples
-    for result in results[1:]:
-        merged.update(result.samples)
-    assert all(merged.by_family.values()), "every family has samples"
+    """The shipped example gives every family, opt-in ones included, and reads cleanly."""
+    from twisted.internet.task import Clock
+
+    everything = select(
+        resources=",".join(kind.plural for kind in KINDS), opt_in=".*", device_attributes="profile"
+    )
+    gatherer = Gatherer(FileSource(str(EXAMPLE)), Clock(), 10, CollectionStats(), everything)
+    collection = result_of(gatherer.gather())
+    assert [p.message for p in collection.problems] == []
+    assert collection.class_errors == {}
+    written = {family.name for family, _ in collection.families()}
+    assert written == {family.name for family in everything.families}
 
 
 def test_reread_when_changed(tmp_path: Path) -> None:
@@ -64,11 +72,19 @@ def test_reread_when_changed(tmp_path: Path) -> None:
     path = tmp_path / "dump"
     path.write_text(yaml.safe_dump_all(SEED))
     source = FileSource(str(path))
-    assert result_of(Deferred.fromCoroutine(source.fetch(DEVICE_CLASSES))).objects == 1
+    assert result_of(fetch(source, DEVICE_CLASSES)).count == 1
     path.write_text(
         yaml.safe_dump_all([*SEED, typed("DeviceClass", {"metadata": {"name": "two"}})])
     )
-    assert result_of(Deferred.fromCoroutine(source.fetch(DEVICE_CLASSES))).objects == 2
+    assert result_of(fetch(source, DEVICE_CLASSES)).count == 2
+
+
+def test_same_object_twice_counts_once(tmp_path: Path) -> None:
+    """A dump that holds an object twice lists it once (the first), so no series is doubled."""
+    path = tmp_path / "dump"
+    second = typed("DeviceClass", {"metadata": {"name": "gpu"}, "spec": {"selectors": []}})
+    path.write_text(yaml.safe_dump_all([*SEED, second]))
+    assert result_of(list_file(path, DEVICE_CLASSES)).count == 1
 
 
 @pytest.mark.parametrize(
@@ -108,4 +124,4 @@ def test_bad_files(tmp_path: Path, content: str | None, reason: str, message: st
     error = failure_of(list_file(path, RESOURCE_SLICES)).value
     assert isinstance(error, ListError)
     assert error.reason == reason
-    assert message in error.summary()
+    assert message in failure_line(error)

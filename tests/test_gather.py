@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from twisted.internet.defer import CancelledError
 
 from kdraexp.gather import CollectionFailed
@@ -17,24 +19,62 @@ def dra_part(body: bytes) -> bytes:
 
 def test_concurrent_scrapes_share_one_collection(exporter: Exporter) -> None:
     """40 scrapes arriving during one collection cause one list call per resource."""
-    exporter.fake.add("resourceclaims", SEED_CLAIM)
-    exporter.fake.faults["deviceclasses"] = Fault(hang=True)
+    exporter.fake.add("deviceclasses", device_class("gpu", "3"))
+    exporter.fake.faults["resourceclaims"] = Fault(hang=True)
     responses = [exporter.web.get("http://exporter/metrics") for _ in range(40)]
     assert len(exporter.fake.lists()) == 3
     assert not any(has_fired(d) for d in responses)
     exporter.fake.faults.clear()
     hung = exporter.fake.hanging.pop()
-    hung.callback(
-        b'{"items": [{"metadata": {"name": "gpu", "annotations": {"hourly-cost": "3"}}}]}'
-    )
-    exporter.agent.flush()
-    exporter.web.flush()
-    bodies = {dra_part(result_of(result_of(d).content())) for d in responses}
+    hung.callback(json.dumps({"items": [SEED_CLAIM]}).encode())
+    exporter.settle()
+    contents = [result_of(d).content() for d in responses]
+    exporter.settle()
+    bodies = {dra_part(result_of(content)) for content in contents}
     assert len(bodies) == 1
-    assert b'kube_deviceclass_hourly_cost{deviceclass_name="gpu"} 3\n' in bodies.pop()
+    body = bodies.pop()
+    assert b'kube_deviceclass_hourly_cost{deviceclass_name="gpu"} 3\n' in body
+    assert (
+        b'kube_resourceclaim_status_reserved_total{namespace="workloads",'
+        b'resourceclaim_name="claim"} 1\n' in body
+    )
     assert len(exporter.fake.lists()) == 3
     exporter.get("/metrics")
     assert len(exporter.fake.lists()) == 6, "a later scrape lists again"
+
+
+def test_classes_are_listed_first(exporter: Exporter) -> None:
+    """Slices and claims are listed once the classes are in, and in parallel with each other."""
+    exporter.fake.faults["deviceclasses"] = Fault(hang=True)
+    response = exporter.web.get("http://exporter/metrics")
+    assert [r.plural for r in exporter.fake.lists()] == ["deviceclasses"]
+    exporter.fake.faults.clear()
+    exporter.fake.hanging.pop().callback(b'{"items": []}')
+    exporter.settle()
+    assert sorted(r.plural for r in exporter.fake.lists()[1:]) == [
+        "resourceclaims",
+        "resourceslices",
+    ]
+    assert result_of(response).code == 200
+
+
+def test_deadline_spans_the_collection(exporter: Exporter) -> None:
+    """One deadline for the whole collection: classes' time counts against the later lists."""
+    exporter.fake.faults["deviceclasses"] = Fault(hang=True)
+    response = exporter.web.get("http://exporter/metrics")
+    exporter.clock.advance(6)
+    exporter.fake.faults = {"resourceslices": Fault(hang=True)}
+    exporter.fake.hanging.pop().callback(b'{"items": []}')
+    exporter.agent.flush()
+    exporter.clock.advance(3.9)
+    assert not has_fired(response)
+    exporter.clock.advance(0.1)
+    exporter.settle()
+    answer = result_of(response)
+    assert answer.code == 500
+    assert result_of(answer.content()) == (
+        b"list resourceslices failed: Timeout: not complete within 10s\n"
+    )
 
 
 def test_deadline_cancels_in_flight_lists(exporter: Exporter) -> None:
@@ -46,8 +86,7 @@ def test_deadline_cancels_in_flight_lists(exporter: Exporter) -> None:
     assert not has_fired(response)
     assert exporter.get("/healthz")[0] == 200
     exporter.clock.advance(0.1)
-    exporter.agent.flush()
-    exporter.web.flush()
+    exporter.settle()
     answer = result_of(response)
     assert answer.code == 500
     assert (
@@ -60,7 +99,7 @@ def test_deadline_cancels_in_flight_lists(exporter: Exporter) -> None:
 def test_deadline_counts_timeouts(exporter: Exporter) -> None:
     """Timeouts are counted by reason Timeout."""
     exporter.fake.faults["resourceclaims"] = Fault(hang=True, times=1)
-    pending = exporter.gatherer.collect()
+    pending = exporter.gatherer.gather()
     exporter.clock.advance(10)
     assert isinstance(failure_of(pending).value, CollectionFailed)
     _, _, body = exporter.get("/metrics")
@@ -73,14 +112,14 @@ def test_deadline_counts_timeouts(exporter: Exporter) -> None:
 def test_last_waiter_leaving_cancels_collection(exporter: Exporter) -> None:
     """When every scrape waiting on a collection goes away, its list calls are cancelled."""
     exporter.fake.faults["resourceclaims"] = Fault(hang=True)
-    first, second = exporter.gatherer.collect(), exporter.gatherer.collect()
+    first, second = exporter.gatherer.gather(), exporter.gatherer.gather()
     first.cancel()
     assert not exporter.fake.hanging[0].called
-    assert exporter.gatherer.collect.running
+    assert exporter.gatherer.running
     second.cancel()
     exporter.agent.flush()
     assert exporter.fake.hanging[0].called
-    assert not exporter.gatherer.collect.running
+    assert not exporter.gatherer.running
     failure_of(first).trap(CancelledError)
     failure_of(second).trap(CancelledError)
 
@@ -96,7 +135,12 @@ def test_invalid_cost_logged_once(exporter: Exporter) -> None:
             code, _, body = exporter.get("/metrics")
             assert code == 200
     assert b'kube_deviceclass_hourly_cost{deviceclass_name="valid"} 3.25\n' in body
-    assert b'deviceclass_name="invalid"' not in body
+    assert b'kube_deviceclass_hourly_cost{deviceclass_name="invalid"' not in body
+    assert b'kube_deviceclass_info{deviceclass_name="invalid",' in body
+    assert (
+        b'kube_dra_exporter_invalid_values_total{field="hourly-cost",resource="deviceclasses"} 3.0'
+        in body
+    )
     warnings = [e for e in events if "hourly-cost" in str(e.get("problem", ""))]
     assert len(warnings) == 1
     assert warnings[0]["problem"] == (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdraexp.dra import parse_hourly_cost
+from kdraexp.families.deviceclass import HourlyCostError, parse_hourly_cost
 
 SHAPE = "expected a non-negative decimal with a dot separator"
 RANGE = "hourly cost is outside the finite float64 range"
@@ -56,11 +56,11 @@ def test_accepted(raw: str, cost: float) -> None:
 )
 def test_rejected_shape(raw: str) -> None:
     """Everything but ASCII digits[.digits] after trimming: the original's 17 and more."""
-    with pytest.raises(ValueError, match=SHAPE):
+    with pytest.raises(HourlyCostError, match=SHAPE):
         parse_hourly_cost(raw)
 
 
 def test_rejected_range() -> None:
     """A number beyond float64 is refused, not reported as +Inf."""
-    with pytest.raises(ValueError, match=RANGE):
+    with pytest.raises(HourlyCostError, match=RANGE):
         parse_hourly_cost("9" * 400)

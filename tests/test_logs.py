@@ -8,7 +8,7 @@ import json
 from twisted.logger import Logger, LogLevel, globalLogPublisher
 
 from kdraexp import logs
-from kdraexp.apiclient import ListError
+from kdraexp.listing import ListError
 
 
 def test_json_lines(monkeypatch: object) -> None:

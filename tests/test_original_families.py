@@ -1,16 +1,15 @@
-"""Reduction of DRA objects to samples: the original's identity cases and our improvements."""
+"""The original's seven families: its identity cases and our improvements."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kdraexp import exposition
-from kdraexp.dra import RESOURCE_CLAIMS, RESOURCE_SLICES, Kind, ListResult
-from kdraexp.metrics import Samples
+from kdraexp.collection import Collection
+from kdraexp.selection import select
+from tests.collect import collect, text
 from tests.objects import claim, device, resource_slice
 
 SELECTOR = {
@@ -21,17 +20,31 @@ SELECTOR = {
 CAPACITY = {"memory": "1Gi", "multiprocessors": "16", "decoders": "2"}
 
 
-def reduce(kind: Kind, objects: list[dict[str, Any]]) -> ListResult:
-    result = ListResult()
-    page = kind.decoder.decode(msgspec.json.encode({"items": objects}))
-    kind.reduce(page.items or [], result)
-    return result
+ORIGINAL = select(
+    allowlist=",".join(
+        [
+            "^kube_resourceclaim_status_allocated_device$",
+            "^kube_resourceclaim_status_reserved_for_pod$",
+            "^kube_resourceclaim_status_reserved_total$",
+            "^kube_resourceslice_device_capacity_(memory_bytes|multiprocessors|decoders)$",
+            "^kube_deviceclass_hourly_cost$",
+        ]
+    )
+)
+"""The original's seven families and no other."""
 
 
-def parsed(samples: Samples) -> dict[str, list[dict[str, str]]]:
+def reduce(objects: list[dict[str, Any]], plural: str) -> Collection:
+    """The original's families for objects of one kind."""
+    return collect(**{plural: objects}, selection=ORIGINAL)  # type: ignore[arg-type]
+
+
+def parsed(collection: Collection) -> dict[str, list[dict[str, str]]]:
     """Family name -> label sets, read back from the exposition."""
-    text = b"".join(exposition.encode_samples(samples)).decode()
-    return {f.name: [s.labels for s in f.samples] for f in text_string_to_metric_families(text)}
+    return {
+        f.name: [s.labels for s in f.samples]
+        for f in text_string_to_metric_families(text(collection))
+    }
 
 
 @pytest.mark.parametrize(
@@ -66,7 +79,7 @@ def test_node_name(spec: dict[str, Any], device_extra: dict[str, Any], node: str
             "slice", [device("gpu0", CAPACITY, **device_extra)], pool="pool-is-not-a-node", **spec
         )
     ]
-    families = parsed(reduce(RESOURCE_SLICES, slices).samples)
+    families = parsed(reduce(slices, "slices"))
     assert sorted(families) == [
         "kube_resourceslice_device_capacity_decoders",
         "kube_resourceslice_device_capacity_memory_bytes",
@@ -112,7 +125,7 @@ def test_driver_and_pool_identity() -> None:
             allNodes=True,
         ),
     ]
-    families = parsed(reduce(RESOURCE_SLICES, slices).samples)
+    families = parsed(reduce(slices, "slices"))
     assert list(families) == ["kube_resourceslice_device_capacity_memory_bytes"]
     triples = {
         (s["driver"], s["pool"], s["device_name"])
@@ -134,9 +147,7 @@ def test_attributes_bare_or_qualified() -> None:
         "other.example/parentUUID": {"string": "not ours"},
     }
     slices = [resource_slice("s", [device("d", {"memory": "1Gi"}, attributes)], "gpu.nvidia.com")]
-    labels = parsed(reduce(RESOURCE_SLICES, slices).samples)[
-        "kube_resourceslice_device_capacity_memory_bytes"
-    ][0]
+    labels = parsed(reduce(slices, "slices"))["kube_resourceslice_device_capacity_memory_bytes"][0]
     assert (labels["type"], labels["product_name"], labels["parent_uuid"]) == (
         "mig",
         "NVIDIA A100 80GB PCIe",
@@ -158,7 +169,7 @@ def test_only_present_capacities() -> None:
         resource_slice("empty", []),
         {"metadata": {"name": "null"}, "spec": {"devices": None}},
     ]
-    families = parsed(reduce(RESOURCE_SLICES, slices).samples)
+    families = parsed(reduce(slices, "slices"))
     assert families == {
         "kube_resourceslice_device_capacity_decoders": [
             {
@@ -178,10 +189,14 @@ def test_only_present_capacities() -> None:
 def test_bad_capacity_is_reported_not_fatal() -> None:
     """A capacity that is not a quantity is left out and reported; the others stay."""
     slices = [resource_slice("s", [device("a", {"memory": "lots", "decoders": "2"})])]
-    result = reduce(RESOURCE_SLICES, slices)
-    assert list(parsed(result.samples)) == ["kube_resourceslice_device_capacity_decoders"]
-    assert result.problems == [
-        "ResourceSlice s device a capacity memory: not a Kubernetes quantity: 'lots'"
+    result = reduce(slices, "slices")
+    assert list(parsed(result)) == ["kube_resourceslice_device_capacity_decoders"]
+    assert [(p.resource, p.field, p.message) for p in result.problems] == [
+        (
+            "resourceslices",
+            "capacity",
+            "ResourceSlice s device a capacity memory: not a Kubernetes quantity: 'lots'",
+        )
     ]
 
 
@@ -201,19 +216,19 @@ def test_reserved_for_counts_core_pods_only() -> None:
         claim("pending"),
         claim("allocated", results=[("d", "p", "dev")]),
     ]
-    samples = reduce(RESOURCE_CLAIMS, claims).samples
-    text = b"".join(exposition.encode_samples(samples)).decode()
+    samples = reduce(claims, "claims")
+    written = text(samples)
     assert (
         'kube_resourceclaim_status_reserved_total{namespace="workloads",resourceclaim_name="c"} 2'
-        in text
+        in written
     )
     assert (
         'kube_resourceclaim_status_reserved_total{namespace="workloads",'
-        'resourceclaim_name="pending"} 0' in text
+        'resourceclaim_name="pending"} 0' in written
     )
     assert (
         'kube_resourceclaim_status_reserved_total{namespace="workloads",'
-        'resourceclaim_name="allocated"} 0' in text
+        'resourceclaim_name="allocated"} 0' in written
     )
     pods = parsed(samples)["kube_resourceclaim_status_reserved_for_pod"]
     assert [(p["pod_name"], p["uid"]) for p in pods] == [("p1", "u1"), ("p2", "")]
@@ -222,14 +237,14 @@ def test_reserved_for_counts_core_pods_only() -> None:
 def test_duplicate_samples_written_once() -> None:
     """The same device allocated twice to one claim (two requests) is one series, not a failure."""
     claims = [claim("c", results=[("d", "p", "dev"), ("d", "p", "dev"), ("d", "p", "dev2")])]
-    text = b"".join(exposition.encode_samples(reduce(RESOURCE_CLAIMS, claims).samples)).decode()
+    written = text(reduce(claims, "claims"))
     allocated = [
         line
-        for line in text.splitlines()
+        for line in written.splitlines()
         if line.startswith("kube_resourceclaim_status_allocated_device{")
     ]
     assert len(allocated) == 2
-    families = list(text_string_to_metric_families(text))
+    families = list(text_string_to_metric_families(written))
     assert families
 
 
@@ -237,7 +252,5 @@ def test_label_values_escaped() -> None:
     """Quotes, backslashes and newlines in label values are escaped and read back intact."""
     odd = 'a"b\\c\nd'
     slices = [resource_slice("s", [device("d", {"memory": "1"}, {"productName": {"string": odd}})])]
-    labels = parsed(reduce(RESOURCE_SLICES, slices).samples)[
-        "kube_resourceslice_device_capacity_memory_bytes"
-    ][0]
+    labels = parsed(reduce(slices, "slices"))["kube_resourceslice_device_capacity_memory_bytes"][0]
     assert labels["product_name"] == odd

@@ -104,10 +104,10 @@ async def test_file_source_and_sigterm(tmp_path: Path) -> None:
 async def forty_scrapes_share_one_collection(api: TLSAPI, base: str) -> None:
     """40 concurrent scrapes over real sockets while a list hangs: one list call per resource."""
     before = len(api.fake.requests)
-    api.fake.faults["deviceclasses"] = Fault(hang=True, times=1)
+    api.fake.faults["resourceclaims"] = Fault(hang=True, times=1)
     scrapes = [Deferred.fromCoroutine(get(f"{base}/metrics")) for _ in range(40)]
     await wait_for(lambda: api.fake.hanging and len(api.fake.requests) - before == 3)
-    api.fake.hanging.pop().callback(json.dumps({"items": [SEED_CLASS]}).encode())
+    api.fake.hanging.pop().callback(json.dumps({"items": [SEED_CLAIM]}).encode())
     answers = await gatherResults(scrapes)
     assert {answer[0] if answer else None for answer in answers} == {200}
     assert len(api.fake.requests) - before == 3

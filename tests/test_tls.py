@@ -13,12 +13,13 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, gatherResults
 
-from kdraexp.apiclient import ListError
-from kdraexp.dra import DEVICE_CLASSES, RESOURCE_CLAIMS
 from kdraexp.gather import CollectionFailed, Gatherer
 from kdraexp.kubeconfig import ClusterConfig, ExecConfig
-from kdraexp.selfmetrics import ListStats
+from kdraexp.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, ListError
+from kdraexp.selection import select
+from kdraexp.selfmetrics import CollectionStats
 from kdraexp.service import KubeClientService
+from tests.collect import Recorder
 from tests.objects import device_class
 from tests.tlsapi import TLSAPI, serve
 
@@ -29,7 +30,7 @@ async def list_classes(cluster: ClusterConfig, page_size: int = 500) -> Any:
     """List DeviceClasses through a real client service, then close its pool."""
     service = KubeClientService(cluster, reactor, page_size)
     try:
-        return await service.client.fetch(DEVICE_CLASSES)
+        return await service.client.fetch(DEVICE_CLASSES, Recorder())
     finally:
         await service.stopService()
 
@@ -53,7 +54,7 @@ def api() -> Any:
 async def test_ca_and_ip_san(api: TLSAPI) -> None:
     """A certificate with only an IP SAN verifies against the configured CA."""
     result = await list_classes(ClusterConfig(api.server, "t", ca_pem=api.ca_pem))
-    assert result.objects == 1
+    assert result == 1
 
 
 @pytest_twisted.ensureDeferred
@@ -69,7 +70,7 @@ async def test_unknown_ca_refused(api: TLSAPI) -> None:
 @pytest_twisted.ensureDeferred
 async def test_insecure_skip_verify(api: TLSAPI) -> None:
     """insecure-skip-tls-verify connects without a CA."""
-    assert (await list_classes(ClusterConfig(api.server, "t", insecure=True))).objects == 1
+    assert (await list_classes(ClusterConfig(api.server, "t", insecure=True))) == 1
 
 
 @pytest_twisted.ensureDeferred
@@ -84,7 +85,7 @@ async def test_tls_server_name() -> None:
                 named.server, "t", ca_pem=named.ca_pem, tls_server_name="kubernetes.default.svc"
             )
         )
-        assert result.objects == 1
+        assert result == 1
 
 
 @pytest_twisted.ensureDeferred
@@ -99,7 +100,7 @@ async def test_client_certificate() -> None:
         cluster = ClusterConfig(
             mtls.server, "t", ca_pem=mtls.ca_pem, client_cert_pem=cert, client_key_pem=key
         )
-        assert (await list_classes(cluster)).objects == 1
+        assert (await list_classes(cluster)) == 1
         error = await list_error(attrs.evolve(cluster, client_cert_pem=None, client_key_pem=None))
         assert error.reason == "Transport"
 
@@ -114,10 +115,10 @@ async def test_unauthorized_then_token_file_reread(api: TLSAPI, tmp_path: Path) 
         ClusterConfig(api.server, "t", ca_pem=api.ca_pem, token_file=str(token)), reactor, 500
     )
     try:
-        assert (await service.client.fetch(DEVICE_CLASSES)).objects == 1
+        assert (await service.client.fetch(DEVICE_CLASSES, Recorder())) == 1
         token.write_text("second")
         api.fake.tokens = {"second"}
-        assert (await service.client.fetch(DEVICE_CLASSES)).objects == 1
+        assert (await service.client.fetch(DEVICE_CLASSES, Recorder())) == 1
     finally:
         await service.stopService()
     assert [r.authorization for r in api.fake.requests] == [
@@ -165,14 +166,14 @@ async def test_exec_plugin_cached_and_rerun_after_401(api: TLSAPI, tmp_path: Pat
     try:
         results = await gatherResults(
             [
-                Deferred.fromCoroutine(service.client.fetch(DEVICE_CLASSES)),
-                Deferred.fromCoroutine(service.client.fetch(RESOURCE_CLAIMS)),
+                Deferred.fromCoroutine(service.client.fetch(DEVICE_CLASSES, Recorder())),
+                Deferred.fromCoroutine(service.client.fetch(RESOURCE_CLAIMS, Recorder())),
             ]
         )
-        assert [r.objects for r in results] == [1, 0]
+        assert results == [1, 0]
         assert runs(tmp_path) == 1
         api.fake.tokens = {"t2"}
-        assert (await service.client.fetch(DEVICE_CLASSES)).objects == 1
+        assert (await service.client.fetch(DEVICE_CLASSES, Recorder())) == 1
         assert runs(tmp_path) == 2
     finally:
         await service.stopService()
@@ -189,8 +190,8 @@ async def test_exec_plugin_expired_credential_rerun(api: TLSAPI, tmp_path: Path)
     )
     service = KubeClientService(cluster, reactor, 500)
     try:
-        await service.client.fetch(DEVICE_CLASSES)
-        await service.client.fetch(DEVICE_CLASSES)
+        await service.client.fetch(DEVICE_CLASSES, Recorder())
+        await service.client.fetch(DEVICE_CLASSES, Recorder())
     finally:
         await service.stopService()
     assert runs(tmp_path) == 2
@@ -223,10 +224,10 @@ async def test_hanging_server_hits_deadline(api: TLSAPI) -> None:
 
     api.fake.faults["resourceslices"] = Fault(hang=True)
     service = KubeClientService(ClusterConfig(api.server, "t", ca_pem=api.ca_pem), reactor, 500)
-    gatherer = Gatherer(service.client, reactor, 0.5, ListStats())
+    gatherer = Gatherer(service.client, reactor, 0.5, CollectionStats(), select())
     try:
         with pytest.raises(CollectionFailed) as caught:
-            await gatherer.collect()
+            await gatherer.gather()
     finally:
         await service.stopService()
     assert [(e.resource, e.reason) for e in caught.value.errors] == [("resourceslices", "Timeout")]

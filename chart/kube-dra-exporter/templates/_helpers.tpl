@@ -98,3 +98,30 @@ image.repository, or [registry/][namespace/]name; then :tag@digest, :tag, @diges
 {{- printf "%s:%s" $repository $defaultTag -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The exporter's command-line arguments, from .Values.exporter and .Values.extraArgs. */}}
+{{- define "kube-dra-exporter.args" -}}
+{{- $e := .Values.exporter -}}
+- {{ printf "--timeout=%v" $e.timeout | quote }}
+- {{ printf "--page-size=%v" $e.pageSize | quote }}
+- {{ printf "--resources=%s" (join "," $e.resources) | quote }}
+{{- with $e.metricAllowlist }}
+- {{ printf "--metric-allowlist=%s" (join "," .) | quote }}
+{{- end }}
+{{- with $e.metricDenylist }}
+- {{ printf "--metric-denylist=%s" (join "," .) | quote }}
+{{- end }}
+{{- with $e.metricOptInList }}
+- {{ printf "--metric-opt-in-list=%s" (join "," .) | quote }}
+{{- end }}
+{{- with $e.deviceAttributes }}
+- {{ printf "--device-attributes=%s" (join "," .) | quote }}
+{{- end }}
+{{- with $e.deviceCapacities }}
+- {{ printf "--device-capacities=%s" . | quote }}
+{{- end }}
+- {{ printf "--cost-share-capacity=%s" $e.costShareCapacity | quote }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,364 @@
+"""Collections: each object read once as its page arrives, its rows kept until it changes.
+
+A collection lists every object, as the original does, but an object whose ``resourceVersion``
+has not changed since the last collection keeps the rows it gave then: in a cluster where little
+changes between scrapes, a scrape costs the lists and their decoding, not the families.  Rows are
+kept per object (kube-state-metrics' model); the families that need every object at once (pools,
+device states, cost) are recomputed when one of the lists they read changed.
+
+Each family's output has a *key*, the versions of the lists it reads: equal keys, equal rows, so
+a writer may reuse what it wrote for that key (:mod:`kdraexp.exposition` keeps it compressed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Mapping
+from typing import Any
+
+import msgspec
+
+from kdraexp import wire
+from kdraexp.classindex import ClassEntry, ClassIndex
+from kdraexp.context import Context, Options
+from kdraexp.devicecel import Matcher
+from kdraexp.families import VIEWS
+from kdraexp.family import CLUSTER, Family, Row
+from kdraexp.index import ClusterIndex
+from kdraexp.listing import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Kind,
+    ShapeError,
+)
+from kdraexp.problems import Problem, Problems
+from kdraexp.selection import Selection
+
+
+class Entry(msgspec.Struct, gc=False):
+    """What one object gave: its rows, its facts for the cross-object families, its problems."""
+
+    version: str | None
+    """The object's ``resourceVersion``: the entry is reused while it is the same."""
+    context: Hashable
+    """What else the rows depend on (the classes, for slices)."""
+    rows: tuple[tuple[str, Flat], ...]
+    """(family, rows) of the object's families, each family's rows flattened."""
+    facts: Any
+    problems: tuple[Problem, ...]
+    class_errors: tuple[tuple[str, str], ...]
+    """(class, reason) for each device whose match with a class could not be decided."""
+
+
+Flat = tuple[Any, ...]
+"""Rows of one family laid end to end in one tuple: a collection keeps a few hundred thousand
+rows, and one tuple instead of one per row saves a fifth of the memory they take."""
+
+
+def flatten(rows: Iterator[Row] | Any) -> Flat:
+    """Rows, each label set once (the first value wins), laid end to end."""
+    found = tuple(rows)
+    if len(found) < 2:
+        return found[0] if found else ()
+    seen: set[tuple[Any, ...]] = set()
+    flat: list[Any] = []
+    for row in found:
+        labels = row[:-1]
+        if labels not in seen:
+            seen.add(labels)
+            flat.extend(row)
+    return tuple(flat)
+
+
+def expand(flat: Flat, width: int) -> Iterator[Row]:
+    """The rows of *flat*, each *width* long."""
+    for start in range(0, len(flat), width):
+        yield flat[start : start + width]
+
+
+_IDENTITY = msgspec.json.Decoder(wire.Identity)
+
+
+def identity(meta: wire.ObjectMeta | None) -> str:
+    """An object's identity: its uid, else namespace/name."""
+    if meta is None:
+        return ""
+    return meta.uid or f"{meta.namespace or ''}/{meta.name or ''}"
+
+
+class KindReader:
+    """Reads the pages of one list of one kind, reusing the entries of unchanged objects."""
+
+    def __init__(
+        self,
+        kind: Kind,
+        families: list[Family],
+        options: Options,
+        classes: ClassIndex,
+        context: Hashable,
+        previous: Mapping[str, Entry],
+    ) -> None:
+        self.kind = kind
+        self._families = families
+        self._view = VIEWS[kind.plural]
+        self._options = options
+        self._classes = classes
+        self._context = context
+        self._previous = previous
+        self.restart()
+
+    def restart(self) -> None:
+        """Forget every page read so far."""
+        self.entries: dict[str, Entry] = {}
+        self.changed = False
+
+    def page(self, items: list[msgspec.Raw]) -> None:
+        """Read one page: each new or changed object once, for all the families of its kind.
+
+        :raises ShapeError: for an object not of the kind's shape.
+        """
+        decoder = self.kind.decoder
+        for raw in items:
+            meta = self._decode(_IDENTITY, raw).metadata
+            key = identity(meta)
+            if key in self.entries:
+                continue  # the same object twice in one list: the first one counts
+            version = meta.resource_version if meta else None
+            old = self._previous.get(key)
+            if (
+                old is not None
+                and version
+                and old.version == version
+                and old.context == self._context
+            ):
+                self.entries[key] = old
+                continue
+            item = self._decode(decoder, raw)
+            if item.metadata is not None and item.metadata.uid == key:
+                item.metadata.uid = key  # one string for the identity and the rows
+            self.entries[key] = self._read(item, version)
+            self.changed = True
+
+    def _decode(self, decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw) -> Any:
+        try:
+            return decoder.decode(raw)
+        except msgspec.DecodeError as error:
+            name = _name(raw)
+            raise ShapeError(f"{self.kind.kind} {name}: {error}".replace("  ", " ")) from None
+
+    def _read(self, item: Any, version: str | None) -> Entry:
+        problems = Problems()
+        context = Context(self._options, problems, self._classes)
+        view = self._view(item, context)
+        facts: Any = None
+        if self.kind in (RESOURCE_SLICES, RESOURCE_CLAIMS, DEVICE_TAINT_RULES):
+            facts = view.facts()
+        elif self.kind is DEVICE_CLASSES:
+            facts = view.entry
+        rows = []
+        for family in self._families:
+            found = flatten(family.rows(view))
+            if not found:
+                continue
+            if family.current_generation and self.kind is RESOURCE_SLICES:
+                facts.rows.append((family.name, found))
+            else:
+                rows.append((family.name, found))
+        return Entry(
+            version,
+            self._context,
+            tuple(rows),
+            facts,
+            tuple(problems.found),
+            tuple(context.class_errors),
+        )
+
+    def changed_from(self, previous: Mapping[str, Entry]) -> bool:
+        """Whether this list differs from the last one (an object new, changed or gone)."""
+        return self.changed or self.entries.keys() != previous.keys()
+
+
+def _name(raw: msgspec.Raw) -> str:
+    """The object's name, if its metadata can be read at all."""
+    try:
+        meta = _IDENTITY.decode(raw).metadata
+    except msgspec.DecodeError:
+        return "(unreadable)"
+    return (meta.name if meta else None) or "(no name)"
+
+
+class Store:
+    """What the last successful collection read, kept for the next one."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, Entry]] = {}
+        self.versions: dict[str, int] = {}
+        """Per resource, a number that changes whenever its list does."""
+        self.cluster_key: Hashable = None
+        self.cluster_rows: dict[str, Flat] = {}
+        self.cluster_problems: tuple[Problem, ...] = ()
+
+
+class Collection:
+    """Every family's rows (made when asked for), and what could not be read."""
+
+    __slots__ = (
+        "__weakref__",
+        "_cluster",
+        "_entries",
+        "_keys",
+        "class_error_messages",
+        "class_errors",
+        "problems",
+        "selection",
+    )
+
+    def __init__(
+        self,
+        selection: Selection,
+        entries: dict[str, dict[str, Entry]],
+        keys: dict[str, Hashable],
+        cluster: dict[str, Flat],
+        problems: list[Problem],
+        class_errors: dict[str, int],
+        class_error_messages: dict[str, str],
+    ) -> None:
+        self.selection = selection
+        self._entries = entries
+        self._keys = keys
+        self._cluster = cluster
+        self.problems = problems
+        self.class_errors = class_errors
+        """Per class, devices whose match could not be decided."""
+        self.class_error_messages = class_error_messages
+
+    @classmethod
+    def of(cls, given: list[tuple[Family, list[Row]]]) -> Collection:
+        """A collection of the given rows (for code that builds rows itself, and tests)."""
+        families = tuple(family for family, _ in given)
+        selection = Selection(frozenset(), families, Options())
+        rows = {family.name: flatten(rows) for family, rows in given}
+        keys: dict[str, Hashable] = {name: ("given", id(found)) for name, found in rows.items()}
+        return cls(selection, {}, keys, rows, [], {}, {})
+
+    def key(self, family: Family) -> Hashable:
+        """Equal for two collections whose rows of *family* are equal."""
+        return self._keys[family.name]
+
+    def rows(self, family: Family) -> list[Row]:
+        """The rows of one family."""
+        width = len(family.labels) + 1
+        if family.reads is CLUSTER or family.name in self._cluster:
+            return list(expand(self._cluster.get(family.name, ()), width))
+        entries = self._entries.get(family.reads.plural, {})  # type: ignore[union-attr]
+        found: list[Row] = []
+        name = family.name
+        if family.current_generation:
+            slices = [entry.facts for entry in entries.values()]
+            for facts in ClusterIndex.current(slices):
+                for owner, flat in facts.rows:
+                    if owner == name:
+                        found.extend(expand(flat, width))
+            return found
+        for entry in entries.values():
+            for owner, flat in entry.rows:
+                if owner == name:
+                    found.extend(expand(flat, width))
+        return found
+
+    def families(self) -> Iterator[tuple[Family, list[Row]]]:
+        """Each family that has rows, with its rows, in the order written."""
+        for family in self.selection.families:
+            rows = self.rows(family)
+            if rows:
+                yield family, rows
+
+
+class CollectionBuilder:
+    """Reads the lists of one collection into its store's entries; :meth:`finish` ends it."""
+
+    def __init__(self, selection: Selection, matcher: Matcher, store: Store | None = None) -> None:
+        self._selection = selection
+        self._matcher = matcher
+        self._store = store if store is not None else Store()
+        self._classes = ClassIndex()
+        self._context: Hashable = ()
+        self._readers: dict[str, KindReader] = {}
+
+    def reader(self, kind: Kind) -> KindReader:
+        """What reads the pages of *kind* (made when its list starts)."""
+        families = [f for f in self._selection.families if f.reads is kind]
+        context = self._context if kind is RESOURCE_SLICES else None
+        previous = self._store.entries.get(kind.plural, {})
+        reader = KindReader(
+            kind, families, self._selection.options, self._classes, context, previous
+        )
+        self._readers[kind.plural] = reader
+        return reader
+
+    def classes_listed(self) -> None:
+        """The classes are in: devices are matched and claims priced against them from now on."""
+        reader = self._readers.get(DEVICE_CLASSES.plural)
+        entries: list[ClassEntry] = [e.facts for e in reader.entries.values()] if reader else []
+        self._classes = ClassIndex(entries, self._matcher)
+        self._context = tuple((e.name, e.expressions) for e in entries)
+
+    def finish(self) -> Collection:
+        """The lists are complete: keep them in the store and make the collection."""
+        store = self._store
+        for plural, reader in self._readers.items():
+            previous = store.entries.get(plural, {})
+            if reader.changed_from(previous) or plural not in store.versions:
+                store.versions[plural] = store.versions.get(plural, 0) + 1
+            store.entries[plural] = reader.entries
+        listed = sorted(self._readers)
+        keys: dict[str, Hashable] = {
+            family.name: (
+                id(store),
+                *(
+                    store.versions.get(name, 0)
+                    for name in (listed if family.reads is CLUSTER else sorted(family.needs))
+                ),
+            )
+            for family in self._selection.families
+        }
+        problems: list[Problem] = []
+        class_errors: dict[str, int] = {}
+        messages: dict[str, str] = {}
+        for reader in self._readers.values():
+            for entry in reader.entries.values():
+                problems.extend(entry.problems)
+                for name, message in entry.class_errors:
+                    class_errors[name] = class_errors.get(name, 0) + 1
+                    messages.setdefault(name, message)
+        self._cluster(keys)
+        problems.extend(store.cluster_problems)
+        return Collection(
+            self._selection,
+            dict(store.entries),
+            keys,
+            store.cluster_rows,
+            problems,
+            class_errors,
+            messages,
+        )
+
+    def _cluster(self, keys: dict[str, Hashable]) -> None:
+        """Recompute the cross-object families when a list they read changed."""
+        store = self._store
+        cluster = [f for f in self._selection.families if f.reads is CLUSTER]
+        key = tuple(keys[f.name] for f in cluster)
+        if key == store.cluster_key:
+            return
+        problems = Problems()
+        index = ClusterIndex(
+            [e.facts for e in store.entries.get(RESOURCE_SLICES.plural, {}).values()],
+            [e.facts for e in store.entries.get(RESOURCE_CLAIMS.plural, {}).values()],
+            self._classes.costs,
+            problems,
+            [e.facts for e in store.entries.get(DEVICE_TAINT_RULES.plural, {}).values()],
+        )
+        store.cluster_rows = {f.name: flatten(f.rows(index)) for f in cluster}
+        store.cluster_problems = tuple(problems.found)
+        store.cluster_key = key

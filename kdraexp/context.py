@@ -1,0 +1,49 @@
+"""What the families read besides the object: the options, the classes, where problems go."""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from kdraexp.classindex import ClassIndex
+from kdraexp.problems import Problems
+
+DEFAULT_DEVICE_CAPACITIES = r"(?!(.*/)?memorySlice[0-9]+$).*"
+"""Every capacity but the placement-only ``memorySlice<N>`` of MIG devices."""
+
+
+@attrs.frozen
+class DeviceAttribute:
+    """An attribute ``--device-attributes`` adds to ``kube_resourceslice_device_info``."""
+
+    label: str
+    """``attribute_<name>``, sanitised."""
+    domain: str | None
+    """The attribute's domain; None for the driver's own (the name given bare)."""
+    name: str
+
+
+@attrs.frozen
+class Options:
+    """How the families are written (``--device-attributes`` and the like)."""
+
+    device_attributes: tuple[DeviceAttribute, ...] = ()
+    device_capacities: re.Pattern[str] = re.compile(DEFAULT_DEVICE_CAPACITIES)
+    cost_share_capacity: str = "memory"
+    """The capacity whose consumed share of a shareable device is the share of its cost."""
+
+    def capacity_wanted(self, name: str) -> bool:
+        """Whether ``kube_resourceslice_device_capacity`` reports the capacity *name*."""
+        return self.device_capacities.fullmatch(name) is not None
+
+
+@attrs.define
+class Context:
+    """The options and classes an object is read with, and what could not be read of it."""
+
+    options: Options
+    problems: Problems = attrs.Factory(Problems)
+    classes: ClassIndex = attrs.Factory(ClassIndex)
+    class_errors: list[tuple[str, str]] = attrs.Factory(list)
+    """(class, reason) for each device whose match with a class could not be decided."""

@@ -1,0 +1,45 @@
+"""Every metric family, one module a kind, and the view each kind's families read.
+
+To add a family: declare it with ``@family(...)`` in the module of the kind it reads, and add it
+to that module's ``FAMILIES``; document it in docs/metrics.md (a test compares the two).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdraexp.families import (
+    deviceclass,
+    devicetaintrule,
+    resourceclaim,
+    resourcepool,
+    resourceslice,
+)
+from kdraexp.family import Family
+
+FAMILIES: tuple[Family, ...] = tuple(
+    sorted(
+        (
+            *deviceclass.FAMILIES,
+            *devicetaintrule.FAMILIES,
+            *resourceclaim.FAMILIES,
+            *resourcepool.FAMILIES,
+            *resourceslice.FAMILIES,
+        ),
+        key=lambda family: family.name,
+    )
+)
+"""Every family, in the order written: sorted by name, as the original writes them."""
+
+BY_NAME = {family.name: family for family in FAMILIES}
+
+VIEWS: dict[str, Any] = {
+    "deviceclasses": deviceclass.ClassView,
+    "devicetaintrules": devicetaintrule.TaintRuleView,
+    "resourceslices": resourceslice.SliceView,
+    "resourceclaims": resourceclaim.ClaimView,
+}
+"""Per resource, the view its families read: each object is read once for all of them."""
+
+DEVICE_INFO = resourceslice.device_info
+DEVICE_CLASS = resourceslice.device_class

@@ -1,0 +1,68 @@
+"""DeviceTaintRule families, written when ``--resources`` names ``devicetaintrules``.
+
+The kind is served as ``resource.k8s.io/v1`` from Kubernetes 1.37 and ``v1beta2`` in 1.36 (behind
+the DRADeviceTaintRules gate); the newest version the server serves is listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kdraexp import wire
+from kdraexp.context import Context
+from kdraexp.family import Row, family
+from kdraexp.gated import TAINT_EFFECTS
+from kdraexp.index import RuleFacts
+from kdraexp.listing import DEVICE_TAINT_RULES
+
+
+class TaintRuleView:
+    """One DeviceTaintRule."""
+
+    __slots__ = ("context", "name", "selector", "taint")
+
+    def __init__(self, item: wire.DeviceTaintRule, context: Context) -> None:
+        spec = item.spec or wire.TaintRuleSpec()
+        self.context = context
+        self.name = (item.metadata or wire.ObjectMeta()).name or ""
+        self.selector = spec.device_selector or wire.TaintSelector()
+        self.taint = spec.taint or wire.DeviceTaint()
+
+    def facts(self) -> RuleFacts | None:
+        """The rule's selector, when its taint keeps claims off the devices it selects."""
+        if self.taint.effect not in ("NoSchedule", "NoExecute"):
+            return None
+        selector = self.selector
+        return RuleFacts(selector.driver or "", selector.pool or "", selector.device or "")
+
+
+@family(
+    "kube_devicetaintrule_info",
+    "A DeviceTaintRule: the devices it selects and the taint it puts on them.",
+    ("devicetaintrule", "driver", "pool", "device_name", "key", "value", "effect"),
+    DEVICE_TAINT_RULES,
+    "spec.deviceSelector.{driver,pool,device}, spec.taint.{key,value,effect}",
+)
+def taint_rule_info(view: TaintRuleView) -> Iterator[Row]:
+    """One row per rule with a known effect."""
+    taint, selector = view.taint, view.selector
+    if taint.effect not in TAINT_EFFECTS:
+        view.context.problems.add(
+            DEVICE_TAINT_RULES.plural,
+            "spec.taint.effect",
+            f"DeviceTaintRule {view.name}: unknown effect {taint.effect!r}",
+        )
+        return
+    yield (
+        view.name,
+        selector.driver or "",
+        selector.pool or "",
+        selector.device or "",
+        taint.key or "",
+        taint.value or "",
+        taint.effect,
+        1.0,
+    )
+
+
+FAMILIES = (taint_rule_info,)

@@ -1,0 +1,348 @@
+"""ResourceClaim families: what each claim asks for, what it was given, its state and its cost."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+from kdraexp import gated, wire
+from kdraexp.context import Context
+from kdraexp.family import CLUSTER, LabelGroup, Row, Stability, family
+from kdraexp.index import ClaimFacts, ClusterIndex, ResultFacts
+from kdraexp.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+
+C = LabelGroup(("namespace", "resourceclaim_name"))
+"""The claim labels every new claim family leads with."""
+
+_RESOURCE = RESOURCE_CLAIMS.plural
+_SMALL = {float(n): float(n) for n in range(65)}
+"""Small counts as shared float objects: a claim's rows are kept as long as it is unchanged."""
+
+
+class Result:
+    """One allocation result, with the class of the request it answers."""
+
+    __slots__ = (
+        "admin",
+        "consumed",
+        "device",
+        "deviceclass",
+        "driver",
+        "pool",
+        "request",
+        "share_id",
+    )
+
+    def __init__(
+        self, result: wire.DeviceResult, view: ClaimView, admin_requests: set[str]
+    ) -> None:
+        self.request = sys.intern(result.request or "")
+        self.driver = sys.intern(result.driver or "")
+        self.pool = result.pool or ""
+        self.device = result.device or ""
+        if isinstance(result.admin_access, bool):
+            self.admin = result.admin_access
+        else:
+            self.admin = self.request in admin_requests
+        self.share_id = result.share_id if isinstance(result.share_id, str) else ""
+        self.deviceclass = view.request_classes.get(self.request, "")
+        self.consumed = gated.consumed_capacity(
+            result.consumed_capacity,
+            view.context.problems,
+            _RESOURCE,
+            f"{view.where} device {self.driver}/{self.pool}/{self.device}",
+        )
+
+
+class ClaimView:
+    """One ResourceClaim, read once for all its families."""
+
+    __slots__ = (
+        "context",
+        "deleting",
+        "labels",
+        "meta",
+        "name",
+        "namespace",
+        "request_classes",
+        "results",
+        "status",
+        "where",
+        "wire",
+    )
+
+    def __init__(self, item: wire.ResourceClaim, context: Context) -> None:
+        self.wire = item
+        self.context = context
+        self.meta = item.metadata or wire.ObjectMeta()
+        self.name = self.meta.name or ""
+        self.namespace = sys.intern(self.meta.namespace or "")
+        self.where = f"ResourceClaim {self.namespace}/{self.name}"
+        self.labels = C.values(self.namespace, self.name)
+        self.deleting = bool(self.meta.deletion_timestamp)
+        self.status = item.status or wire.ClaimStatus()
+        self.request_classes: dict[str, str] = {}
+        admin_requests = set()
+        for request, _, exact in self.requests():
+            self.request_classes[request] = sys.intern(exact.device_class_name or "")
+            if isinstance(exact, wire.ExactRequest) and exact.admin_access is True:
+                admin_requests.add(request)
+        allocation = self.status.allocation
+        results = allocation.devices.results if allocation and allocation.devices else None
+        self.results = [Result(result, self, admin_requests) for result in results or ()]
+
+    def requests(self) -> Iterator[tuple[str, str, wire.ExactRequest | wire.Subrequest]]:
+        """(request name as results name it, request name, the request or alternative)."""
+        devices = (self.wire.spec or wire.ClaimSpec()).devices or wire.DeviceClaim()
+        for request in devices.requests or ():
+            name = request.name or ""
+            if request.exactly is not None:
+                yield name, name, request.exactly
+            for alternative in request.first_available or ():
+                yield f"{name}/{alternative.name or ''}", name, alternative
+
+    @property
+    def allocated(self) -> bool:
+        """Whether the claim has an allocation."""
+        return self.status.allocation is not None
+
+    def facts(self) -> ClaimFacts:
+        """What the cost and pool families need of this claim."""
+        share = self.context.options.cost_share_capacity
+        return ClaimFacts(
+            self.labels,
+            self.where,
+            tuple(
+                ResultFacts(
+                    r.driver,
+                    r.pool,
+                    r.device,
+                    r.admin,
+                    r.deviceclass,
+                    bool(r.consumed),
+                    r.consumed.get(share, r.consumed.get(f"{r.driver}/{share}")),
+                )
+                for r in self.results
+            ),
+        )
+
+    def state(self) -> str:
+        """deleting, pending, reserved or allocated (kubectl's rule, one state)."""
+        if self.deleting:
+            return "deleting"
+        if not self.allocated:
+            return "pending"
+        return "reserved" if self.status.reserved_for else "allocated"
+
+
+def _core_pods(view: ClaimView) -> Iterator[wire.Consumer]:
+    for consumer in view.status.reserved_for or ():
+        if consumer.resource == "pods" and not consumer.api_group:
+            yield consumer
+
+
+@family(
+    "kube_resourceclaim_status_allocated_device",
+    "Reports 1 when a specific device is allocated to a ResourceClaim.",
+    ("resourceclaim_name", "namespace", "pool", "device_name", "driver"),
+    RESOURCE_CLAIMS,
+    "metadata.{name,namespace}, status.allocation.devices.results[].{driver,pool,device}",
+    stability=Stability.STABLE,
+    original=True,
+)
+def allocated_device(view: ClaimView) -> Iterator[Row]:
+    """One row per allocation result."""
+    for result in view.results:
+        yield (view.name, view.namespace, result.pool, result.device, result.driver, 1.0)
+
+
+@family(
+    "kube_resourceclaim_status_reserved_for_pod",
+    "Reports 1 when the ResourceClaim is reserved for a specific Pod.",
+    ("resourceclaim_name", "namespace", "pod_name", "uid"),
+    RESOURCE_CLAIMS,
+    "status.reservedFor[].{apiGroup,resource,name,uid}",
+    stability=Stability.STABLE,
+    original=True,
+)
+def reserved_for_pod(view: ClaimView) -> Iterator[Row]:
+    """One row per consumer that is a core Pod (``resource: pods``, empty ``apiGroup``)."""
+    for consumer in _core_pods(view):
+        yield (view.name, view.namespace, consumer.name or "", consumer.uid or "", 1.0)
+
+
+@family(
+    "kube_resourceclaim_status_reserved_total",
+    "Total number of Pods actively reserving this ResourceClaim.",
+    ("resourceclaim_name", "namespace"),
+    RESOURCE_CLAIMS,
+    "status.reservedFor[]",
+    stability=Stability.STABLE,
+    original=True,
+)
+def reserved_total(view: ClaimView) -> Iterator[Row]:
+    """One row per claim: its core Pod consumers, 0 when none."""
+    count = float(sum(1 for _ in _core_pods(view)))
+    yield (view.name, view.namespace, _SMALL.get(count, count))
+
+
+@family(
+    "kube_resourceclaim_info",
+    "Information about a ResourceClaim and its controlling owner.",
+    (C, "uid", "owner_kind", "owner_name"),
+    RESOURCE_CLAIMS,
+    "metadata.{uid,ownerReferences[controller]}",
+)
+def claim_info(view: ClaimView) -> Iterator[Row]:
+    """One row per claim; the owner is the controller ownerReference (a Pod, a PodGroup...)."""
+    kind = name = ""
+    for owner in view.meta.owner_references or ():
+        if owner.controller is True:
+            kind, name = sys.intern(owner.kind or ""), owner.name or ""
+            break
+    yield (view.labels, view.meta.uid or "", kind, name, 1.0)
+
+
+@family(
+    "kube_resourceclaim_created",
+    "Unix creation timestamp of a ResourceClaim.",
+    (C,),
+    RESOURCE_CLAIMS,
+    "metadata.creationTimestamp",
+)
+def claim_created(view: ClaimView) -> Iterator[Row]:
+    """The creation time in seconds; pending age is ``time() - kube_resourceclaim_created``."""
+    try:
+        created = gated.timestamp(view.meta.creation_timestamp)
+    except gated.Unreadable as error:
+        view.context.problems.add(
+            _RESOURCE, "metadata.creationTimestamp", f"{view.where} creationTimestamp: {error}"
+        )
+        return
+    yield (view.labels, created)
+
+
+@family(
+    "kube_resourceclaim_status_state",
+    "Reports 1 for a ResourceClaim's state: pending, allocated, reserved or deleting.",
+    (C, "state"),
+    RESOURCE_CLAIMS,
+    "metadata.deletionTimestamp, status.allocation, status.reservedFor",
+)
+def claim_state(view: ClaimView) -> Iterator[Row]:
+    """Only the active state is written."""
+    yield (view.labels, view.state(), 1.0)
+
+
+@family(
+    "kube_resourceclaim_request_count",
+    "Devices a ResourceClaim requests, per request (firstAvailable alternatives as request/sub).",
+    (C, "request", "deviceclass_name", "allocation_mode"),
+    RESOURCE_CLAIMS,
+    "spec.devices.requests[].{name,exactly,firstAvailable[]}.{deviceClassName,allocationMode,count}"
+    ", status.allocation.devices.results[].request",
+)
+def request_count(view: ClaimView) -> Iterator[Row]:
+    """``count`` (default 1); for ``All``, the results given so far (0 while pending).
+
+    Alternatives of one request are written side by side: they are not to be summed.
+    """
+    for request, _, spec in view.requests():
+        mode = sys.intern(spec.allocation_mode or "ExactCount")
+        if mode == "All":
+            count = float(sum(1 for result in view.results if result.request == request))
+        else:
+            count = float(gated.integer(spec.count) or 1)
+        count = _SMALL.get(count, count)
+        yield (view.labels, request, spec.device_class_name or "", mode, count)
+
+
+@family(
+    "kube_resourceclaim_allocation_result_info",
+    "A device allocated to a ResourceClaim, with the class of the request it answers.",
+    (C, "request", "driver", "pool", "device_name", "deviceclass_name", "admin_access", "share_id"),
+    RESOURCE_CLAIMS,
+    "status.allocation.devices.results[].{request,driver,pool,device,adminAccess,shareID}, "
+    "spec.devices.requests[]",
+)
+def allocation_result_info(view: ClaimView) -> Iterator[Row]:
+    """One row per result; adminAccess results are shown and never count as use."""
+    for result in view.results:
+        yield (
+            view.labels,
+            result.request,
+            result.driver,
+            result.pool,
+            result.device,
+            result.deviceclass,
+            "true" if result.admin else "false",
+            result.share_id,
+            1.0,
+        )
+
+
+@family(
+    "kube_resourceclaim_allocation_consumed_capacity",
+    "Capacity of a shareable device that a ResourceClaim's allocation consumes.",
+    (C, "driver", "pool", "device_name", "share_id", "capacity"),
+    RESOURCE_CLAIMS,
+    "status.allocation.devices.results[].consumedCapacity",
+)
+def consumed_capacity(view: ClaimView) -> Iterator[Row]:
+    """Each consumed capacity of each result, as a float."""
+    for result in view.results:
+        for name, value in result.consumed.items():
+            yield (
+                view.labels,
+                result.driver,
+                result.pool,
+                result.device,
+                result.share_id,
+                name,
+                value,
+            )
+
+
+@family(
+    "kube_resourceclaim_status_device_condition",
+    "A condition a driver reports for a device allocated to a ResourceClaim.",
+    (C, "driver", "pool", "device_name", "condition", "status"),
+    RESOURCE_CLAIMS,
+    "status.devices[].{driver,pool,device,conditions[].{type,status}}",
+)
+def device_condition(view: ClaimView) -> Iterator[Row]:
+    """One row per condition; status is true, false or unknown."""
+    conditions = gated.device_conditions(
+        view.status.devices, view.context.problems, _RESOURCE, view.where
+    )
+    for driver, pool, device, condition, status in conditions:
+        yield (view.labels, driver, pool, device, condition, status, 1.0)
+
+
+@family(
+    "kube_resourceclaim_hourly_cost",
+    "Hourly cost of what a ResourceClaim was allocated, per device class.",
+    (C, "deviceclass_name"),
+    CLUSTER,
+    "status.allocation.devices.results[].{adminAccess,consumedCapacity}, the class's "
+    "hourly-cost annotation, the device's capacity (shareable devices)",
+    needs=(RESOURCE_CLAIMS, DEVICE_CLASSES, RESOURCE_SLICES),
+)
+def hourly_cost(index: ClusterIndex) -> Iterator[Row]:
+    """The class's cost times the share used, summed over the claim's non-admin results."""
+    yield from index.claim_costs()
+
+
+FAMILIES = (
+    allocated_device,
+    reserved_for_pod,
+    reserved_total,
+    claim_info,
+    claim_created,
+    claim_state,
+    request_count,
+    allocation_result_info,
+    consumed_capacity,
+    device_condition,
+    hourly_cost,
+)

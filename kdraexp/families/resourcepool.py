@@ -1,0 +1,104 @@
+"""Resource pool families: what PromQL cannot compute from the device rows.
+
+A pool is ``(driver, pool)``.  Generation filtering and counter arithmetic need every slice of the
+pool and every claim at once; device counts per state are left to PromQL
+(``count by (driver, pool, state) (kube_resourceslice_device_state)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kdraexp.family import CLUSTER, Row, family
+from kdraexp.index import ClusterIndex
+from kdraexp.listing import RESOURCE_CLAIMS, RESOURCE_SLICES
+
+_POOL = ("driver", "pool")
+
+
+@family(
+    "kube_resourcepool_generation",
+    "The current generation of a resource pool: the highest among its slices.",
+    _POOL,
+    CLUSTER,
+    "spec.driver, spec.pool.{name,generation}",
+    needs=(RESOURCE_SLICES,),
+)
+def pool_generation(index: ClusterIndex) -> Iterator[Row]:
+    """One row per pool."""
+    for pool in index.pools.values():
+        yield (pool.driver, pool.name, float(pool.generation))
+
+
+@family(
+    "kube_resourcepool_slices",
+    "Slices of a resource pool: expected and published in the current generation, and stale.",
+    (*_POOL, "state"),
+    CLUSTER,
+    "spec.pool.{generation,resourceSliceCount}",
+    needs=(RESOURCE_SLICES,),
+)
+def pool_slices(index: ClusterIndex) -> Iterator[Row]:
+    """expected (resourceSliceCount), published, stale (slices of older generations)."""
+    for pool in index.pools.values():
+        if pool.expected is not None:
+            yield (pool.driver, pool.name, "expected", float(pool.expected))
+        yield (pool.driver, pool.name, "published", float(pool.published))
+        yield (pool.driver, pool.name, "stale", float(pool.stale))
+
+
+@family(
+    "kube_resourcepool_complete",
+    "1 when a resource pool has published every slice of its current generation, else 0.",
+    _POOL,
+    CLUSTER,
+    "spec.pool.{generation,resourceSliceCount}",
+    needs=(RESOURCE_SLICES,),
+)
+def pool_complete(index: ClusterIndex) -> Iterator[Row]:
+    """Incomplete pools are skipped by the scheduler's view of capacity and by the autoscaler."""
+    for pool in index.pools.values():
+        if pool.expected is not None:
+            yield (pool.driver, pool.name, 1.0 if pool.published == pool.expected else 0.0)
+
+
+@family(
+    "kube_resourcepool_counter",
+    "A shared counter of a resource pool: its total, and what allocated devices consume.",
+    (*_POOL, "counter_set", "counter", "state"),
+    CLUSTER,
+    "spec.sharedCounters, spec.devices[].consumesCounters, "
+    "ResourceClaim status.allocation.devices.results[]",
+    needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
+)
+def pool_counter(index: ClusterIndex) -> Iterator[Row]:
+    """total from sharedCounters; consumed by the devices allocated (adminAccess aside)."""
+    for pool in index.pools.values():
+        for (counter_set, counter), total in pool.totals.items():
+            consumed = pool.consumed.get((counter_set, counter), 0.0)
+            yield (pool.driver, pool.name, counter_set, counter, "total", total)
+            yield (pool.driver, pool.name, counter_set, counter, "consumed", consumed)
+
+
+@family(
+    "kube_resourcepool_utilization_ratio",
+    "How much of a resource pool is allocated, counting a partitioned device once.",
+    _POOL,
+    CLUSTER,
+    "spec.sharedCounters, spec.devices[].consumesCounters, "
+    "ResourceClaim status.allocation.devices.results[]",
+    needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
+)
+def pool_utilization(index: ClusterIndex) -> Iterator[Row]:
+    """The mean use of the pool's units.
+
+    A counter set is one unit, worth its most used counter; a device consuming no counters is one
+    unit, worth 1 when allocated.
+    """
+    for pool in index.pools.values():
+        ratio = index.utilization(pool)
+        if ratio is not None:
+            yield (pool.driver, pool.name, ratio)
+
+
+FAMILIES = (pool_generation, pool_slices, pool_complete, pool_counter, pool_utilization)

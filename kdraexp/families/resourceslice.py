@@ -1,0 +1,526 @@
+"""ResourceSlice families: the devices drivers publish, their capacities, taints and counters.
+
+Device families count only slices of their pool's current generation (the highest
+``spec.pool.generation`` among its slices), except the original's three capacity families, which
+report every generation as the original does.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+from kdraexp import devicecel, gated, wire
+from kdraexp.context import Context
+from kdraexp.family import CLUSTER, LabelGroup, Row, Stability, family
+from kdraexp.index import ClusterIndex, DeviceFacts, SliceFacts
+from kdraexp.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+
+D = LabelGroup(("resourceslice_name", "driver", "pool", "device_name", "node_name"))
+"""The device labels every device family leads with."""
+
+_RESOURCE = RESOURCE_SLICES.plural
+
+
+class CapacityValue(wire.Wire):
+    """A device capacity: a Kubernetes quantity (and a request policy, not read)."""
+
+    value: Any = None
+
+
+class AttributeValue(wire.Wire):
+    """A device attribute: exactly one of string, int, bool, version (or their lists)."""
+
+    string: Any = None
+    int: Any = None
+    bool: Any = None
+    version: Any = None
+
+
+_CAPACITY = msgspec.json.Decoder(CapacityValue | None)
+_ATTRIBUTE_JSON = msgspec.json.Decoder(dict[str, Any] | None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _attribute(raw: bytes) -> dict[str, Any] | None:
+    """An attribute's ``{"<kind>": value}`` map (cached: values repeat across devices)."""
+    try:
+        return _ATTRIBUTE_JSON.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def string_attribute(attributes: dict[str, msgspec.Raw], driver: str, name: str) -> str:
+    """The string value of attribute *name*, given bare or qualified with the driver's domain.
+
+    A name without a domain is in the driver's domain, so ``productName`` and
+    ``gpu.nvidia.com/productName`` are the same attribute of a ``gpu.nvidia.com`` device.
+    Attributes of another kind (int, bool, version) give "".
+    """
+    for key in (name, f"{driver}/{name}"):
+        raw = attributes.get(key)
+        if raw is None:
+            continue
+        value = _attribute(bytes(raw))
+        if value is not None and isinstance(value.get("string"), str):
+            return str(value["string"])
+    return ""
+
+
+class DeviceView:
+    """One device of a slice, with what several families and the selectors read."""
+
+    __slots__ = (
+        "_capacities",
+        "_consumes",
+        "_strings",
+        "_taints",
+        "allow_multiple_allocations",
+        "attributes",
+        "capacity_raw",
+        "driver",
+        "labels",
+        "name",
+        "node_name",
+        "wire",
+    )
+
+    def __init__(self, device: wire.Device, view: SliceView) -> None:
+        self.wire = device
+        self.name = device.name or ""
+        self.driver = view.driver
+        self.node_name = (device.node_name if view.per_device else view.node_name) or ""
+        self.labels = D.values(view.name, view.driver, view.pool, self.name, self.node_name)
+        self.attributes = device.attributes or {}
+        self.capacity_raw = device.capacity or {}
+        self.allow_multiple_allocations = device.allow_multiple_allocations is True
+        self._capacities: dict[str, float] | None = None
+        self._taints: list[tuple[str, str, str]] | None = None
+        self._consumes: tuple[tuple[str, dict[str, float]], ...] | None = None
+        self._strings: dict[str, str] = {}
+
+    def taints(self, context: Context, where: str) -> list[tuple[str, str, str]]:
+        """The device's taints as (key, value, effect); unreadable ones reported once."""
+        if self._taints is None:
+            self._taints = gated.taints(
+                self.wire.taints, context.problems, _RESOURCE, f"{where} device {self.name}"
+            )
+        return self._taints
+
+    def consumes(self, context: Context, where: str) -> tuple[tuple[str, dict[str, float]], ...]:
+        """The counters the device consumes, by counter set; unreadable ones reported once."""
+        if self._consumes is None:
+            self._consumes = gated.counter_sets(
+                self.wire.consumes_counters,
+                "counterSet",
+                context.problems,
+                _RESOURCE,
+                f"{where} device {self.name}",
+            )
+        return self._consumes
+
+    def string_attribute(self, name: str) -> str:
+        """A string attribute by the original's rule (bare or in the driver's domain)."""
+        value = self._strings.get(name)
+        if value is None:
+            value = self._strings[name] = string_attribute(self.attributes, self.driver, name)
+        return value
+
+    def first_string_attribute(self, *names: str) -> str:
+        """The first of *names* the device has as a string attribute."""
+        for name in names:
+            value = self.string_attribute(name)
+            if value:
+                return value
+        return ""
+
+    def attribute_text(self, domain: str | None, name: str) -> str:
+        """An attribute of any kind as label text; *domain* None is the driver's."""
+        for key in self._key(domain or self.driver, name):
+            raw = self.attributes.get(key)
+            if raw is not None:
+                text = gated.attribute_text(_attribute(bytes(raw)))
+                if text is not None:
+                    return text
+        return ""
+
+    def capacities(self, context: Context, where: str) -> dict[str, float]:
+        """Every capacity as a float; those that are not quantities are reported once."""
+        if self._capacities is None:
+            found = {}
+            for key, raw in self.capacity_raw.items():
+                try:
+                    capacity = _CAPACITY.decode(raw)
+                    found[sys.intern(key)] = gated.quantity(capacity.value if capacity else None)
+                except (msgspec.ValidationError, gated.Unreadable) as error:
+                    context.problems.add(
+                        _RESOURCE, "capacity", f"{where} device {self.name} capacity {key}: {error}"
+                    )
+            self._capacities = found
+        return self._capacities
+
+    def named_capacity(self, context: Context, where: str, name: str) -> float | None:
+        """A capacity by name, bare or in the driver's domain."""
+        capacities = self.capacities(context, where)
+        value = capacities.get(name)
+        return value if value is not None else capacities.get(f"{self.driver}/{name}")
+
+    # DeviceFields, for the class selectors.
+
+    def _key(self, domain: str, name: str) -> tuple[str, ...]:
+        return (name, f"{domain}/{name}") if domain == self.driver else (f"{domain}/{name}",)
+
+    def attribute(self, domain: str, name: str) -> Any:
+        """The attribute as a CEL value, or devicecel.ABSENT."""
+        for key in self._key(domain, name):
+            raw = self.attributes.get(key)
+            if raw is not None:
+                return _cel_attribute(bytes(raw))
+        return devicecel.ABSENT
+
+    def capacity(self, domain: str, name: str) -> Any:
+        """The capacity as a CEL quantity, or devicecel.ABSENT."""
+        for key in self._key(domain, name):
+            raw = self.capacity_raw.get(key)
+            if raw is not None:
+                return _cel_capacity(bytes(raw))
+        return devicecel.ABSENT
+
+    def attribute_domain(self, domain: str) -> dict[str, Any]:
+        """Every attribute of *domain*, by name."""
+        return self._domain(self.attributes, domain, _cel_attribute)
+
+    def capacity_domain(self, domain: str) -> dict[str, Any]:
+        """Every capacity of *domain*, by name."""
+        return self._domain(self.capacity_raw, domain, _cel_capacity)
+
+    def _domain(self, values: dict[str, msgspec.Raw], domain: str, read: Any) -> dict[str, Any]:
+        found = {}
+        for key, raw in values.items():
+            key_domain, _, name = key.rpartition("/")
+            if (key_domain or self.driver) == domain:
+                value = read(bytes(raw))
+                if value is not devicecel.ABSENT:
+                    found[name] = value
+        return found
+
+    def domains(self) -> set[str]:
+        """The domains of the device's attributes and capacities."""
+        keys = [*self.attributes, *self.capacity_raw]
+        return {key.rpartition("/")[0] or self.driver for key in keys} | {self.driver}
+
+    def projection(self, path: tuple[str, ...]) -> Any:
+        """The undecoded value at *path*: equal JSON, equal value."""
+        if len(path) == 1:
+            return self.driver if path[0] == "driver" else self.allow_multiple_allocations
+        values = self.attributes if path[0] == "attributes" else self.capacity_raw
+        if len(path) == 3:
+            for key in self._key(path[1], path[2]):
+                raw = values.get(key)
+                if raw is not None:
+                    return bytes(raw)
+            return None
+        return tuple(
+            sorted(
+                (key, bytes(raw))
+                for key, raw in values.items()
+                if (key.rpartition("/")[0] or self.driver) == path[1]
+            )
+        )
+
+
+@functools.lru_cache(maxsize=4096)
+def _cel_attribute(raw: bytes) -> Any:
+    value = _attribute(raw)
+    if not value or len(value) != 1:
+        return devicecel.ABSENT
+    ((kind, inner),) = value.items()
+    return devicecel.attribute_value(kind, inner)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cel_capacity(raw: bytes) -> Any:
+    try:
+        capacity = _CAPACITY.decode(raw)
+    except msgspec.ValidationError:
+        return devicecel.ABSENT
+    value = capacity.value if capacity else None
+    if not isinstance(value, str):
+        return devicecel.ABSENT
+    try:
+        return devicecel.quantity_value(value)
+    except ValueError:
+        return devicecel.ABSENT
+
+
+class SliceView:
+    """One ResourceSlice, read once for all its families."""
+
+    __slots__ = (
+        "all_nodes",
+        "context",
+        "devices",
+        "driver",
+        "generation",
+        "name",
+        "node_name",
+        "per_device",
+        "pool",
+        "shared_counters",
+        "slice_count",
+        "where",
+        "wire",
+    )
+
+    def __init__(self, item: wire.ResourceSlice, context: Context) -> None:
+        spec = item.spec or wire.SliceSpec()
+        pool = spec.pool or wire.Pool()
+        self.wire = item
+        self.context = context
+        self.name = (item.metadata or wire.ObjectMeta()).name or ""
+        self.where = f"ResourceSlice {self.name}"
+        self.driver = sys.intern(spec.driver or "")
+        self.pool = pool.name or ""
+        self.generation = gated.integer(pool.generation)
+        self.slice_count = gated.integer(pool.resource_slice_count)
+        self.node_name = spec.node_name or ""
+        self.all_nodes = spec.all_nodes is True
+        self.per_device = spec.per_device_node_selection is True
+        self.devices = [DeviceView(device, self) for device in spec.devices or ()]
+        self.shared_counters = gated.counter_sets(
+            spec.shared_counters, "name", context.problems, _RESOURCE, self.where
+        )
+
+    def facts(self) -> SliceFacts:
+        """What the pool, state and cost families need of this slice."""
+        context, where = self.context, self.where
+        share = context.options.cost_share_capacity
+        devices = tuple(
+            DeviceFacts(
+                device.labels,
+                device.name,
+                any(effect in _BLOCKING for _, _, effect in device.taints(context, where)),
+                device.consumes(context, where),
+                device.named_capacity(context, where, share),
+                device.allow_multiple_allocations,
+            )
+            for device in self.devices
+        )
+        return SliceFacts(
+            self.driver,
+            self.pool,
+            self.generation or 0,
+            self.slice_count,
+            self.shared_counters,
+            devices,
+        )
+
+
+_BLOCKING = frozenset({"NoSchedule", "NoExecute"})
+
+
+def _original_capacity(name: str) -> Any:
+    def rows(view: SliceView) -> Iterator[Row]:
+        for device in view.devices:
+            if name not in device.capacity_raw:
+                continue
+            value = device.capacities(view.context, view.where).get(name)
+            if value is None:
+                continue
+            yield (
+                view.name,
+                device.name,
+                view.driver,
+                view.pool,
+                device.node_name,
+                device.string_attribute("type"),
+                device.string_attribute("productName"),
+                device.string_attribute("parentUUID"),
+                value,
+            )
+
+    return rows
+
+
+_ORIGINAL_CAPACITY_LABELS = (
+    "resourceslice_name",
+    "device_name",
+    "driver",
+    "pool",
+    "node_name",
+    "type",
+    "product_name",
+    "parent_uuid",
+)
+_ORIGINAL_FIELDS = (
+    "spec.driver, spec.pool.name, spec.nodeName, spec.perDeviceNodeSelection, spec.devices[].name, "
+    "spec.devices[].nodeName, spec.devices[].attributes type/productName/parentUUID, "
+    "spec.devices[].capacity.{}"
+)
+
+capacity_memory_bytes = family(
+    "kube_resourceslice_device_capacity_memory_bytes",
+    "Device memory capacity in bytes.",
+    _ORIGINAL_CAPACITY_LABELS,
+    RESOURCE_SLICES,
+    _ORIGINAL_FIELDS.format("memory"),
+    stability=Stability.STABLE,
+    original=True,
+)(_original_capacity("memory"))
+
+capacity_multiprocessors = family(
+    "kube_resourceslice_device_capacity_multiprocessors",
+    "Number of multiprocessors available on the device.",
+    _ORIGINAL_CAPACITY_LABELS,
+    RESOURCE_SLICES,
+    _ORIGINAL_FIELDS.format("multiprocessors"),
+    stability=Stability.STABLE,
+    original=True,
+)(_original_capacity("multiprocessors"))
+
+capacity_decoders = family(
+    "kube_resourceslice_device_capacity_decoders",
+    "Number of hardware decoders available on the device.",
+    _ORIGINAL_CAPACITY_LABELS,
+    RESOURCE_SLICES,
+    _ORIGINAL_FIELDS.format("decoders"),
+    stability=Stability.STABLE,
+    original=True,
+)(_original_capacity("decoders"))
+
+
+@family(
+    "kube_resourceslice_info",
+    "Information about a ResourceSlice.",
+    ("resourceslice_name", "driver", "pool", "node_name", "all_nodes", "generation"),
+    RESOURCE_SLICES,
+    "metadata.name, spec.driver, spec.pool.name, spec.pool.generation, spec.nodeName, "
+    "spec.allNodes",
+)
+def slice_info(view: SliceView) -> Iterator[Row]:
+    """One row per slice, of every generation."""
+    generation = "" if view.generation is None else str(view.generation)
+    all_nodes = "true" if view.all_nodes else "false"
+    yield (view.name, view.driver, view.pool, view.node_name, all_nodes, generation, 1.0)
+
+
+@family(
+    "kube_resourceslice_device_info",
+    "Information about a device a ResourceSlice publishes.",
+    (D, "type", "model", "uuid", "parent_uuid"),
+    RESOURCE_SLICES,
+    "spec.devices[].name, spec.devices[].attributes type/productName/model/uuid/parentUUID "
+    "(and those named by --device-attributes)",
+    current_generation=True,
+)
+def device_info(view: SliceView) -> Iterator[Row]:
+    """One row per device; ``--device-attributes`` adds ``attribute_<name>`` labels."""
+    extras = view.context.options.device_attributes
+    for device in view.devices:
+        yield (
+            device.labels,
+            device.string_attribute("type"),
+            device.first_string_attribute("productName", "model"),
+            device.string_attribute("uuid"),
+            device.string_attribute("parentUUID"),
+            *(device.attribute_text(extra.domain, extra.name) for extra in extras),
+            1.0,
+        )
+
+
+@family(
+    "kube_resourceslice_device_capacity",
+    "Capacity of a device, one series per capacity it publishes.",
+    (D, "capacity"),
+    RESOURCE_SLICES,
+    "spec.devices[].capacity (names matching --device-capacities)",
+    current_generation=True,
+)
+def device_capacity(view: SliceView) -> Iterator[Row]:
+    """Each capacity whose name ``--device-capacities`` accepts, as a float."""
+    wanted = view.context.options.capacity_wanted
+    for device in view.devices:
+        for name, value in device.capacities(view.context, view.where).items():
+            if wanted(name):
+                yield (device.labels, name, value)
+
+
+@family(
+    "kube_resourceslice_device_taint",
+    "A taint on a device.",
+    (D, "key", "value", "effect"),
+    RESOURCE_SLICES,
+    "spec.devices[].taints[].{key,value,effect}",
+    current_generation=True,
+)
+def device_taint(view: SliceView) -> Iterator[Row]:
+    """One row per taint of a known effect (None, NoSchedule, NoExecute)."""
+    for device in view.devices:
+        for key, value, effect in device.taints(view.context, view.where):
+            yield (device.labels, key, value, effect, 1.0)
+
+
+@family(
+    "kube_resourceslice_device_class",
+    "Reports 1 when a device satisfies every CEL selector of a DeviceClass.",
+    (D, "deviceclass_name"),
+    RESOURCE_SLICES,
+    "spec.devices[] (driver, attributes, capacity, allowMultipleAllocations) against "
+    "DeviceClass spec.selectors[].cel.expression",
+    needs=(DEVICE_CLASSES,),
+    current_generation=True,
+)
+def device_class(view: SliceView) -> Iterator[Row]:
+    """One row per (device, class) that matches."""
+    classes, errors = view.context.classes, view.context.class_errors
+    for device in view.devices:
+        for name in classes.matching(device, errors):
+            yield (device.labels, name, 1.0)
+
+
+@family(
+    "kube_resourceslice_shared_counter",
+    "A counter a ResourceSlice shares among the devices of its pool.",
+    ("resourceslice_name", "driver", "pool", "counter_set", "counter"),
+    RESOURCE_SLICES,
+    "spec.sharedCounters[].{name,counters}",
+    current_generation=True,
+)
+def shared_counter(view: SliceView) -> Iterator[Row]:
+    """Each counter of each shared counter set, as a float."""
+    for counter_set, counters in view.shared_counters:
+        for counter, value in counters.items():
+            yield (view.name, view.driver, view.pool, counter_set, counter, value)
+
+
+@family(
+    "kube_resourceslice_device_state",
+    "Reports 1 for a device's state: allocated, tainted, blocked or available.",
+    (D, "state"),
+    CLUSTER,
+    "spec.devices[].{taints,consumesCounters}, spec.sharedCounters, "
+    "ResourceClaim status.allocation.devices.results[], DeviceTaintRules (when listed)",
+    needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
+)
+def device_state(index: ClusterIndex) -> Iterator[Row]:
+    """One row per device of a current generation, in its one state."""
+    for labels, state in index.device_states():
+        yield (labels, state, 1.0)
+
+
+FAMILIES = (
+    capacity_memory_bytes,
+    capacity_multiprocessors,
+    capacity_decoders,
+    slice_info,
+    device_info,
+    device_capacity,
+    device_taint,
+    device_class,
+    shared_counter,
+    device_state,
+)

@@ -1,0 +1,221 @@
+"""A metric family, declared once: name, help, type, labels, stability, where its rows come from.
+
+kube-state-metrics' family generators are the model: each family is one declaration holding its
+name, help text, type and the function that produces its rows from an object, so adding a family
+is one block in the file of its kind (``kdraexp/families/``).
+
+A row is a tuple of label values followed by the sample's value.  Families whose rows share a
+leading group of labels (the device labels D, the claim labels C) take that group as one
+:class:`GroupValues`, rendered once and reused by every family of the object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from enum import StrEnum
+from typing import Any
+
+import attrs
+import msgspec
+
+from kdraexp.listing import Kind
+
+
+class Stability(StrEnum):
+    """How settled a family is (kube-state-metrics' levels)."""
+
+    STABLE = "STABLE"
+    """The original's seven families: their names, labels and meaning do not change."""
+    ALPHA = "ALPHA"
+    """New families: may still change."""
+
+
+class LabelArityError(ValueError):
+    """A row with a wrong number (or kind) of label values: a bug in a family's rows."""
+
+
+def escape_label_value(value: str) -> str:
+    """Escape a label value as the text and OpenMetrics formats require."""
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
+
+
+@attrs.frozen(eq=False)
+class LabelGroup:
+    """Labels that many families lead with, rendered once per object."""
+
+    names: tuple[str, ...]
+    _template: str = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_template", ",".join(f'{name}="%s"' for name in self.names))
+
+    def values(self, *values: str) -> GroupValues:
+        """The group's values, in the order of :attr:`names`."""
+        if len(values) != len(self.names):
+            raise LabelArityError(
+                f"{len(values)} values for the {len(self.names)} labels {', '.join(self.names)}"
+            )
+        text = self._template % tuple([escape_label_value(value) for value in values])
+        return GroupValues(self, values, text)
+
+
+class GroupValues(msgspec.Struct, frozen=True, gc=False):
+    """Values of a :class:`LabelGroup` and their ``a="x",b="y"`` text.
+
+    Kept out of the cyclic garbage collector (it refers to no container that could refer back):
+    a collection holds one per device and claim, and tracked objects make every collector pass
+    longer.
+    """
+
+    group: LabelGroup
+    values: tuple[str, ...]
+    text: str
+
+
+Row = tuple[Any, ...]
+"""Label values (strings, or GroupValues for a group) then the value (a float)."""
+LabelSpec = tuple["str | LabelGroup", ...]
+
+
+class Cluster:
+    """Marks families computed over every listed object at once (pools, device states, cost)."""
+
+
+CLUSTER = Cluster()
+
+
+@attrs.frozen(eq=False)
+class Family:
+    """One metric family and the function that makes its rows."""
+
+    name: str
+    help: str
+    labels: LabelSpec
+    """Label names in the order written, with groups where rows give a GroupValues."""
+    rows: Callable[[Any], Iterable[Row]] = attrs.field(repr=False)
+    """Rows from one object (a view of it), or from the cluster index for CLUSTER families."""
+    reads: Kind | Cluster
+    needs: frozenset[str]
+    """The resources whose lists the rows depend on; the family is written only with all of them."""
+    fields: str
+    """The API fields read, for the metrics reference."""
+    type: str = "gauge"
+    stability: Stability = Stability.ALPHA
+    opt_in: bool = False
+    """Written only when ``--metric-opt-in-list`` names it."""
+    original: bool = False
+    """One of the original's seven: labels written alphabetically and samples sorted, as it does."""
+    current_generation: bool = False
+    """Rows of a slice count only when it belongs to its pool's current generation."""
+    label_names: tuple[str, ...] = attrs.field(init=False)
+    line_prefix: Callable[[Row], str] = attrs.field(init=False, repr=False)
+    """``name{labels} `` for a row, to which the writer appends the value.
+
+    Raises :class:`LabelArityError` when the row does not fit the declared labels."""
+
+    def __attrs_post_init__(self) -> None:
+        names: list[str] = []
+        for label in self.labels:
+            names.extend(label.names if isinstance(label, LabelGroup) else (label,))
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.name}: a label is declared twice")
+        if self.original and any(isinstance(label, LabelGroup) for label in self.labels):
+            raise ValueError(f"{self.name}: the original's families take no label groups")
+        object.__setattr__(self, "label_names", tuple(names))
+        object.__setattr__(self, "line_prefix", _renderer(self))
+
+    def label_values(self, row: Row) -> tuple[str, ...]:
+        """The row's label values, groups expanded, in :attr:`label_names` order."""
+        values: list[str] = []
+        for value in row[:-1]:
+            if isinstance(value, GroupValues):
+                values.extend(value.values)
+            else:
+                values.append(value)
+        return tuple(values)
+
+
+def _renderer(family: Family) -> Callable[[Row], str]:
+    """A function rendering ``name{labels} `` for one of *family*'s rows, checking the row first.
+
+    Generated per family (as attrs and dataclasses generate ``__init__``): writing hundreds of
+    thousands of lines a scrape, a straight-line function is twice as fast as a generic loop.
+    The original's families write their labels alphabetically, as the original does.
+    """
+    order = list(range(len(family.labels)))
+    if family.original:
+        order.sort(key=lambda index: family.labels[index])  # type: ignore[arg-type,return-value]
+    checks, parts = [], []
+    for position, index in enumerate(order):
+        label = family.labels[index]
+        value = f"v{index}"
+        checks.append(f"    {value} = row[{index}]")
+        if isinstance(label, LabelGroup):
+            checks.append(
+                f"    if {value}.__class__ is not GroupValues or {value}.group is not group{index}:"
+            )
+            checks.append(
+                f"        raise LabelArityError(f'{{name}}: label {index} needs its group')"
+            )
+            parts.append(f"{',' if position else ''}{{{value}.text}}")
+            continue
+        checks.append(f"    if {value}.__class__ is not str:")
+        checks.append(f"        raise LabelArityError(f'{{name}}: label {index} is not a string')")
+        checks.append(f"    if '\"' in {value} or '\\\\' in {value} or '\\n' in {value}:")
+        checks.append(f"        {value} = escape({value})")
+        parts.append(f'{"," if position else ""}{label}="{{{value}}}"')
+    source = "\n".join(
+        [
+            "def line_prefix(row):",
+            f"    if len(row) != {len(family.labels) + 1}:",
+            f"        raise LabelArityError(f'{{name}}: {{len(row) - 1}} label values for "
+            f"{len(family.labels)} labels')",
+            *checks,
+            f"    return f'{{name}}{{{{{''.join(parts).replace(chr(39), chr(92) + chr(39))}}}}} '",
+        ]
+    )
+    namespace: dict[str, Any] = {
+        "name": family.name,
+        "GroupValues": GroupValues,
+        "LabelArityError": LabelArityError,
+        "escape": escape_label_value,
+        **{f"group{i}": label for i, label in enumerate(family.labels)},
+    }
+    exec(source, namespace)  # the source is built above from the declaration alone
+    renderer: Callable[[Row], str] = namespace["line_prefix"]
+    return renderer
+
+
+def family(
+    name: str,
+    help: str,
+    labels: LabelSpec,
+    reads: Kind | Cluster,
+    fields: str,
+    *,
+    needs: Iterable[Kind] = (),
+    **options: Any,
+) -> Callable[[Callable[[Any], Iterable[Row]]], Family]:
+    """Declare a family over the function it decorates, which makes its rows.
+
+    *needs* names the kinds the rows depend on besides the one they read.
+    """
+
+    def declare(rows: Callable[[Any], Iterable[Row]]) -> Family:
+        kinds = {kind.plural for kind in needs}
+        if isinstance(reads, Kind):
+            kinds.add(reads.plural)
+        return Family(
+            name=name,
+            help=help,
+            labels=labels,
+            rows=rows,
+            reads=reads,
+            needs=frozenset(kinds),
+            fields=fields,
+            **options,
+        )
+
+    return declare

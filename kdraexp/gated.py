@@ -1,0 +1,246 @@
+"""Reading the fields that may be absent, null, empty or of another shape on a real cluster.
+
+Feature-gated fields (taints, counters, consumed capacity, device status) and the values inside
+attributes and capacities arrive undecoded.  Each reader here returns what it can read and reports
+each value it cannot, so one odd value costs that value alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from kdraexp.problems import Problems
+from kdraexp.quantity import QuantityError, parse_quantity
+
+TAINT_EFFECTS = frozenset({"None", "NoSchedule", "NoExecute"})
+"""The effects a device taint may have; "Consumers must treat unknown effects like None"."""
+CONDITION_STATUSES = {"True": "true", "False": "false", "Unknown": "unknown"}
+
+_decode = msgspec.json.decode
+
+
+class Unreadable(ValueError):
+    """A value of the wrong shape; the message says what was expected."""
+
+
+def raw_value(raw: msgspec.Raw | None) -> Any:
+    """Decode one undecoded value; None when absent or null.
+
+    :raises Unreadable: when it is not JSON (which a real server never sends).
+    """
+    if raw is None or not raw:
+        return None
+    try:
+        return _decode(raw)
+    except msgspec.DecodeError as error:
+        raise Unreadable(f"not JSON: {error}") from None
+
+
+def quantity(value: Any) -> float:
+    """A Kubernetes quantity given as a string.
+
+    :raises Unreadable: for anything else.
+    """
+    if not isinstance(value, str):
+        raise Unreadable(f"expected a quantity string, got {_short(value)}")
+    try:
+        return parse_quantity(value)
+    except QuantityError as error:
+        raise Unreadable(str(error)) from None
+
+
+def counters(value: Any) -> dict[str, float]:
+    """A ``{"<counter>": {"value": "<quantity>"}}`` map.
+
+    :raises Unreadable: when the map or any counter in it cannot be read.
+    """
+    if not isinstance(value, dict):
+        raise Unreadable(f"expected a map of counters, got {_short(value)}")
+    found = {}
+    for name, counter in value.items():
+        if not isinstance(counter, dict):
+            raise Unreadable(f"counter {name}: expected {{value: quantity}}, got {_short(counter)}")
+        try:
+            found[name] = quantity(counter.get("value"))
+        except Unreadable as error:
+            raise Unreadable(f"counter {name}: {error}") from None
+    return found
+
+
+def counter_sets(
+    raw: msgspec.Raw | None, name_key: str, problems: Problems, resource: str, where: str
+) -> tuple[tuple[str, dict[str, float]], ...]:
+    """``sharedCounters`` (*name_key* ``name``) or ``consumesCounters`` (``counterSet``).
+
+    Returns (counter set, counters) pairs; a set that cannot be read is reported and left out.
+    """
+    field = "sharedCounters" if name_key == "name" else "consumesCounters"
+    try:
+        value = raw_value(raw)
+    except Unreadable as error:
+        problems.add(resource, field, f"{where} {field}: {error}")
+        return ()
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        problems.add(resource, field, f"{where} {field}: expected a list, got {_short(value)}")
+        return ()
+    found = []
+    for entry in value:
+        name = entry.get(name_key) if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name:
+            problems.add(resource, field, f"{where} {field}: an entry has no {name_key}")
+            continue
+        try:
+            found.append((name, counters(entry.get("counters") or {})))
+        except Unreadable as error:
+            problems.add(resource, field, f"{where} {field} {name}: {error}")
+    return tuple(found)
+
+
+def taints(
+    raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
+) -> list[tuple[str, str, str]]:
+    """A device's taints as (key, value, effect); unknown effects are reported and left out."""
+    try:
+        value = raw_value(raw)
+    except Unreadable as error:
+        problems.add(resource, "taints", f"{where} taints: {error}")
+        return []
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        problems.add(resource, "taints", f"{where} taints: expected a list, got {_short(value)}")
+        return []
+    found = []
+    for taint in value:
+        if not isinstance(taint, dict) or not isinstance(taint.get("key"), str):
+            problems.add(resource, "taints", f"{where} taints: an entry has no key")
+            continue
+        key, effect = taint["key"], taint.get("effect")
+        text = taint.get("value")
+        if effect not in TAINT_EFFECTS:
+            problems.add(
+                resource, "taints", f"{where} taint {key}: unknown effect {_short(effect)}"
+            )
+            continue
+        found.append((key, text if isinstance(text, str) else "", effect))
+    return found
+
+
+def consumed_capacity(
+    raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
+) -> dict[str, float]:
+    """``results[].consumedCapacity``: capacity name -> quantity; bad quantities left out."""
+    try:
+        value = raw_value(raw)
+    except Unreadable as error:
+        problems.add(resource, "consumedCapacity", f"{where} consumedCapacity: {error}")
+        return {}
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        problems.add(
+            resource,
+            "consumedCapacity",
+            f"{where} consumedCapacity: expected a map, got {_short(value)}",
+        )
+        return {}
+    found = {}
+    for name, amount in value.items():
+        try:
+            found[name] = quantity(amount)
+        except Unreadable as error:
+            problems.add(resource, "consumedCapacity", f"{where} consumedCapacity {name}: {error}")
+    return found
+
+
+def device_conditions(
+    raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
+) -> list[tuple[str, str, str, str, str]]:
+    """``status.devices[].conditions[]`` as (driver, pool, device, type, status lower-cased)."""
+    try:
+        value = raw_value(raw)
+    except Unreadable as error:
+        problems.add(resource, "status.devices", f"{where} status.devices: {error}")
+        return []
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        problems.add(
+            resource,
+            "status.devices",
+            f"{where} status.devices: expected a list, got {_short(value)}",
+        )
+        return []
+    found = []
+    for entry in value:
+        if not isinstance(entry, dict):
+            problems.add(
+                resource, "status.devices", f"{where} status.devices: an entry is not a map"
+            )
+            continue
+        driver, pool, device = (_text(entry.get(k)) for k in ("driver", "pool", "device"))
+        conditions = entry.get("conditions") or []
+        if not isinstance(conditions, list):
+            conditions = [None]
+        for condition in conditions:
+            kind = condition.get("type") if isinstance(condition, dict) else None
+            status = condition.get("status") if isinstance(condition, dict) else None
+            if not isinstance(kind, str) or status not in CONDITION_STATUSES:
+                problems.add(
+                    resource,
+                    "status.devices",
+                    f"{where} device {device} condition: expected a type and a status of "
+                    f"True, False or Unknown, got {_short(condition)}",
+                )
+                continue
+            found.append((driver, pool, device, kind, CONDITION_STATUSES[status]))
+    return found
+
+
+def timestamp(value: str | None) -> float:
+    """An RFC 3339 time as Unix seconds.
+
+    :raises Unreadable: when it is not one.
+    """
+    if not value:
+        raise Unreadable("no timestamp")
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise Unreadable(f"not an RFC 3339 time: {_short(value)}") from None
+
+
+def integer(value: Any) -> int | None:
+    """An integer field; None when absent or not an integer."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def attribute_text(value: Mapping[str, Any] | None) -> str | None:
+    """An attribute's value as label text: strings as they are, others in their JSON spelling."""
+    if not isinstance(value, dict) or len(value) != 1:
+        return None
+    ((kind, inner),) = value.items()
+    if kind in ("string", "version") and isinstance(inner, str):
+        return inner
+    if kind == "bool" and isinstance(inner, bool):
+        return "true" if inner else "false"
+    if kind == "int" and isinstance(inner, int) and not isinstance(inner, bool):
+        return str(inner)
+    return None
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

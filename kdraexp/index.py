@@ -1,0 +1,259 @@
+"""What needs every listed object at once: pools, device states, counters, utilisation, cost.
+
+While pages are read, each slice and claim leaves a few facts behind (its pool and generation, its
+devices' taints and counter needs, its allocation results); this module joins them once the lists
+are complete.  A pool is ``(driver, pool)``; its current generation is the highest
+``spec.pool.generation`` among its slices, and only slices of that generation count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+from kdraexp.family import GroupValues
+from kdraexp.problems import Problems
+
+Counters = tuple[tuple[str, dict[str, float]], ...]
+"""(counter set, {counter: quantity}) pairs."""
+
+
+class DeviceFacts(msgspec.Struct, gc=False):
+    """What the pool families need of one device.
+
+    Facts are kept out of the cyclic garbage collector (they form no cycles): a collection holds
+    one per device and claim, and tracked objects make every collector pass longer.
+    """
+
+    labels: GroupValues
+    name: str
+    tainted: bool
+    """A taint with effect NoSchedule or NoExecute."""
+    consumes: Counters
+    share_capacity: float | None
+    """The capacity named by ``--cost-share-capacity``, for shareable devices' cost."""
+    shareable: bool
+
+
+class SliceFacts(msgspec.Struct, gc=False):
+    """What the pool families need of one slice, and its rows that depend on its generation."""
+
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int | None
+    shared: Counters
+    devices: tuple[DeviceFacts, ...]
+    rows: list[tuple[str, tuple[Any, ...]]] = msgspec.field(default_factory=list)
+    """(family, flattened rows) of the families that count only the current generation."""
+
+
+class ResultFacts(msgspec.Struct, gc=False):
+    """One allocation result of a claim."""
+
+    driver: str
+    pool: str
+    device: str
+    admin: bool
+    deviceclass: str
+    consumed: bool
+    """Whether the result has a consumedCapacity (a share of a shareable device)."""
+    consumed_share: float | None
+    """Its consumed ``--cost-share-capacity``."""
+
+
+class ClaimFacts(msgspec.Struct, gc=False):
+    """What the cost and pool families need of one claim."""
+
+    labels: GroupValues
+    where: str
+    results: tuple[ResultFacts, ...]
+
+
+class RuleFacts(msgspec.Struct, gc=False):
+    """A DeviceTaintRule's selector, when its taint keeps new claims off (NoSchedule, NoExecute).
+
+    An empty driver, pool or device selects every one.
+    """
+
+    driver: str
+    pool: str
+    device: str
+
+    def selects(self, driver: str, pool: str, device: str) -> bool:
+        """Whether the rule's selector matches the device."""
+        return (
+            self.driver in ("", driver) and self.pool in ("", pool) and self.device in ("", device)
+        )
+
+
+class Pool:
+    """One pool's current generation: its slices, devices, counters and how much is used."""
+
+    __slots__ = (
+        "consumed",
+        "devices",
+        "driver",
+        "expected",
+        "generation",
+        "name",
+        "published",
+        "slices",
+        "stale",
+        "totals",
+    )
+
+    def __init__(self, driver: str, name: str) -> None:
+        self.driver = driver
+        self.name = name
+        self.slices: list[SliceFacts] = []
+        self.generation = 0
+        self.expected: int | None = None
+        self.published = 0
+        self.stale = 0
+        self.devices: list[DeviceFacts] = []
+        self.totals: dict[tuple[str, str], float] = {}
+        self.consumed: dict[tuple[str, str], float] = {}
+
+    def settle(self) -> None:
+        """Keep the current generation only; add up its counters."""
+        self.generation = max(s.generation for s in self.slices)
+        current = [s for s in self.slices if s.generation == self.generation]
+        self.published = len(current)
+        self.stale = len(self.slices) - len(current)
+        counts = [s.slice_count for s in current if s.slice_count is not None]
+        self.expected = max(counts) if counts else None
+        for facts in current:
+            self.devices.extend(facts.devices)
+            for counter_set, counters in facts.shared:
+                for counter, value in counters.items():
+                    self.totals.setdefault((counter_set, counter), value)
+
+
+class ClusterIndex:
+    """The join of one collection's slices and claims."""
+
+    def __init__(
+        self,
+        slices: list[SliceFacts],
+        claims: list[ClaimFacts],
+        costs: dict[str, float],
+        problems: Problems,
+        rules: list[RuleFacts] | None = None,
+    ) -> None:
+        self.pools: dict[tuple[str, str], Pool] = {}
+        for facts in slices:
+            key = (facts.driver, facts.pool)
+            pool = self.pools.get(key)
+            if pool is None:
+                pool = self.pools[key] = Pool(*key)
+            pool.slices.append(facts)
+        self.devices: dict[tuple[str, str, str], DeviceFacts] = {}
+        for pool in self.pools.values():
+            pool.settle()
+            for device in pool.devices:
+                self.devices.setdefault((pool.driver, pool.name, device.name), device)
+        self.claims = claims
+        self.costs = costs
+        self.problems = problems
+        self.rules = [rule for rule in rules or () if rule is not None]
+        self.allocated = {
+            (result.driver, result.pool, result.device)
+            for claim in claims
+            for result in claim.results
+            if not result.admin
+        }
+        for pool in self.pools.values():
+            for device in pool.devices:
+                if (pool.driver, pool.name, device.name) in self.allocated:
+                    for counter_set, counters in device.consumes:
+                        for counter, value in counters.items():
+                            key = (counter_set, counter)
+                            pool.consumed[key] = pool.consumed.get(key, 0.0) + value
+
+    @staticmethod
+    def current(slices: list[SliceFacts]) -> Iterator[SliceFacts]:
+        """The slices of their pool's current generation (the highest among its slices)."""
+        highest: dict[tuple[str, str], int] = {}
+        for facts in slices:
+            key = (facts.driver, facts.pool)
+            highest[key] = max(highest.get(key, facts.generation), facts.generation)
+        for facts in slices:
+            if facts.generation == highest[(facts.driver, facts.pool)]:
+                yield facts
+
+    def device_states(self) -> Iterator[tuple[GroupValues, str]]:
+        """Each current device's one state: allocated, tainted, blocked or available."""
+        for pool in self.pools.values():
+            for device in pool.devices:
+                if (pool.driver, pool.name, device.name) in self.allocated:
+                    state = "allocated"
+                elif device.tainted or self._ruled(pool, device):
+                    state = "tainted"
+                elif _blocked(device, pool):
+                    state = "blocked"
+                else:
+                    state = "available"
+                yield device.labels, state
+
+    def _ruled(self, pool: Pool, device: DeviceFacts) -> bool:
+        return any(rule.selects(pool.driver, pool.name, device.name) for rule in self.rules)
+
+    def utilization(self, pool: Pool) -> float | None:
+        """The mean use of the pool's units (see kube_resourcepool_utilization_ratio)."""
+        units: list[float] = []
+        for counter_set in dict.fromkeys(counter_set for counter_set, _ in pool.totals):
+            ratios = [
+                pool.consumed.get((counter_set, counter), 0.0) / total
+                for (name, counter), total in pool.totals.items()
+                if name == counter_set and total > 0
+            ]
+            units.append(max(ratios, default=0.0))
+        for device in pool.devices:
+            if not device.consumes:
+                allocated = (pool.driver, pool.name, device.name) in self.allocated
+                units.append(1.0 if allocated else 0.0)
+        return sum(units) / len(units) if units else None
+
+    def claim_costs(self) -> Iterator[tuple[GroupValues, str, float]]:
+        """Per claim and class: the class's hourly cost times the share of each device used."""
+        for claim in self.claims:
+            sums: dict[str, float] = {}
+            for result in claim.results:
+                cost = self.costs.get(result.deviceclass)
+                if result.admin or cost is None:
+                    continue
+                share = self._share(claim, result)
+                if share is not None:
+                    sums[result.deviceclass] = sums.get(result.deviceclass, 0.0) + cost * share
+            for deviceclass, total in sums.items():
+                yield claim.labels, deviceclass, total
+
+    def _share(self, claim: ClaimFacts, result: ResultFacts) -> float | None:
+        device = self.devices.get((result.driver, result.pool, result.device))
+        if not result.consumed and not (device is not None and device.shareable):
+            return 1.0
+        capacity = device.share_capacity if device is not None else None
+        if result.consumed_share is None or not capacity:
+            self.problems.add(
+                "resourceclaims",
+                "consumedCapacity",
+                f"{claim.where} device {result.driver}/{result.pool}/{result.device}: the share "
+                "of the shareable device used is unknown (no consumed capacity, or no such "
+                "capacity on the device), so it costs nothing",
+            )
+            return None
+        return result.consumed_share / capacity
+
+
+def _blocked(device: DeviceFacts, pool: Pool) -> bool:
+    """Whether the counters the device consumes exceed what its pool has left."""
+    for counter_set, counters in device.consumes:
+        for counter, need in counters.items():
+            key = (counter_set, counter)
+            left = pool.totals.get(key, 0.0) - pool.consumed.get(key, 0.0)
+            if need - left > 1e-9 * max(1.0, abs(need)):
+                return True
+    return False

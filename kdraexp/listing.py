@@ -1,0 +1,110 @@
+"""What a list is: the kinds listed, where their pages go, and how a list fails.
+
+The API client and the file source both implement :class:`Source`; everything above them sees
+only this module.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Protocol
+
+import attrs
+import msgspec
+
+from kdraexp import wire
+
+GROUP = "resource.k8s.io"
+
+
+@attrs.frozen
+class Kind:
+    """One listed resource."""
+
+    plural: str
+    kind: str
+    item_type: type[Any]
+    versions: tuple[str, ...] = ("v1",)
+    """``resource.k8s.io`` versions that serve it, newest first: the newest served is used."""
+    decoder: msgspec.json.Decoder[Any] = attrs.field(init=False, eq=False, repr=False)
+    """Decodes one object of this kind."""
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "decoder", msgspec.json.Decoder(self.item_type))
+
+    def api_versions(self) -> tuple[str, ...]:
+        """``apiVersion`` values this kind's objects carry."""
+        return tuple(f"{GROUP}/{version}" for version in self.versions)
+
+
+DEVICE_CLASSES = Kind("deviceclasses", "DeviceClass", wire.DeviceClass)
+DEVICE_TAINT_RULES = Kind(
+    "devicetaintrules", "DeviceTaintRule", wire.DeviceTaintRule, versions=("v1", "v1beta2")
+)
+RESOURCE_SLICES = Kind("resourceslices", "ResourceSlice", wire.ResourceSlice)
+RESOURCE_CLAIMS = Kind("resourceclaims", "ResourceClaim", wire.ResourceClaim)
+KINDS = (DEVICE_CLASSES, DEVICE_TAINT_RULES, RESOURCE_SLICES, RESOURCE_CLAIMS)
+"""Every kind, in the order a collection lists them: classes first, since slices need them."""
+BY_PLURAL = {kind.plural: kind for kind in KINDS}
+DEFAULT_RESOURCES = ("resourceclaims", "resourceslices", "deviceclasses")
+
+
+class Reason(StrEnum):
+    """Why a list failed, when it is not a Kubernetes Status reason (``Forbidden``...)."""
+
+    TIMEOUT = "Timeout"
+    TRANSPORT = "Transport"
+    DECODE = "Decode"
+    CREDENTIALS = "Credentials"
+    TOO_LARGE = "TooLarge"
+    FILE_UNREADABLE = "FileUnreadable"
+    INTERNAL = "InternalError"
+
+
+@attrs.frozen
+class ListError(Exception):
+    """A list that failed: which resource, the reason (Kubernetes' or ours), the HTTP code."""
+
+    resource: str
+    reason: str
+    """A Kubernetes Status reason (``Forbidden``, ``Expired``...) or a :class:`Reason`."""
+    code: int | None = None
+    message: str = ""
+    public: bool = False
+    """Whether *message* may be shown in the HTTP answer (it never may for API server text)."""
+
+    def __str__(self) -> str:
+        code = f"{self.code} " if self.code is not None else ""
+        detail = f": {self.message}" if self.message else ""
+        return f"list {self.resource}: {code}{self.reason}{detail}"
+
+
+PAGE = msgspec.json.Decoder(wire.Page)
+"""Decodes one page of any list, leaving its objects undecoded."""
+
+
+class ShapeError(ValueError):
+    """An object that is not of its kind's shape (a field of the wrong type); says where."""
+
+
+class Reader(Protocol):
+    """Takes the pages of one list as they arrive, so each can be dropped after."""
+
+    def page(self, items: list[msgspec.Raw]) -> None:
+        """Read one page of objects, each the undecoded JSON of one object.
+
+        :raises ShapeError: for an object that is not of the kind's shape.
+        """
+
+    def restart(self) -> None:
+        """Forget every page read so far: the list starts over."""
+
+
+class Source(Protocol):
+    """Where the DRA objects come from: the API server, or a file."""
+
+    async def fetch(self, kind: Kind, reader: Reader) -> int:
+        """Hand every object of *kind* to *reader*, a page at a time; return how many.
+
+        :raises ListError: when the list cannot be completed.
+        """

@@ -1,0 +1,145 @@
+"""Choosing what is written, with kube-state-metrics' flags and their meaning.
+
+``--resources`` chooses the lists; a family is written when every resource it needs is listed,
+when it is not opt-in or ``--metric-opt-in-list`` names it, and when ``--metric-allowlist`` (or
+``--metric-denylist``, not both) lets it through.  List items are regular expressions searched in
+family names, as kube-state-metrics does (``kube_resourcepool_.*``, or an exact name).
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from kdraexp import devicecel
+from kdraexp.context import DEFAULT_DEVICE_CAPACITIES, DeviceAttribute, Options
+from kdraexp.families import DEVICE_CLASS, DEVICE_INFO, FAMILIES
+from kdraexp.family import Family
+from kdraexp.listing import BY_PLURAL, DEFAULT_RESOURCES, KINDS, Kind
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
+_DOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+class SelectionError(ValueError):
+    """A flag value that cannot be used; the message names the flag."""
+
+
+@attrs.frozen
+class Selection:
+    """The resources listed, the families written, and how."""
+
+    resources: frozenset[str]
+    families: tuple[Family, ...]
+    """The families written, in the order written (the device info family may carry the
+    ``--device-attributes`` labels)."""
+    options: Options
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def kinds(self) -> tuple[Kind, ...]:
+        """The kinds listed, in listing order."""
+        return tuple(kind for kind in KINDS if kind.plural in self.resources)
+
+
+def _items(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _patterns(flag: str, value: str) -> list[re.Pattern[str]]:
+    patterns = []
+    for item in _items(value):
+        try:
+            patterns.append(re.compile(item))
+        except re.error as error:
+            raise SelectionError(f"{flag}: {item!r} is not a regular expression: {error}") from None
+    return patterns
+
+
+def resources_of(value: str) -> frozenset[str]:
+    """The ``--resources`` value as resource names.
+
+    :raises SelectionError: for an unknown resource or an empty list.
+    """
+    resources = _items(value)
+    unknown = [name for name in resources if name not in BY_PLURAL]
+    if unknown or not resources:
+        raise SelectionError(f"--resources: expected some of {', '.join(BY_PLURAL)}, got {value!r}")
+    return frozenset(resources)
+
+
+def device_attributes_of(value: str) -> tuple[DeviceAttribute, ...]:
+    """The ``--device-attributes`` value: ``name`` (the driver's domain) or ``domain/name``.
+
+    :raises SelectionError: for a malformed name or two names that give the same label.
+    """
+    found: dict[str, DeviceAttribute] = {}
+    for item in _items(value):
+        domain, _, name = item.rpartition("/")
+        if not _IDENTIFIER.fullmatch(name) or (domain and not _DOMAIN.fullmatch(domain)):
+            raise SelectionError(
+                f"--device-attributes: {item!r} is not an attribute name (name or domain/name)"
+            )
+        label = "attribute_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
+        if label in found:
+            raise SelectionError(
+                f"--device-attributes: {item!r} and {found[label].name!r} both give {label}"
+            )
+        found[label] = DeviceAttribute(label, domain or None, name)
+    return tuple(found.values())
+
+
+def select(
+    resources: str = ",".join(DEFAULT_RESOURCES),
+    allowlist: str = "",
+    denylist: str = "",
+    opt_in: str = "",
+    device_attributes: str = "",
+    device_capacities: str = DEFAULT_DEVICE_CAPACITIES,
+    cost_share_capacity: str = "memory",
+) -> Selection:
+    """The selection the flags describe.
+
+    :raises SelectionError: with one line naming the flag at fault.
+    """
+    chosen = resources_of(resources)
+    allow = _patterns("--metric-allowlist", allowlist)
+    deny = _patterns("--metric-denylist", denylist)
+    if allow and deny:
+        raise SelectionError("--metric-allowlist and --metric-denylist are mutually exclusive")
+    opted = _patterns("--metric-opt-in-list", opt_in)
+    try:
+        capacities = re.compile(device_capacities)
+    except re.error as error:
+        raise SelectionError(
+            f"--device-capacities: {device_capacities!r} is not a regular expression: {error}"
+        ) from None
+    if not _IDENTIFIER.fullmatch(cost_share_capacity.rpartition("/")[2]):
+        raise SelectionError(f"--cost-share-capacity: {cost_share_capacity!r} is not a name")
+    attributes = device_attributes_of(device_attributes)
+    options = Options(attributes, capacities, cost_share_capacity)
+
+    def wanted(family: Family) -> bool:
+        if not family.needs <= chosen:
+            return False
+        if family.opt_in and not any(p.search(family.name) for p in opted):
+            return False
+        if allow:
+            return any(p.search(family.name) for p in allow)
+        return not any(p.search(family.name) for p in deny)
+
+    families = [family for family in FAMILIES if wanted(family)]
+    warnings = []
+    if DEVICE_CLASS in families and not devicecel.AVAILABLE:
+        families.remove(DEVICE_CLASS)
+        warnings.append(
+            f"{DEVICE_CLASS.name} is not written: no CEL runtime (cel-expr-python) is available "
+            "for this platform"
+        )
+    if attributes and DEVICE_INFO in families:
+        index = families.index(DEVICE_INFO)
+        families[index] = attrs.evolve(
+            DEVICE_INFO, labels=(*DEVICE_INFO.labels, *(a.label for a in attributes))
+        )
+    return Selection(chosen, tuple(families), options, tuple(warnings))

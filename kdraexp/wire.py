@@ -1,0 +1,271 @@
+"""The ``resource.k8s.io`` objects as they arrive, reduced to the fields the metrics read.
+
+Every other field is skipped by the decoder, and every field may be absent or null (1.34 sends
+``"devices": null``).  Fields behind feature gates (taints, counters, consumed capacity, device
+status...) stay undecoded (``Raw``) or untyped here: a server of another release may send them in
+another shape, and one odd value must cost that value, not the page.  :mod:`kdraexp.gated` reads
+them one at a time.
+
+A family that reads a field not named here gets nothing: add the field first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+ABSENT = msgspec.Raw()
+"""An undecoded field that was not sent (empty), as ``Raw`` fields cannot be None."""
+
+
+class Wire(msgspec.Struct, gc=False):
+    """Base of the wire shapes, left out of the cyclic garbage collector.
+
+    They never form reference cycles, and the collector's passes would otherwise grow with every
+    object of a large cluster.
+    """
+
+
+class ListMeta(Wire):
+    """``metadata`` of a list: where the next page starts, and the list's version."""
+
+    continue_: str | None = msgspec.field(default=None, name="continue")
+    resource_version: str | None = msgspec.field(default=None, name="resourceVersion")
+
+
+class OwnerReference(Wire):
+    """One ``metadata.ownerReferences`` entry."""
+
+    kind: str | None = None
+    name: str | None = None
+    controller: bool | None = None
+
+
+class ObjectMeta(Wire):
+    """``metadata`` of an object."""
+
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = msgspec.field(default=None, name="resourceVersion")
+    creation_timestamp: str | None = msgspec.field(default=None, name="creationTimestamp")
+    deletion_timestamp: str | None = msgspec.field(default=None, name="deletionTimestamp")
+    owner_references: list[OwnerReference] | None = msgspec.field(
+        default=None, name="ownerReferences"
+    )
+    annotations: dict[str, str | None] | None = None
+
+
+# --- ResourceClaim ---------------------------------------------------------------------------
+
+
+class Subrequest(Wire):
+    """One ``spec.devices.requests[].firstAvailable`` alternative."""
+
+    name: str | None = None
+    device_class_name: str | None = msgspec.field(default=None, name="deviceClassName")
+    allocation_mode: str | None = msgspec.field(default=None, name="allocationMode")
+    count: int | None = None
+
+
+class ExactRequest(Wire):
+    """``spec.devices.requests[].exactly``."""
+
+    device_class_name: str | None = msgspec.field(default=None, name="deviceClassName")
+    allocation_mode: str | None = msgspec.field(default=None, name="allocationMode")
+    count: int | None = None
+    admin_access: bool | None = msgspec.field(default=None, name="adminAccess")
+
+
+class Request(Wire):
+    """One ``spec.devices.requests`` entry: exactly one way, or alternatives."""
+
+    name: str | None = None
+    exactly: ExactRequest | None = None
+    first_available: list[Subrequest] | None = msgspec.field(default=None, name="firstAvailable")
+
+
+class DeviceClaim(Wire):
+    """``spec.devices``."""
+
+    requests: list[Request] | None = None
+
+
+class ClaimSpec(Wire):
+    """``spec`` of a ResourceClaim."""
+
+    devices: DeviceClaim | None = None
+
+
+class DeviceResult(Wire):
+    """One ``status.allocation.devices.results`` entry."""
+
+    request: str | None = None
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+    admin_access: Any = msgspec.field(default=None, name="adminAccess")
+    share_id: Any = msgspec.field(default=None, name="shareID")
+    consumed_capacity: msgspec.Raw = msgspec.field(default=ABSENT, name="consumedCapacity")
+
+
+class DeviceAllocation(Wire):
+    """``status.allocation.devices``."""
+
+    results: list[DeviceResult] | None = None
+
+
+class Allocation(Wire):
+    """``status.allocation``: absent while the claim is pending."""
+
+    devices: DeviceAllocation | None = None
+
+
+class Consumer(Wire):
+    """One ``status.reservedFor`` entry."""
+
+    api_group: str | None = msgspec.field(default=None, name="apiGroup")
+    resource: str | None = None
+    name: str | None = None
+    uid: str | None = None
+
+
+class ClaimStatus(Wire):
+    """``status`` of a ResourceClaim."""
+
+    allocation: Allocation | None = None
+    reserved_for: list[Consumer] | None = msgspec.field(default=None, name="reservedFor")
+    devices: msgspec.Raw = ABSENT
+    """``status.devices``: per-device conditions written by drivers (gated)."""
+
+
+class ResourceClaim(Wire):
+    """A ResourceClaim."""
+
+    metadata: ObjectMeta | None = None
+    spec: ClaimSpec | None = None
+    status: ClaimStatus | None = None
+
+
+# --- ResourceSlice ---------------------------------------------------------------------------
+
+
+class Device(Wire):
+    """One device of a ResourceSlice.
+
+    Attributes and capacities stay undecoded (``Raw``) until read: a device publishes a dozen
+    of them and the metrics read a few.
+    """
+
+    name: str | None = None
+    attributes: dict[str, msgspec.Raw] | None = None
+    capacity: dict[str, msgspec.Raw] | None = None
+    node_name: str | None = msgspec.field(default=None, name="nodeName")
+    taints: msgspec.Raw = ABSENT
+    consumes_counters: msgspec.Raw = msgspec.field(default=ABSENT, name="consumesCounters")
+    allow_multiple_allocations: Any = msgspec.field(default=None, name="allowMultipleAllocations")
+
+
+class Pool(Wire):
+    """``spec.pool``."""
+
+    name: str | None = None
+    generation: Any = None
+    resource_slice_count: Any = msgspec.field(default=None, name="resourceSliceCount")
+
+
+class SliceSpec(Wire):
+    """``spec`` of a ResourceSlice."""
+
+    driver: str | None = None
+    pool: Pool | None = None
+    node_name: str | None = msgspec.field(default=None, name="nodeName")
+    all_nodes: bool | None = msgspec.field(default=None, name="allNodes")
+    per_device_node_selection: bool | None = msgspec.field(
+        default=None, name="perDeviceNodeSelection"
+    )
+    devices: list[Device] | None = None
+    shared_counters: msgspec.Raw = msgspec.field(default=ABSENT, name="sharedCounters")
+
+
+class ResourceSlice(Wire):
+    """A ResourceSlice."""
+
+    metadata: ObjectMeta | None = None
+    spec: SliceSpec | None = None
+
+
+# --- DeviceClass -----------------------------------------------------------------------------
+
+
+class CELSelector(Wire):
+    """``cel`` of a selector."""
+
+    expression: str | None = None
+
+
+class Selector(Wire):
+    """One ``spec.selectors`` entry."""
+
+    cel: CELSelector | None = None
+
+
+class ClassSpec(Wire):
+    """``spec`` of a DeviceClass."""
+
+    selectors: list[Selector] | None = None
+    extended_resource_name: Any = msgspec.field(default=None, name="extendedResourceName")
+
+
+class DeviceClass(Wire):
+    """A DeviceClass."""
+
+    metadata: ObjectMeta | None = None
+    spec: ClassSpec | None = None
+
+
+# --- DeviceTaintRule -------------------------------------------------------------------------
+
+
+class TaintSelector(Wire):
+    """``spec.deviceSelector`` of a DeviceTaintRule."""
+
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+
+
+class DeviceTaint(Wire):
+    """A taint: ``key``, ``value``, ``effect``."""
+
+    key: str | None = None
+    value: str | None = None
+    effect: str | None = None
+
+
+class TaintRuleSpec(Wire):
+    """``spec`` of a DeviceTaintRule."""
+
+    device_selector: TaintSelector | None = msgspec.field(default=None, name="deviceSelector")
+    taint: DeviceTaint | None = None
+
+
+class DeviceTaintRule(Wire):
+    """A DeviceTaintRule (``v1beta2`` in 1.36, ``v1`` from 1.37)."""
+
+    metadata: ObjectMeta | None = None
+    spec: TaintRuleSpec | None = None
+
+
+class Page(Wire):
+    """One page of a list, its objects left undecoded: each is decoded only if it changed."""
+
+    metadata: ListMeta | None = None
+    items: list[msgspec.Raw] | None = None
+
+
+class Identity(Wire):
+    """The part of an object that says which it is and whether it changed."""
+
+    metadata: ObjectMeta | None = None

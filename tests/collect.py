@@ -1,0 +1,122 @@
+"""Collections made in memory from DRA objects, and what they write, for the family tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+from prometheus_client.parser import text_string_to_metric_families
+from twisted.internet.defer import Deferred
+
+from kdraexp import exposition
+from kdraexp.collection import Collection, CollectionBuilder, KindReader, Store
+from kdraexp.devicecel import Matcher
+from kdraexp.gather import FIRST
+from kdraexp.listing import Kind, Source
+from kdraexp.selection import Selection, select
+
+
+class Recorder:
+    """A Reader that keeps what it is handed."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self.pages = 0
+        self.restarts = 0
+        self.count: int | None = None
+        """What the source said it listed."""
+
+    def page(self, items: list[Any]) -> None:
+        self.items.extend(items)
+        self.pages += 1
+
+    def restart(self) -> None:
+        self.items.clear()
+        self.restarts += 1
+
+
+class Both:
+    """Hands each page to a Recorder and to a real reader."""
+
+    def __init__(self, recorder: Recorder, reader: KindReader) -> None:
+        self._recorder, self._reader = recorder, reader
+
+    def page(self, items: list[Any]) -> None:
+        self._recorder.page(items)
+        self._reader.page(items)
+
+    def restart(self) -> None:
+        self._recorder.restart()
+        self._reader.restart()
+
+
+def fetch(source: Source, kind: Kind, read: bool = False) -> Deferred[Recorder]:
+    """List *kind* from *source* into a Recorder; with *read*, also through a real reader."""
+    reader = CollectionBuilder(select(), Matcher()).reader(kind) if read else None
+
+    async def run() -> Recorder:
+        recorder = Recorder()
+        recorder.count = await source.fetch(
+            kind, recorder if reader is None else Both(recorder, reader)
+        )
+        return recorder
+
+    return Deferred.fromCoroutine(run())
+
+
+def collect(
+    claims: Iterable[dict[str, Any]] = (),
+    slices: Iterable[dict[str, Any]] = (),
+    classes: Iterable[dict[str, Any]] = (),
+    rules: Iterable[dict[str, Any]] = (),
+    selection: Selection | None = None,
+    matcher: Matcher | None = None,
+    store: Store | None = None,
+) -> Collection:
+    """The collection these objects make, listed as the gatherer lists them."""
+    chosen = selection or select(
+        resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules"
+    )
+    objects = {
+        "resourceclaims": list(claims),
+        "resourceslices": list(slices),
+        "deviceclasses": list(classes),
+        "devicetaintrules": list(rules),
+    }
+    builder = CollectionBuilder(chosen, matcher or Matcher(), store)
+    for first in (True, False):
+        for kind in chosen.kinds:
+            if (kind in FIRST) != first:
+                continue
+            items = [msgspec.Raw(msgspec.json.encode(o)) for o in objects[kind.plural]]
+            builder.reader(kind).page(items)
+        if first:
+            builder.classes_listed()
+    return builder.finish()
+
+
+def text(collection: Collection) -> str:
+    """The exposition of the DRA families."""
+    return b"".join(exposition.encode_collection(collection)).decode()
+
+
+def samples(collection: Collection) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Family name -> (labels, value) of each sample, read back from the exposition."""
+    return {
+        family.name: [(sample.labels, sample.value) for sample in family.samples]
+        for family in text_string_to_metric_families(text(collection))
+    }
+
+
+def labels(collection: Collection, family: str) -> list[dict[str, str]]:
+    """The label sets of one family's samples."""
+    return [labels for labels, _ in samples(collection).get(family, [])]
+
+
+def values(collection: Collection, family: str, *keys: str) -> dict[tuple[str, ...], float]:
+    """One family's values keyed by the named labels."""
+    return {
+        tuple(sample_labels[key] for key in keys): value
+        for sample_labels, value in samples(collection).get(family, [])
+    }

@@ -1,0 +1,218 @@
+"""The ResourceClaim families: owner, age, state, demand, results, shares, conditions, cost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.collect import collect, labels, values
+from tests.objects import NVIDIA, classy, gpu, new_claim, pool_slice, result
+
+OWNED: dict[str, Any] = {
+    "ownerReferences": [{"kind": "Pod", "name": "trainer-0", "controller": True}]
+}
+
+
+def shareable(name: str = "gpu-0") -> dict[str, Any]:
+    """A device several claims may share (KEP-5075), 80Gi of memory."""
+    return gpu(name, allowMultipleAllocations=True)
+
+
+def test_info_owner_and_created() -> None:
+    """info names the controller owner; created is the creation time in Unix seconds."""
+    not_controller: dict[str, Any] = {
+        "ownerReferences": [{"kind": "Job", "name": "j", "controller": False}]
+    }
+    claims = [new_claim("owned", **OWNED), new_claim("standalone", **not_controller)]
+    collection = collect(claims=claims)
+    assert values(
+        collection,
+        "kube_resourceclaim_info",
+        "resourceclaim_name",
+        "uid",
+        "owner_kind",
+        "owner_name",
+    ) == {
+        ("owned", "uid-owned", "Pod", "trainer-0"): 1,
+        ("standalone", "uid-standalone", "", ""): 1,
+    }
+    assert values(collection, "kube_resourceclaim_created", "resourceclaim_name") == {
+        ("owned",): 1795881600,
+        ("standalone",): 1795881600,
+    }
+
+
+@pytest.mark.parametrize(
+    ("claim", "state"),
+    [
+        (new_claim("c"), "pending"),
+        (new_claim("c", [result("gpu-0")]), "allocated"),
+        (new_claim("c", [result("gpu-0")], reserved=True), "reserved"),
+        (new_claim("c", [result("gpu-0")], deletionTimestamp="2026-11-30T00:00:00Z"), "deleting"),
+    ],
+)
+def test_one_state(claim: dict[str, Any], state: str) -> None:
+    """Only the active state is written, by kubectl's rule."""
+    assert values(collect(claims=[claim]), "kube_resourceclaim_status_state", "state") == {
+        (state,): 1
+    }
+
+
+def test_request_counts() -> None:
+    """count (default 1), All counts the results given, alternatives side by side."""
+    requests: list[dict[str, Any]] = [
+        {"name": "two", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}},
+        {"name": "one", "exactly": {"deviceClassName": "mig.nvidia.com"}},
+        {"name": "all", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}},
+        {
+            "name": "alt",
+            "firstAvailable": [
+                {"name": "big", "deviceClassName": "h100.nvidia.com"},
+                {"name": "small", "deviceClassName": "mig.nvidia.com", "count": 3},
+            ],
+        },
+    ]
+    results = [
+        result("a", request="all"),
+        result("b", request="all"),
+        result("c", request="alt/small"),
+    ]
+    written = collect(claims=[new_claim("c", results, requests=requests)])
+    assert values(
+        written,
+        "kube_resourceclaim_request_count",
+        "request",
+        "deviceclass_name",
+        "allocation_mode",
+    ) == {
+        ("two", "gpu.nvidia.com", "ExactCount"): 2,
+        ("one", "mig.nvidia.com", "ExactCount"): 1,
+        ("all", "gpu.nvidia.com", "All"): 2,
+        ("alt/big", "h100.nvidia.com", "ExactCount"): 1,
+        ("alt/small", "mig.nvidia.com", "ExactCount"): 3,
+    }
+    pending = collect(claims=[new_claim("c", requests=requests[2:3])])
+    assert values(pending, "kube_resourceclaim_request_count", "request") == {("all",): 0}
+
+
+def test_allocation_results() -> None:
+    """Each result with the class of the request (or alternative) it answers, admin and share."""
+    requests: list[dict[str, Any]] = [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}},
+        {"name": "watch", "exactly": {"deviceClassName": "gpu.nvidia.com", "adminAccess": True}},
+        {"name": "alt", "firstAvailable": [{"name": "mig", "deviceClassName": "mig.nvidia.com"}]},
+    ]
+    results = [
+        result("gpu-0"),
+        result("gpu-1", request="watch"),
+        result("gpu-2", request="alt/mig", shareID="s-1"),
+        result("gpu-3", request="unknown"),
+    ]
+    written = collect(claims=[new_claim("c", results, requests=requests)])
+    assert values(
+        written,
+        "kube_resourceclaim_allocation_result_info",
+        "request",
+        "device_name",
+        "deviceclass_name",
+        "admin_access",
+        "share_id",
+    ) == {
+        ("gpu", "gpu-0", "gpu.nvidia.com", "false", ""): 1,
+        ("watch", "gpu-1", "gpu.nvidia.com", "true", ""): 1,
+        ("alt/mig", "gpu-2", "mig.nvidia.com", "false", "s-1"): 1,
+        ("unknown", "gpu-3", "", "false", ""): 1,
+    }
+
+
+def test_consumed_capacity_and_conditions() -> None:
+    """Shares of shareable devices, and the conditions drivers report (status lower-cased)."""
+    claim = new_claim(
+        "c",
+        [result("gpu-0", shareID="s-1", consumedCapacity={"memory": "20Gi", "cores": "lots"})],
+    )
+    claim["status"]["devices"] = [
+        {
+            "driver": NVIDIA,
+            "pool": "pool",
+            "device": "gpu-0",
+            "shareID": "s-1",
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": "Lost"},
+                {"type": "Healthy", "status": "Unknown"},
+                {"type": "Odd", "status": "Maybe"},
+            ],
+        }
+    ]
+    written = collect(claims=[claim])
+    assert values(
+        written,
+        "kube_resourceclaim_allocation_consumed_capacity",
+        "device_name",
+        "share_id",
+        "capacity",
+    ) == {("gpu-0", "s-1", "memory"): 20 * 2**30}
+    assert values(
+        written, "kube_resourceclaim_status_device_condition", "device_name", "condition", "status"
+    ) == {("gpu-0", "Ready", "false"): 1, ("gpu-0", "Healthy", "unknown"): 1}
+    assert sorted((p.field, p.message) for p in written.problems) == [
+        (
+            "consumedCapacity",
+            f"ResourceClaim workloads/c device {NVIDIA}/pool/gpu-0 consumedCapacity cores: "
+            "not a Kubernetes quantity: 'lots'",
+        ),
+        (
+            "status.devices",
+            "ResourceClaim workloads/c device gpu-0 condition: expected a type and a status of "
+            "True, False or Unknown, got {'type': 'Odd', 'status': 'Maybe'}",
+        ),
+    ]
+
+
+def test_bad_creation_time() -> None:
+    """A creationTimestamp that cannot be read costs the created row only."""
+    written = collect(claims=[new_claim("c", creationTimestamp="yesterday")])
+    assert labels(written, "kube_resourceclaim_created") == []
+    assert len(labels(written, "kube_resourceclaim_info")) == 1
+    assert [p.field for p in written.problems] == ["metadata.creationTimestamp"]
+
+
+def cost(*claims: dict[str, Any], devices: list[dict[str, Any]] | None = None) -> Any:
+    classes = [classy("gpu.nvidia.com", cost="2.50"), classy("free.nvidia.com")]
+    slices = [pool_slice("s", devices or [gpu("gpu-0"), gpu("gpu-1"), shareable("shared")])]
+    return collect(claims=claims, slices=slices, classes=classes)
+
+
+def test_cost_per_class_of_each_claim() -> None:
+    """A class's cost times the devices of that class; admin results and costless classes free."""
+    requests: list[dict[str, Any]] = [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}},
+        {"name": "free", "exactly": {"deviceClassName": "free.nvidia.com"}},
+        {"name": "watch", "exactly": {"deviceClassName": "gpu.nvidia.com", "adminAccess": True}},
+    ]
+    results = [
+        result("gpu-0"),
+        result("gpu-1"),
+        result("gpu-0", request="free"),
+        result("gpu-1", request="watch", adminAccess=True),
+    ]
+    written = cost(new_claim("c", results, requests=requests), new_claim("pending"))
+    assert values(
+        written, "kube_resourceclaim_hourly_cost", "resourceclaim_name", "deviceclass_name"
+    ) == {("c", "gpu.nvidia.com"): 5.0}
+
+
+def test_cost_of_a_share() -> None:
+    """A shareable device costs each claim the part of its memory the claim consumes."""
+    quarter = result("shared", shareID="s-1", consumedCapacity={"memory": "20Gi"})
+    unknown = result("shared", shareID="s-2", consumedCapacity={"cores": "1"})
+    written = cost(new_claim("quarter", [quarter]), new_claim("unknown", [unknown]))
+    assert values(written, "kube_resourceclaim_hourly_cost", "resourceclaim_name") == {
+        ("quarter",): 0.625
+    }
+    assert [p.message for p in written.problems] == [
+        f"ResourceClaim workloads/unknown device {NVIDIA}/pool/shared: the share of the shareable "
+        "device used is unknown (no consumed capacity, or no such capacity on the device), so it "
+        "costs nothing"
+    ]
