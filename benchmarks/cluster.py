@@ -191,10 +191,20 @@ def device_classes() -> list[dict[str, Any]]:
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "DeviceClass",
-            "metadata": {"name": name, **({"annotations": {"hourly-cost": cost}} if cost else {})},
+            "metadata": {
+                "name": name,
+                "resourceVersion": "1",
+                "creationTimestamp": "2026-11-01T08:00:00Z",
+                **({"annotations": {"hourly-cost": cost}} if cost else {}),
+            },
             "spec": {
                 "selectors": [
-                    {"cel": {"expression": f"device.attributes['gpu.nvidia.com'].type == '{kind}'"}}
+                    {
+                        "cel": {
+                            "expression": f"device.driver == '{DRIVER}' && "
+                            f"device.attributes['{DRIVER}'].type == '{kind}'"
+                        }
+                    }
                 ]
             },
         }

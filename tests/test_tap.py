@@ -53,6 +53,20 @@ def test_values() -> None:
         (["--source", "kube"], "--source 'kube': expected 'cluster' or 'file:PATH'"),
         (["--listen", "bogus:1"], "--listen 'bogus:1': Unknown endpoint type: 'bogus'"),
         (["--nope"], "option --nope not recognized"),
+        (
+            ["--metric-allowlist", "a", "--metric-denylist", "b"],
+            "--metric-allowlist and --metric-denylist are mutually exclusive",
+        ),
+        (
+            ["--metric-denylist", "kube_(x"],
+            "--metric-denylist: 'kube_(x' is not a regular expression: "
+            "missing ), unterminated subpattern at position 5",
+        ),
+        (
+            ["--resources", "pods"],
+            "--resources: expected some of deviceclasses, devicetaintrules, "
+            "resourceslices, resourceclaims, got 'pods'",
+        ),
     ],
 )
 def test_usage_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,42 @@
+"""docs/metrics.md and the code's families say the same: names, types, labels, stability, reads."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from kdraexp.families import FAMILIES
+
+REFERENCE = Path(__file__).parent.parent / "docs" / "metrics.md"
+BLOCK = re.compile(
+    r"^### `(?P<name>kube_[a-z_]+)`\n\n"
+    r"\| type \| stability \| labels \|\n\|---\|---\|---\|\n"
+    r"\| (?P<type>\w+) \| (?P<stability>\w+) \| (?P<labels>[^|\n]+) \|\n\n"
+    r"Reads: (?P<reads>[^\n]+)\n\n"
+    r"(?P<meaning>.+?)\n\n```promql\n(?P<promql>.+?)\n```",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def documented() -> dict[str, dict[str, str]]:
+    return {match["name"]: match.groupdict() for match in BLOCK.finditer(REFERENCE.read_text())}
+
+
+def test_every_family_documented_as_declared() -> None:
+    """One block per family, each with the code's type, stability, labels and fields read."""
+    blocks = documented()
+    assert set(blocks) == {family.name for family in FAMILIES}
+    for family in FAMILIES:
+        block = blocks[family.name]
+        assert block["type"] == family.type, family.name
+        assert block["stability"] == family.stability, family.name
+        labels = tuple(label.strip().strip("`") for label in block["labels"].split(","))
+        assert labels == family.label_names, family.name
+        assert block["reads"] == family.fields, family.name
+        assert block["meaning"].strip() and block["promql"].strip(), family.name
+
+
+def test_no_family_written_twice() -> None:
+    """Each family has exactly one block."""
+    names = re.findall(r"^### `(kube_[a-z_]+)`", REFERENCE.read_text(), re.MULTILINE)
+    assert len(names) == len(set(names))
