@@ -14,16 +14,43 @@ import platform
 
 import msgspec
 from hyperlink import DecodedURL
-from treq.client import HTTPClient
 from twisted.internet.defer import CancelledError
+from twisted.python.failure import Failure
 from twisted.web.client import ResponseFailed, ResponseNeverReceived
 from twisted.web.http import RESPONSES
+from twisted.web.http_headers import Headers
+from twisted.web.iweb import IAgent
 
 from kdraexp import __version__
 from kdraexp.credentials import CredentialError, Credentials
 from kdraexp.listing import GROUP, PAGE, Kind, ListError, Reader, Reason, ShapeError
+from kdraexp.transport import Limits, ResponseTooLarge, cancelled, read_body
 
-USER_AGENT = f"kdraexp/{__version__} (python {platform.python_version()})"
+USER_AGENT = f"kdraexp/{__version__} (python {platform.python_version()})".encode()
+STATUS_REASONS = frozenset(
+    {
+        "BadRequest",
+        "Conflict",
+        "Expired",
+        "Forbidden",
+        "Gone",
+        "InternalError",
+        "Invalid",
+        "MethodNotAllowed",
+        "NotAcceptable",
+        "NotFound",
+        "RequestEntityTooLarge",
+        "ServerTimeout",
+        "ServiceUnavailable",
+        "StoreReadError",
+        "Timeout",
+        "TooManyRequests",
+        "Unauthorized",
+        "UnsupportedMediaType",
+    }
+)
+"""The reasons a Kubernetes Status may give (metav1.StatusReason); any other string the server
+sends is not trusted as a label value or in the 500 body."""
 
 
 class _ContinueExpired(Exception):
@@ -41,12 +68,22 @@ _STATUS = msgspec.json.Decoder(_Status)
 
 
 class KubeListClient:
-    """Lists ``resource.k8s.io/v1`` resources through one treq ``HTTPClient``."""
+    """Lists ``resource.k8s.io`` resources through one Agent.
+
+    The Agent is used bare: treq's client would follow redirects (offering the client
+    certificate to another host), keep cookies, and inflate gzip bodies without a bound.
+    """
 
     def __init__(
-        self, http: HTTPClient, server: str, credentials: Credentials, page_size: int
+        self,
+        agent: IAgent,
+        server: str,
+        credentials: Credentials,
+        page_size: int,
+        limits: Limits = Limits(),  # noqa: B008 - frozen
     ) -> None:
-        self._http = http
+        self._agent = agent
+        self._limits = limits
         self._base = DecodedURL.from_text(server.rstrip("/")).child("apis", GROUP)
         self._credentials = credentials
         self._page_size = page_size
@@ -115,34 +152,38 @@ class KubeListClient:
             url = url.add("limit", str(limit))
         if token:
             url = url.add("continue", token)
-        for attempt in (1, 2):
-            headers: dict[bytes | str, list[bytes | str]] = {
-                "Accept": ["application/json"],
-                "User-Agent": [USER_AGENT],
+        code, body, authorization = await self._send(kind, url)
+        if code == 401 and self._credentials.after_unauthorized(authorization):
+            code, body, authorization = await self._send(kind, url)
+        return code, body
+
+    async def _send(self, kind: Kind, url: DecodedURL) -> tuple[int, bytes, str | None]:
+        """One GET: the code, the body (bounded) and the Authorization it carried."""
+        headers = Headers(
+            {
+                b"Accept": [b"application/json"],
+                b"Accept-Encoding": [b"gzip"],
+                b"User-Agent": [USER_AGENT],
             }
-            try:
-                authorization = await self._credentials.authorization()
-            except CredentialError as error:
-                raise ListError(kind.plural, Reason.CREDENTIALS, None, str(error)) from None
-            if authorization:
-                headers["Authorization"] = [authorization]
-            try:
-                response = await self._http.get(url, headers=headers)
-                body: bytes = await response.content()
-            except CancelledError:
-                raise
-            except Exception as error:
-                raise ListError(
-                    kind.plural, Reason.TRANSPORT, None, transport_message(error)
-                ) from None
-            if (
-                response.code == 401
-                and attempt == 1
-                and self._credentials.after_unauthorized(authorization)
-            ):
-                continue
-            return response.code, body
-        raise AssertionError("unreachable")
+        )
+        try:
+            authorization = await self._credentials.authorization()
+        except CredentialError as error:
+            raise ListError(kind.plural, Reason.CREDENTIALS, None, str(error)) from None
+        if authorization:
+            headers.setRawHeaders(b"Authorization", [authorization.encode("latin-1")])
+        try:
+            response = await self._agent.request(b"GET", url.to_uri().to_text().encode(), headers)
+            body = await read_body(response, self._limits.body)
+        except CancelledError:
+            raise
+        except ResponseTooLarge as error:
+            raise ListError(kind.plural, Reason.TOO_LARGE, None, str(error), public=True) from None
+        except Exception as error:
+            if cancelled(Failure(error)):
+                raise CancelledError() from None
+            raise ListError(kind.plural, Reason.TRANSPORT, None, transport_message(error)) from None
+        return response.code, body, authorization
 
 
 def _status_error(resource: str, code: int, body: bytes) -> ListError:
@@ -151,9 +192,9 @@ def _status_error(resource: str, code: int, body: bytes) -> ListError:
         status = _STATUS.decode(body)
     except msgspec.DecodeError:
         status = None
-    if status is not None and status.kind == "Status" and status.reason:
+    if status is not None and status.kind == "Status" and status.reason in STATUS_REASONS:
         return ListError(resource, status.reason, code, _clip(status.message or ""))
-    phrase = RESPONSES.get(code, b"").decode("ascii") or "HTTP error"
+    phrase = RESPONSES.get(code, b"").decode("ascii") or "HTTPError"
     return ListError(
         resource, phrase.replace(" ", ""), code, "the response is not a Kubernetes Status"
     )

@@ -25,6 +25,7 @@ from twisted.internet.ssl import PrivateCertificate
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from kdraexp.files import read_regular
 from kdraexp.kubeconfig import ClusterConfig, ExecConfig
 from kdraexp.singleflight import SingleFlight
 from kdraexp.tls import TLSConfigError, client_certificate
@@ -33,6 +34,8 @@ log = Logger()
 
 TOKEN_FILE_PERIOD = 60.0
 """Seconds a token read from a file is used before the file is read again (client-go's value)."""
+TOKEN_LIMIT = 64 * 1024
+"""Bytes a token file may have (a bound ServiceAccount token is about a kilobyte)."""
 EXEC_TIMEOUT = 60.0
 """Seconds an exec credential plugin may run."""
 
@@ -76,7 +79,12 @@ class Credentials:
         """The ``Authorization`` header value for the next request."""
         config = self._config
         if config.token_file:
-            token = self._read_token_file(force=False)
+            try:
+                token = self._read_token_file(force=False)
+            except CredentialError:
+                if not config.token:
+                    raise
+                token = None  # never read: the static token stands in, as client-go does
             if token:
                 return f"Bearer {token}"
         if config.token:
@@ -98,7 +106,10 @@ class Credentials:
         """
         config = self._config
         if config.token_file:
-            token = self._read_token_file(force=True)
+            try:
+                token = self._read_token_file(force=True)
+            except CredentialError:
+                return False
             return token is not None and f"Bearer {token}" != refused
         if config.exec is not None and not config.token and config.username is None:
             current = f"Bearer {self._exec_token}" if self._exec_token else None
@@ -115,13 +126,15 @@ class Credentials:
         if fresh and not force:
             return self._file_token
         try:
-            with open(path, encoding="utf-8") as token_file:
-                token = token_file.read().strip()
+            token = read_regular(path, TOKEN_LIMIT).decode("utf-8").strip()
         except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or str(error)
+            if self._file_token is None:
+                raise CredentialError(f"cannot read token file {path}: {reason}") from None
             log.warn(
                 "Cannot read token file {path}: {error}; keeping the last token read",
                 path=path,
-                error=getattr(error, "strerror", None) or str(error),
+                error=reason,
             )
             return self._file_token
         self._file_read_at = now
@@ -156,7 +169,7 @@ def parse_exec_credential(
     command = exec_config.command
     try:
         credential = json.loads(output)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise CredentialError(f"exec plugin {command}: output is not JSON") from None
     if not isinstance(credential, dict) or credential.get("kind") != "ExecCredential":
         raise CredentialError(f"exec plugin {command}: output is not an ExecCredential")
@@ -171,6 +184,9 @@ def parse_exec_credential(
     token = status.get("token") or None
     certificate = None
     cert_data, key_data = status.get("clientCertificateData"), status.get("clientKeyData")
+    for name, value in (("token", token), ("clientCertificateData", cert_data), ("clientKeyData", key_data)):
+        if value is not None and not isinstance(value, str):
+            raise CredentialError(f"exec plugin {command}: {name} is not a string")
     if cert_data or key_data:
         if not (cert_data and key_data):
             raise CredentialError(

@@ -16,6 +16,9 @@ from typing import Any
 
 import attrs
 import yaml
+from hyperlink import DecodedURL
+
+from kdraexp.files import read_regular
 
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -78,18 +81,19 @@ def _in_cluster(environ: Mapping[str, str], directory: Path) -> tuple[ClusterCon
         return None, "KUBERNETES_SERVICE_HOST or KUBERNETES_SERVICE_PORT is not set"
     token_path = directory / "token"
     try:
-        token_path.read_bytes()
+        read_regular(token_path)
     except OSError as error:
-        return None, f"cannot read {token_path}: {error.strerror}"
+        return None, f"cannot read {token_path}: {error.strerror or error}"
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     warnings = []
     ca_path = directory / "ca.crt"
     try:
-        ca_pem: bytes | None = ca_path.read_bytes()
+        ca_pem: bytes | None = read_regular(ca_path)
     except OSError as error:
         ca_pem = None
-        warnings.append(f"cannot read {ca_path} ({error.strerror}); trusting the system roots")
+        reason = error.strerror or str(error)
+        warnings.append(f"cannot read {ca_path} ({reason}); trusting the system roots")
     return (
         ClusterConfig(
             server=f"https://{host}:{port}",
@@ -160,11 +164,13 @@ class _Merged:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = yaml.safe_load(read_regular(path).decode("utf-8"))
     except OSError as error:
-        raise ConfigError(f"kubeconfig {path}: cannot read: {error.strerror}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise ConfigError(f"kubeconfig {path}: not valid YAML: {_one_line(error)}") from None
+        raise ConfigError(f"kubeconfig {path}: cannot read: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"kubeconfig {path}: not UTF-8 text: {error.reason}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"kubeconfig {path}: not valid YAML: {_yaml_problem(error)}") from None
     if document is None:
         return {}
     if not isinstance(document, dict):
@@ -216,13 +222,22 @@ def _resolve(
     if not server:
         raise ConfigError(f"{where} has no server")
     if not server.startswith(("https://", "http://")):
-        raise ConfigError(f"{where}: server {server!r} is not an http(s) URL")
+        raise ConfigError(f"{where}: server {redacted(server)!r} is not an http(s) URL")
+    try:
+        url = DecodedURL.from_text(server)
+        if not url.host:
+            raise ValueError("no host")
+        if not 0 < (url.port or 0) < 65536:
+            raise ValueError(f"port {url.port} is out of range")
+        url.to_uri()  # encodable as an HTTP request
+    except ValueError as error:
+        raise ConfigError(f"{where}: server {redacted(server)!r} is not a URL: {error}") from None
     if cluster.get("proxy-url"):
         raise ConfigError(
             f"{where} sets proxy-url, which kdraexp does not support; "
             "reach the API server directly or remove proxy-url"
         )
-    insecure = bool(cluster.get("insecure-skip-tls-verify"))
+    insecure = _flag(cluster.get("insecure-skip-tls-verify"), f"{where} insecure-skip-tls-verify")
     ca_pem = _file_or_data(cluster, "certificate-authority", cluster_file, where)
     if insecure and ca_pem is not None:
         raise ConfigError(
@@ -254,6 +269,11 @@ def _resolve(
         proxies = [name for name in ("HTTPS_PROXY", "https_proxy") if environ.get(name)]
         if proxies:
             warnings.append(f"{proxies[0]} is set but not used: kdraexp connects directly")
+    elif token or token_file or username or password or exec_config:
+        warnings.append(
+            f"{where}: the server is http://, so the credentials of {who} cross the network "
+            "unencrypted; use https"
+        )
     return ClusterConfig(
         server=server.rstrip("/"),
         origin=origin,
@@ -302,15 +322,17 @@ def _exec(raw: Any, base: Path, who: str) -> ExecConfig:
         args=tuple(str(arg) for arg in args),
         env=tuple(env),
         api_version=api_version,
-        provide_cluster_info=bool(raw.get("provideClusterInfo")),
+        provide_cluster_info=_flag(raw.get("provideClusterInfo"), f"{who} exec provideClusterInfo"),
     )
 
 
 def _file_or_data(section: dict[str, Any], key: str, base: Path, where: str) -> bytes | None:
     data = section.get(f"{key}-data")
     if data:
+        if not isinstance(data, str):
+            raise ConfigError(f"{where}: {key}-data must be a base64 string")
         try:
-            return base64.b64decode(str(data), validate=True)
+            return base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError):
             raise ConfigError(f"{where}: {key}-data is not valid base64") from None
     name = section.get(key)
@@ -318,9 +340,11 @@ def _file_or_data(section: dict[str, Any], key: str, base: Path, where: str) -> 
         return None
     path = _relative_to(base, str(name))
     try:
-        return path.read_bytes()
+        return read_regular(path)
     except OSError as error:
-        raise ConfigError(f"{where}: cannot read {key} {path}: {error.strerror}") from None
+        raise ConfigError(
+            f"{where}: cannot read {key} {path}: {error.strerror or error}"
+        ) from None
 
 
 def _relative_to(kubeconfig: Path, name: str) -> Path:
@@ -336,5 +360,27 @@ def _text(value: Any, what: str) -> str:
     return str(value)
 
 
-def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split())
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """What is wrong and where, without the offending text (it can be a token)."""
+    problem = getattr(error, "problem", None) or "malformed"
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"
+
+
+def _flag(value: Any, what: str) -> bool:
+    """A YAML boolean; anything else (the string "false" included) is refused, as client-go does."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ConfigError(f"{what} must be true or false (a YAML boolean), got {value!r}")
+    return value
+
+
+def redacted(server: str) -> str:
+    """The server URL without a password, for logs."""
+    try:
+        url = DecodedURL.from_text(server)
+    except ValueError:
+        return server
+    return url.replace(userinfo=("",)).to_text() if url.userinfo else server

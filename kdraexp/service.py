@@ -9,7 +9,6 @@ import gc
 from typing import Any
 
 import attrs
-from treq.client import HTTPClient
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet.defer import Deferred
@@ -25,11 +24,12 @@ from kdraexp.apiclient import KubeListClient
 from kdraexp.credentials import Credentials
 from kdraexp.filesource import FileSource
 from kdraexp.gather import Gatherer
-from kdraexp.kubeconfig import ClusterConfig
+from kdraexp.kubeconfig import ClusterConfig, redacted
 from kdraexp.listing import Source
 from kdraexp.selection import Selection, select
 from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.tls import KubeTLSPolicy, trust_root
+from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES, EndpointFactory, Limits
 from kdraexp.web import ExporterApp
 
 log = Logger()
@@ -49,12 +49,19 @@ class Settings:
     """The offline source's path; None reads the cluster."""
     selection: Selection = attrs.Factory(select)
     """The resources listed and the families written."""
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 
 
 class KubeClientService(Service):
     """Owns the process's one connection pool to the API server and closes it on stop."""
 
-    def __init__(self, cluster: ClusterConfig, reactor: Any, page_size: int) -> None:
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        reactor: Any,
+        page_size: int,
+        limits: Limits = Limits(),  # noqa: B008 - frozen
+    ) -> None:
         self.pool = HTTPConnectionPool(reactor, persistent=True)
         self.pool.maxPersistentPerHost = MAX_CONNECTIONS
         credentials = Credentials(
@@ -66,8 +73,9 @@ class KubeClientService(Service):
             cluster.insecure,
             credentials.client_certificate,
         )
-        agent = Agent(reactor, contextFactory=policy, pool=self.pool)
-        self.client = KubeListClient(HTTPClient(agent), cluster.server, credentials, page_size)
+        endpoints = EndpointFactory(reactor, policy, limits)
+        agent = Agent.usingEndpointFactory(reactor, endpoints, pool=self.pool)
+        self.client = KubeListClient(agent, cluster.server, credentials, page_size, limits)
 
     def stopService(self) -> Deferred[None]:
         """Drop the kept-alive connections."""
@@ -135,10 +143,11 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
         origin = f"file {settings.file}"
     else:
         assert cluster is not None
-        client = KubeClientService(cluster, reactor, settings.page_size)
+        limits = Limits(body=settings.max_response_bytes)
+        client = KubeClientService(cluster, reactor, settings.page_size, limits)
         client.setServiceParent(top)
         source = client.client
-        origin = f"{cluster.server} ({cluster.origin})"
+        origin = f"{redacted(cluster.server)} ({cluster.origin})"
         for warning in cluster.warnings:
             log.warn("{warning}", warning=warning)
     for warning in settings.selection.warnings:

@@ -16,6 +16,7 @@ from kdraexp import kubeconfig
 from kdraexp.context import DEFAULT_DEVICE_CAPACITIES
 from kdraexp.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
 from kdraexp.listing import DEFAULT_RESOURCES
+from kdraexp.quantity import QuantityError, parse_quantity
 from kdraexp.selection import SelectionError, select
 from kdraexp.service import Settings, build_service
 from kdraexp.tls import TLSConfigError
@@ -47,6 +48,19 @@ def _page_size(value: str) -> int:
 _page_size.coerceDoc = "A whole number, at least 1."  # type: ignore[attr-defined]
 
 
+def _bytes(value: str) -> int:
+    try:
+        number = parse_quantity(value)
+    except QuantityError:
+        number = 0
+    if not 64 * 1024 <= number < 2**63:
+        raise ValueError(f"--max-response-bytes: expected bytes of at least 64Ki, got {value!r}")
+    return int(number)
+
+
+_bytes.coerceDoc = "Bytes, a number or a quantity such as 256Mi."  # type: ignore[attr-defined]
+
+
 class Options(usage.Options):
     """Options of ``twistd kdraexp``."""
 
@@ -59,6 +73,13 @@ class Options(usage.Options):
         ["listen", "l", "tcp:8080", "Twisted server endpoint to serve HTTP on."],
         ["timeout", "t", 10.0, "Seconds one whole collection may take.", _positive_float],
         ["page-size", None, 500, "Objects per list page (the limit parameter).", _page_size],
+        [
+            "max-response-bytes",
+            None,
+            "256Mi",
+            "Largest API server response read, inflated (a bigger one fails that list).",
+            _bytes,
+        ],
         ["source", None, "cluster", "cluster, or file:PATH to read a kubectl YAML/JSON dump."],
         [
             "serviceaccount-dir",
@@ -132,6 +153,7 @@ class Options(usage.Options):
             listen=self["listen"],
             timeout=self["timeout"],
             page_size=self["page-size"],
+            max_response_bytes=self["max-response-bytes"],
             file=file,
             selection=selection,
         )

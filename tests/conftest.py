@@ -8,7 +8,6 @@ from typing import Any, TypeVar
 import attrs
 import pytest
 from hypothesis import settings
-from treq.client import HTTPClient
 from treq.testing import RequestTraversalAgent, StubTreq
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
@@ -20,6 +19,7 @@ from kdraexp.gather import Gatherer
 from kdraexp.kubeconfig import ClusterConfig
 from kdraexp.selection import select
 from kdraexp.selfmetrics import CollectionStats, registry
+from kdraexp.transport import Limits
 from kdraexp.web import ExporterApp
 from tests import tools
 from tests.fakeapi import FakeKubeAPI
@@ -122,13 +122,17 @@ class Exporter:
 
 
 def in_memory_client(
-    fake: FakeKubeAPI, clock: Clock, page_size: int = 500, **cluster: Any
+    fake: FakeKubeAPI,
+    clock: Clock,
+    page_size: int = 500,
+    limits: Limits = Limits(),  # noqa: B008 - frozen
+    **cluster: Any,
 ) -> tuple[KubeListClient, RequestTraversalAgent]:
     """A real KubeListClient whose HTTP goes to *fake* in memory."""
     agent = RequestTraversalAgent(fake.app.resource())
     config = ClusterConfig(server="https://api.example:6443", origin="test", **cluster)
     credentials = Credentials(config, clock)
-    return KubeListClient(HTTPClient(agent), config.server, credentials, page_size), agent
+    return KubeListClient(agent, config.server, credentials, page_size, limits), agent
 
 
 @pytest.fixture

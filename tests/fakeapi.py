@@ -47,6 +47,7 @@ class Fault:
     hang: bool = False
     times: int | None = None
     """How many requests it answers; None for all."""
+    headers: dict[str, str] = attrs.Factory(dict)
 
 
 @attrs.define
@@ -57,6 +58,7 @@ class Request:
     plural: str
     args: dict[str, list[str]]
     authorization: str | None
+    accept_encoding: str | None = None
 
 
 class FakeKubeAPI:
@@ -109,7 +111,7 @@ class FakeKubeAPI:
     def _list(self, request: IRequest, plural: str) -> bytes | Deferred[bytes]:
         args = {k.decode(): [v.decode() for v in vs] for k, vs in request.args.items()}
         header = request.getHeader("Authorization")
-        seen = Request("GET", plural, args, header)
+        seen = Request("GET", plural, args, header, request.getHeader("Accept-Encoding"))
         self.requests.append(seen)
         if self.on_request is not None:
             self.on_request(seen)
@@ -134,6 +136,8 @@ class FakeKubeAPI:
                 self.hanging.append(hung)
                 return hung
             request.setHeader("Content-Type", fault.content_type)
+            for name, value in fault.headers.items():
+                request.setHeader(name, value)
             return self._answer(request, fault.code, fault.body)
         token = args.get("continue", [""])[0]
         start = 0

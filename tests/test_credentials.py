@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from kdraexp.credentials import CredentialError, Credentials, parse_exec_credential
+from kdraexp.credentials import TOKEN_LIMIT, CredentialError, Credentials, parse_exec_credential
 from kdraexp.kubeconfig import ClusterConfig, ExecConfig
-from tests.conftest import result_of
+from tests.conftest import failure_of, result_of
 
 EXEC = ExecConfig(command="creds", api_version="client.authentication.k8s.io/v1")
 
@@ -98,3 +99,50 @@ def test_exec_credential_refused(output: bytes, message: str) -> None:
     with pytest.raises(CredentialError, match=message) as caught:
         parse_exec_credential(output, EXEC)
     assert str(caught.value).startswith("exec plugin creds:")
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        ({"token": 42}, "token is not a string"),
+        ({"clientCertificateData": ["x"], "clientKeyData": "y"}, "clientCertificateData is not"),
+    ],
+)
+def test_exec_credential_odd_types(status: dict[str, object], message: str) -> None:
+    """Fields of the wrong type are refused in words, not with a traceback."""
+    output = json.dumps(
+        {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "kind": "ExecCredential",
+            "status": status,
+        }
+    ).encode()
+    with pytest.raises(CredentialError, match=message):
+        parse_exec_credential(output, EXEC)
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(CredentialError, match="not JSON"):
+        parse_exec_credential(deep, EXEC)
+
+
+@pytest.mark.parametrize("kind", ["missing", "fifo", "device", "huge"])
+def test_unusable_token_file_is_a_credential_error(tmp_path: Path, clock: Clock, kind: str) -> None:
+    """A token file that cannot be read, is not a regular file or is too big: Credentials, at once.
+
+    A FIFO would block the whole process on open; /dev/zero would fill memory.
+    """
+    path = tmp_path / "token"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "huge":
+        path.write_bytes(b"t" * (TOKEN_LIMIT + 1))
+    elif kind == "device":
+        path = Path("/dev/zero")
+    credentials = Credentials(ClusterConfig("https://x", "t", token_file=str(path)), clock)
+    failure = Deferred.fromCoroutine(credentials.authorization())
+    error = failure_of(failure).value
+    assert isinstance(error, CredentialError)
+    assert str(error).startswith(f"cannot read token file {path}: ")
+    with_static = Credentials(
+        ClusterConfig("https://x", "t", token="static", token_file=str(path)), clock
+    )
+    assert authorization(with_static) == "Bearer static"

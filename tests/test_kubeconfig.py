@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kdraexp.kubeconfig import ConfigError, load
+from kdraexp.kubeconfig import ConfigError, load, redacted
 
 
 def write(path: Path, document: dict[str, Any]) -> Path:
@@ -268,3 +268,75 @@ def test_secrets_not_in_repr(tmp_path: Path) -> None:
     assert "hunter2" not in repr(load({"KUBECONFIG": str(path)}))
     path = write(tmp_path / "config", kubeconfig(user={"token": "s3cret"}))
     assert "s3cret" not in repr(load({"KUBECONFIG": str(path)}))
+
+
+@pytest.mark.parametrize("flag", ["false", "no", "0", "true", 1])
+def test_insecure_flag_must_be_a_boolean(tmp_path: Path, flag: object) -> None:
+    """insecure-skip-tls-verify: "false" (a string) once turned verification off; refused now."""
+    path = write(tmp_path / "config", kubeconfig(cluster={"insecure-skip-tls-verify": flag}))
+    with pytest.raises(ConfigError, match="insecure-skip-tls-verify must be true or false"):
+        load({**NO_CLUSTER, "KUBECONFIG": str(path)})
+    plugin = {
+        "command": "x",
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "provideClusterInfo": flag,
+    }
+    path = write(tmp_path / "config", kubeconfig(user={"exec": plugin}))
+    with pytest.raises(ConfigError, match="provideClusterInfo must be true or false"):
+        load({**NO_CLUSTER, "KUBECONFIG": str(path)})
+
+
+def test_insecure_flag_booleans(tmp_path: Path) -> None:
+    """Real YAML booleans are taken."""
+    for flag in (True, False):
+        path = write(tmp_path / "config", kubeconfig(cluster={"insecure-skip-tls-verify": flag}))
+        assert load({**NO_CLUSTER, "KUBECONFIG": str(path)}).insecure is flag
+
+
+def test_yaml_errors_do_not_echo_the_file(tmp_path: Path) -> None:
+    """A YAML error says where, never what: the offending line may hold a token."""
+    path = tmp_path / "config"
+    path.write_text("users:\n- name: x\n  user:\n    token: \"s3cr3t-t0ken\n")
+    with pytest.raises(ConfigError) as caught:
+        load({**NO_CLUSTER, "KUBECONFIG": str(path)})
+    assert "s3cr3t" not in str(caught.value)
+    assert "line 4" in str(caught.value) or "line 5" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "server",
+    ["https://[::1", "https://", "https://ho st:6443", "https://api.example:99999"],
+)
+def test_unusable_server_is_one_line(tmp_path: Path, server: str) -> None:
+    """A server that is not a URL is a configuration error, not a traceback."""
+    path = write(tmp_path / "config", kubeconfig(server=server))
+    with pytest.raises(ConfigError, match="is not a URL"):
+        load({**NO_CLUSTER, "KUBECONFIG": str(path)})
+
+
+def test_passwords_in_server_urls_are_not_logged() -> None:
+    """The origin logged at startup carries no password."""
+    assert redacted("https://admin:hunter2@api.example:6443/") == "https://api.example:6443/"
+    assert redacted("https://api.example:6443") == "https://api.example:6443"
+
+
+def test_plain_http_with_credentials_warns(tmp_path: Path) -> None:
+    """An http:// server sends the token in clear: said at startup."""
+    path = write(tmp_path / "config", kubeconfig(server="http://api.example:8080"))
+    config = load({**NO_CLUSTER, "KUBECONFIG": str(path)})
+    assert any("unencrypted" in warning for warning in config.warnings)
+
+
+def test_certificate_data_must_be_a_string(tmp_path: Path) -> None:
+    """Non-string certificate data: a configuration error naming the field."""
+    path = write(tmp_path / "config", kubeconfig(cluster={"certificate-authority-data": 12345}))
+    with pytest.raises(ConfigError, match="certificate-authority-data must be a base64 string"):
+        load({**NO_CLUSTER, "KUBECONFIG": str(path)})
+
+
+def test_fifo_kubeconfig_does_not_block(tmp_path: Path) -> None:
+    """A FIFO named as a kubeconfig is refused at once instead of blocking startup."""
+    path = tmp_path / "config"
+    os.mkfifo(path)
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        load({**NO_CLUSTER, "KUBECONFIG": str(path)})

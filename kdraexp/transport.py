@@ -1,0 +1,200 @@
+"""Connections to the API server, and reading what it answers within bounds.
+
+Whatever the server sends (a body that never ends, a 500 MB body, a gzip bomb, endless
+headers), the exporter reads at most :class:`Limits` of it and drops the connection past that;
+a cancelled read (the collection's deadline) aborts the connection at once and keeps nothing.
+Redirects are never followed (the client certificate must not be offered to another host) and
+no cookie is kept.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import attrs
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
+from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
+from twisted.internet.protocol import Protocol
+from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
+from twisted.python.failure import Failure
+from twisted.web.client import URI, PotentialDataLoss, ResponseDone
+from twisted.web.iweb import IAgentEndpointFactory, IPolicyForHTTPS, IResponse
+from zope.interface import implementer
+
+DEFAULT_MAX_RESPONSE_BYTES = 256 * 2**20
+"""A list page of 500 ResourceSlices of 128 devices is about 60 MiB: four times that."""
+HEADER_LIMIT = 256 * 1024
+"""Bytes of status line and headers a response may have."""
+INFLATE_PIECE = 2**20
+"""Bytes inflated at a time."""
+
+
+class ResponseTooLarge(Exception):
+    """The server sent more than the limit; the message says how much and which limit."""
+
+
+@attrs.frozen
+class Limits:
+    """How much of one response is read."""
+
+    body: int = DEFAULT_MAX_RESPONSE_BYTES
+    """Bytes of body, inflated if it came compressed (and on the wire)."""
+    headers: int = HEADER_LIMIT
+
+
+class _Body(Protocol):
+    """Collects one response body within the limit, inflating gzip as it arrives."""
+
+    def __init__(self, limit: int, gzipped: bool) -> None:
+        self._limit = limit
+        self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
+        self._data = bytearray()
+        self._wire = 0
+        self._stopped = False
+        self.done: Deferred[bytes] = Deferred(canceller=self._cancel)
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._stopped:
+            return
+        self._wire += len(data)
+        if self._inflater is None:
+            self._keep(data)
+            return
+        while data and not self._stopped:
+            try:
+                # A piece at a time, never past the limit: a bomb cannot expand in one call.
+                piece = self._inflater.decompress(data, INFLATE_PIECE)
+            except zlib.error as error:
+                self._fail(ValueError(f"the gzip body cannot be inflated: {error}"))
+                return
+            self._keep(piece)
+            data = self._inflater.unconsumed_tail
+
+    def _keep(self, data: bytes) -> None:
+        self._data += data
+        if len(self._data) > self._limit or self._wire > self._limit:
+            self._fail(self._too_large())
+
+    def _too_large(self) -> ResponseTooLarge:
+        return ResponseTooLarge(f"the response is larger than --max-response-bytes={self._limit}")
+
+    def connectionLost(self, reason: Failure = Failure(ResponseDone())) -> None:  # noqa: B008
+        if self._stopped:
+            return
+        self._stopped = True
+        if reason.check(ResponseDone, PotentialDataLoss):
+            self.done.callback(bytes(self._data))
+        else:
+            self.done.errback(reason)
+        self._data = bytearray()
+
+    def _fail(self, error: Exception) -> None:
+        self._stopped = True
+        self._data = bytearray()
+        self._abort()
+        self.done.errback(error)
+
+    def _cancel(self, _: Deferred[bytes]) -> None:
+        self._stopped = True
+        self._data = bytearray()
+        self._abort()
+
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.stopProducing()  # the client's body transport: drops the connection
+
+
+def read_body(response: IResponse, limit: int) -> Deferred[bytes]:
+    """The whole body of *response*, at most *limit* bytes (inflated if gzip).
+
+    Cancelling the Deferred drops the connection and what was read.
+
+    :raises ResponseTooLarge: past the limit.
+    """
+    encoding = (response.headers.getRawHeaders(b"content-encoding") or [b"identity"])[0]
+    body = _Body(limit, encoding.strip().lower() == b"gzip")
+    response.deliverBody(body)
+    if isinstance(response.length, int) and response.length > limit:
+        body._fail(body._too_large())  # said so before sending it: read none of it
+    return body.done
+
+
+class _HeaderBudget(ProtocolWrapper):
+    """Drops a connection whose response headers run past the budget.
+
+    Twisted's HTTP parser bounds each header line but not their number: counted here, from
+    each request sent until the blank line that ends the response's headers.
+    """
+
+    def __init__(self, factory: WrappingFactory, protocol: IProtocol, budget: int) -> None:
+        super().__init__(factory, protocol)
+        self._budget = budget
+        self._counting = False
+        self._seen = 0
+        self._tail = b""
+
+    def write(self, data: bytes) -> None:
+        self._counting, self._seen, self._tail = True, 0, b""
+        super().write(data)
+
+    def writeSequence(self, data: list[bytes]) -> None:
+        self._counting, self._seen, self._tail = True, 0, b""
+        super().writeSequence(data)
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._counting:
+            window = self._tail + data
+            end = window.find(b"\r\n\r\n")
+            if end >= 0:
+                self._counting = False
+            else:
+                self._seen += len(data)
+                self._tail = window[-3:]
+                if self._seen > self._budget:
+                    assert self.transport is not None
+                    self.transport.abortConnection()
+                    return
+        super().dataReceived(data)
+
+
+@implementer(IStreamClientEndpoint)
+class _BudgetedEndpoint:
+    def __init__(self, endpoint: IStreamClientEndpoint, budget: int) -> None:
+        self._endpoint = endpoint
+        self._budget = budget
+
+    def connect(self, factory: IProtocolFactory) -> Deferred[IProtocol]:
+        wrapping = WrappingFactory(factory)
+        budget = self._budget
+        wrapping.protocol = lambda wrapper, wrapped: _HeaderBudget(wrapper, wrapped, budget)  # type: ignore[assignment]
+        connected: Deferred[IProtocol] = self._endpoint.connect(wrapping)
+        # The agent speaks to its own protocol, not to the wrapper counting for it.
+        return connected.addCallback(lambda wrapper: wrapper.wrappedProtocol)
+
+
+@implementer(IAgentEndpointFactory)
+class EndpointFactory:
+    """Endpoints to the API server: TCP (IPv4 or IPv6), TLS by the given policy, headers bounded."""
+
+    def __init__(self, reactor: object, policy: IPolicyForHTTPS, limits: Limits) -> None:
+        self._reactor = reactor
+        self._policy = policy
+        self._limits = limits
+
+    def endpointForURI(self, uri: URI) -> IStreamClientEndpoint:
+        """The endpoint for one API server address."""
+        host = uri.host.decode("ascii")
+        endpoint: IStreamClientEndpoint = HostnameEndpoint(self._reactor, host, uri.port)
+        if uri.scheme == b"https":
+            creator = self._policy.creatorForNetloc(uri.host, uri.port)
+            endpoint = wrapClientTLS(creator, endpoint)
+        return _BudgetedEndpoint(endpoint, self._limits.headers)
+
+
+def cancelled(failure: Failure) -> bool:
+    """Whether a transport failure is in fact a cancellation (the collection was abandoned)."""
+    if failure.check(CancelledError):
+        return True
+    reasons = getattr(failure.value, "reasons", None) or ()
+    return any(isinstance(reason, Failure) and cancelled(reason) for reason in reasons)

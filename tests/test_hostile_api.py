@@ -1,0 +1,226 @@
+"""A hostile API server cannot exhaust the exporter's memory: measured on the running process.
+
+A raw socket server answers every list with one misbehaviour: a body that never ends, a body
+larger than the limit, a gzip bomb, endless headers.  The exporter must fail the scrape with a
+clear reason, keep its peak memory within a measured bound, drop the connection, and answer the
+next scrape.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.processes import free_port, start
+
+pytestmark = pytest.mark.slow
+LIMIT = 16 * 2**20
+"""--max-response-bytes in these tests."""
+BOUND = 2 * LIMIT + 24 * 2**20
+"""What a hostile answer may add to the exporter's peak memory: the two lists read in parallel
+(slices and claims) may each hold up to the limit, and some room."""
+EMPTY = b'{"kind":"List","metadata":{},"items":[]}'
+
+
+def bomb() -> bytes:
+    """A gzip body of about 1 MB inflating to 1 GB."""
+    compressor = gzip.GzipFile(fileobj=(sink := _Sink()), mode="wb", compresslevel=9)
+    chunk = b" " * 2**20
+    for _ in range(1024):
+        compressor.write(chunk)
+    compressor.close()
+    return sink.data
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+BOMB = bomb()
+
+
+class Hostile:
+    """Answers each request by the current behaviour; counts bytes it managed to send."""
+
+    def __init__(self) -> None:
+        self.behaviour = "ok"
+        self.sent_after_abort = 0
+        self.closed = threading.Event()
+        self._server = socket.socket()
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(64)
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        with connection:
+            try:
+                request = connection.recv(65536)
+                if not request:
+                    return
+                answer: Callable[[socket.socket], None] = getattr(self, "_" + self.behaviour)
+                answer(connection)
+            except OSError:
+                self.closed.set()
+
+    def _ok(self, connection: socket.socket) -> None:
+        connection.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(EMPTY), EMPTY)
+        )
+
+    def _endless(self, connection: socket.socket) -> None:
+        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[")
+        while True:  # slowly: the deadline, not the size limit, ends it
+            connection.sendall(b" " * 65536)
+            time.sleep(0.05)
+
+    def _huge(self, connection: socket.socket) -> None:
+        size = 500 * 2**20
+        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+        block = b" " * 2**20
+        for _ in range(500):
+            connection.sendall(block)
+
+    def _bomb(self, connection: socket.socket) -> None:
+        connection.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(BOMB), BOMB)
+        )
+
+    def _headers(self, connection: socket.socket) -> None:
+        connection.sendall(b"HTTP/1.1 200 OK\r\n")
+        while True:
+            connection.sendall(b"X-Filler: " + b"y" * 8000 + b"\r\n")
+
+    def close(self) -> None:
+        self._server.close()
+
+
+def reset_peak(pid: int) -> None:
+    """Start VmHWM over from the current RSS (Linux: 5 to clear_refs)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def memory(pid: int) -> dict[str, int]:
+    found = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmHWM", "VmRSS")):
+            found[line.split(":")[0]] = int(line.split()[1]) * 1024
+    return found
+
+
+def scrape(port: int) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[Hostile]:
+    server = Hostile()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def exporter(
+    hostile: Hostile, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[int, int]]:
+    directory = tmp_path_factory.mktemp("hostile")
+    config = directory / "kubeconfig"
+    config.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "h",
+                "clusters": [
+                    {"name": "h", "cluster": {"server": f"http://127.0.0.1:{hostile.port}"}}
+                ],
+                "contexts": [{"name": "h", "context": {"cluster": "h", "user": "h"}}],
+                "users": [{"name": "h", "user": {}}],
+            }
+        )
+    )
+    port = free_port()
+    process = start(
+        [
+            "--listen",
+            f"tcp:{port}:interface=127.0.0.1",
+            "--timeout",
+            "3",
+            "--max-response-bytes",
+            str(LIMIT),
+        ],
+        directory,
+        {"KUBECONFIG": str(config)},
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if scrape(port)[0] == 200:
+                break
+        except OSError:
+            pass
+        assert process.poll() is None and time.monotonic() < deadline, (
+            directory / "output.log"
+        ).read_text()
+        time.sleep(0.2)
+    yield port, process.pid
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "line"),
+    [
+        ("endless", b"list deviceclasses failed: Timeout: not complete within 3s"),
+        ("huge", b"list deviceclasses failed: TooLarge: the response is larger than"),
+        ("bomb", b"list deviceclasses failed: TooLarge: the response is larger than"),
+        ("headers", b"list deviceclasses failed: Transport"),
+    ],
+)
+def test_bounded_and_still_serving(
+    hostile: Hostile, exporter: tuple[int, int], behaviour: str, line: bytes
+) -> None:
+    """The scrape fails with a reason, the peak memory stays bounded, the next scrape works."""
+    port, pid = exporter
+    reset_peak(pid)
+    before = memory(pid)
+    hostile.behaviour = behaviour
+    code, body = scrape(port)
+    assert code == 500 and body.startswith(line), body
+    time.sleep(1.5)  # an endless body would keep arriving meanwhile
+    after = memory(pid)
+    assert after["VmHWM"] - before["VmRSS"] < BOUND, (before, after)
+    assert after["VmRSS"] - before["VmRSS"] < BOUND, (before, after)
+    hostile.behaviour = "ok"
+    assert scrape(port)[0] == 200

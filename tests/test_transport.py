@@ -1,0 +1,98 @@
+"""What the API server answers is read within bounds: size, inflation, redirects, reasons."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from twisted.internet.task import Clock
+
+from kdraexp.listing import DEVICE_CLASSES, ListError
+from kdraexp.transport import Limits
+from kdraexp.web import failure_line
+from tests.collect import fetch
+from tests.conftest import Exporter, failure_of, in_memory_client, result_of
+from tests.fakeapi import FakeKubeAPI, Fault, status
+
+
+def listing(fake: FakeKubeAPI, clock: Clock, body_limit: int = 2**20) -> object:
+    client, _ = in_memory_client(fake, clock, limits=Limits(body=body_limit))
+    return fetch(client, DEVICE_CLASSES)
+
+
+def page(count: int) -> bytes:
+    items = [{"metadata": {"name": f"class-{i}", "resourceVersion": "1"}} for i in range(count)]
+    return json.dumps({"items": items}).encode()
+
+
+def test_gzip_asked_for_and_inflated(fake: FakeKubeAPI, clock: Clock) -> None:
+    """Compressed transfer is asked for (cheaper for the API server) and inflated."""
+    fake.faults["deviceclasses"] = Fault(
+        200, gzip.compress(page(3)), headers={"Content-Encoding": "gzip"}
+    )
+    assert result_of(listing(fake, clock)).count == 3  # type: ignore[arg-type]
+    assert fake.lists()[0].accept_encoding == "gzip"
+
+
+@pytest.mark.parametrize(
+    ("body", "headers"),
+    [
+        (page(20000), {}),
+        (gzip.compress(page(20000)), {"Content-Encoding": "gzip"}),
+        (gzip.compress(b" " * 50_000_000), {"Content-Encoding": "gzip"}),
+    ],
+    ids=["plain", "gzip", "gzip-bomb"],
+)
+def test_larger_than_the_limit_fails_the_list(
+    fake: FakeKubeAPI, clock: Clock, body: bytes, headers: dict[str, str]
+) -> None:
+    """Past --max-response-bytes, on the wire or inflated: TooLarge, said in the 500 body."""
+    fake.faults["deviceclasses"] = Fault(200, body, headers=headers)
+    error = failure_of(listing(fake, clock)).value  # type: ignore[arg-type]
+    assert isinstance(error, ListError)
+    assert failure_line(error) == (
+        "list deviceclasses failed: TooLarge: the response is larger than "
+        "--max-response-bytes=1048576"
+    )
+
+
+def test_corrupt_gzip_is_a_transport_error(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A body that says gzip and is not: the list fails saying so."""
+    fake.faults["deviceclasses"] = Fault(
+        200, b"not gzip at all", headers={"Content-Encoding": "gzip"}
+    )
+    error = failure_of(listing(fake, clock)).value  # type: ignore[arg-type]
+    assert isinstance(error, ListError) and error.reason == "Transport"
+    assert "cannot be inflated" in error.message
+
+
+def test_redirects_are_not_followed(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A redirect is an answer, not an invitation: no request goes to the other host."""
+    fake.faults["deviceclasses"] = Fault(
+        302, b"", "text/plain", headers={"Location": "https://evil.example/"}
+    )
+    error = failure_of(listing(fake, clock)).value  # type: ignore[arg-type]
+    assert isinstance(error, ListError)
+    assert (error.reason, error.code) == ("Found", 302)
+    assert len(fake.lists()) == 1
+
+
+def test_unknown_status_reason_is_not_trusted(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A Status reason outside Kubernetes' set does not reach labels, bodies or logs."""
+    odd = status(500, 'Evil"reason\\n{with} labels', "x")
+    fake.faults["deviceclasses"] = Fault(500, odd)
+    error = failure_of(listing(fake, clock)).value  # type: ignore[arg-type]
+    assert isinstance(error, ListError)
+    assert error.reason == "InternalServerError"
+
+
+def test_abandoned_scrape_is_not_a_list_error(exporter: Exporter) -> None:
+    """A client that goes away cancels the lists: nothing is counted as failed."""
+    exporter.fake.faults["resourceclaims"] = Fault(hang=True)
+    pending = exporter.gatherer.gather()
+    pending.cancel()
+    exporter.settle()
+    exporter.fake.faults.clear()
+    _, _, body = exporter.get("/metrics")
+    assert b"kube_dra_exporter_list_errors_total{" not in body
