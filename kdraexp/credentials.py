@@ -184,7 +184,8 @@ def parse_exec_credential(
     token = status.get("token") or None
     certificate = None
     cert_data, key_data = status.get("clientCertificateData"), status.get("clientKeyData")
-    for name, value in (("token", token), ("clientCertificateData", cert_data), ("clientKeyData", key_data)):
+    fields = {"token": token, "clientCertificateData": cert_data, "clientKeyData": key_data}
+    for name, value in fields.items():
         if value is not None and not isinstance(value, str):
             raise CredentialError(f"exec plugin {command}: {name} is not a string")
     if cert_data or key_data:

@@ -10,6 +10,7 @@ no cookie is kept.
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred
@@ -18,7 +19,8 @@ from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClie
 from twisted.internet.protocol import Protocol
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.python.failure import Failure
-from twisted.web.client import URI, PotentialDataLoss, ResponseDone
+from twisted.web.client import URI, ResponseDone
+from twisted.web.http import PotentialDataLoss
 from twisted.web.iweb import IAgentEndpointFactory, IPolicyForHTTPS, IResponse
 from zope.interface import implementer
 
@@ -102,7 +104,8 @@ class _Body(Protocol):
 
     def _abort(self) -> None:
         if self.transport is not None:
-            self.transport.stopProducing()  # the client's body transport: drops the connection
+            # The client's body transport (an IPushProducer): stopping it drops the connection.
+            self.transport.stopProducing()  # type: ignore[attr-defined]
 
 
 def read_body(response: IResponse, limit: int) -> Deferred[bytes]:
@@ -127,7 +130,7 @@ class _HeaderBudget(ProtocolWrapper):
     each request sent until the blank line that ends the response's headers.
     """
 
-    def __init__(self, factory: WrappingFactory, protocol: IProtocol, budget: int) -> None:
+    def __init__(self, factory: WrappingFactory[Any], protocol: IProtocol, budget: int) -> None:
         super().__init__(factory, protocol)
         self._budget = budget
         self._counting = False
@@ -153,7 +156,7 @@ class _HeaderBudget(ProtocolWrapper):
                 self._tail = window[-3:]
                 if self._seen > self._budget:
                     assert self.transport is not None
-                    self.transport.abortConnection()
+                    self.transport.abortConnection()  # type: ignore[attr-defined]
                     return
         super().dataReceived(data)
 
@@ -165,12 +168,16 @@ class _BudgetedEndpoint:
         self._budget = budget
 
     def connect(self, factory: IProtocolFactory) -> Deferred[IProtocol]:
-        wrapping = WrappingFactory(factory)
+        wrapping: WrappingFactory[Any] = WrappingFactory(factory)
         budget = self._budget
-        wrapping.protocol = lambda wrapper, wrapped: _HeaderBudget(wrapper, wrapped, budget)  # type: ignore[assignment]
+        wrapping.protocol = lambda wrapper, wrapped: _HeaderBudget(wrapper, wrapped, budget)
         connected: Deferred[IProtocol] = self._endpoint.connect(wrapping)
-        # The agent speaks to its own protocol, not to the wrapper counting for it.
-        return connected.addCallback(lambda wrapper: wrapper.wrappedProtocol)
+
+        def unwrapped(wrapper: IProtocol) -> IProtocol:
+            # The agent speaks to its own protocol, not to the wrapper counting for it.
+            return wrapper.wrappedProtocol  # type: ignore[attr-defined,no-any-return]
+
+        return connected.addCallback(unwrapped)
 
 
 @implementer(IAgentEndpointFactory)
