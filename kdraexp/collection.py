@@ -98,6 +98,7 @@ class KindReader:
         classes: ClassIndex,
         context: Hashable,
         previous: Mapping[str, Entry],
+        warm: dict[str, Entry] | None = None,
     ) -> None:
         self.kind = kind
         self._families = families
@@ -106,6 +107,7 @@ class KindReader:
         self._classes = classes
         self._context = context
         self._previous = previous
+        self._warm = warm if warm is not None else {}
         self.restart()
 
     def restart(self) -> None:
@@ -125,7 +127,7 @@ class KindReader:
             if key in self.entries:
                 continue  # the same object twice in one list: the first one counts
             version = meta.resource_version if meta else None
-            old = self._previous.get(key)
+            old = self._previous.get(key) or self._warm.get(key)
             if (
                 old is not None
                 and version
@@ -137,7 +139,8 @@ class KindReader:
             item = self._decode(decoder, raw)
             if item.metadata is not None and item.metadata.uid == key:
                 item.metadata.uid = key  # one string for the identity and the rows
-            self.entries[key] = self._read(item, version)
+            entry = self.entries[key] = self._read(item, version)
+            self._warm[key] = entry  # kept even if this collection fails (a deadline)
             self.changed = True
 
     def _decode(self, decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw) -> Any:
@@ -195,6 +198,10 @@ class Store:
         self.entries: dict[str, dict[str, Entry]] = {}
         self.versions: dict[str, int] = {}
         """Per resource, a number that changes whenever its list does."""
+        self.warm: dict[str, dict[str, Entry]] = {}
+        """Per resource, entries read by collections that did not complete (a deadline cut them
+        short): the next collection reuses them, so a cluster too big to read at once within
+        the deadline is read over a few."""
         self.cluster_key: Hashable = None
         self.cluster_rows: dict[str, Flat] = {}
         self.cluster_problems: tuple[Problem, ...] = ()
@@ -291,8 +298,9 @@ class CollectionBuilder:
         families = [f for f in self._selection.families if f.reads is kind]
         context = self._context if kind is RESOURCE_SLICES else None
         previous = self._store.entries.get(kind.plural, {})
+        warm = self._store.warm.setdefault(kind.plural, {})
         reader = KindReader(
-            kind, families, self._selection.options, self._classes, context, previous
+            kind, families, self._selection.options, self._classes, context, previous, warm
         )
         self._readers[kind.plural] = reader
         return reader
@@ -312,6 +320,7 @@ class CollectionBuilder:
             if reader.changed_from(previous) or plural not in store.versions:
                 store.versions[plural] = store.versions.get(plural, 0) + 1
             store.entries[plural] = reader.entries
+            store.warm.pop(plural, None)
         listed = sorted(self._readers)
         keys: dict[str, Hashable] = {
             family.name: (

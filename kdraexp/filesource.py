@@ -2,82 +2,136 @@
 
 The file is what ``kubectl get resourceclaims,resourceslices,deviceclasses -A -o yaml`` writes
 (a ``List``), or multi-document YAML, or JSON; an object found twice counts once.  Its status is
-checked at every scrape and the file parsed again whenever it changed, so a scrape always
-reflects the file as it is.
+checked at every scrape and the file read and parsed again, once, when it changed: in a thread,
+so that a large file does not stop the exporter answering, and within bounds (a regular file of
+at most --max-response-bytes, YAML aliases expanding to at most :data:`EXPANSION` values).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
+import attrs
 import msgspec
 import yaml
+from twisted.internet.defer import Deferred, fail
+from twisted.internet.threads import deferToThread
 
+from kdraexp.files import read_regular
 from kdraexp.listing import KINDS, Kind, ListError, Reader, Reason, ShapeError
+from kdraexp.singleflight import SingleFlight
+from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES
 
 try:
     _Loader: type[Any] = yaml.CSafeLoader
 except AttributeError:  # PyYAML built without libyaml
     _Loader = yaml.SafeLoader
 
+EXPANSION = 10_000_000
+"""Values the parsed documents may hold once their aliases are followed (a "billion laughs"
+file is a few hundred bytes that expand to billions)."""
+
+Stamp = tuple[int, int, int]
+Runner = Callable[..., Deferred[Any]]
+
+
+@attrs.frozen
+class _Parsed:
+    """The file as last parsed: its stamp, and per kind its objects as JSON."""
+
+    stamp: Stamp
+    items: dict[str, list[msgspec.Raw]]
+
 
 class FileSource:
     """Lists the DRA kinds from one file."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(
+        self, path: str, limit: int = DEFAULT_MAX_RESPONSE_BYTES, run: Runner = deferToThread
+    ) -> None:
         self.path = path
-        self._stamp: tuple[int, int, int] | None = None
-        self._items: dict[str, list[Any]] = {}
+        self._limit = limit
+        self._run = run
+        """Runs the reading and parsing (in a thread; tests run it at once)."""
+        self._parsed: _Parsed | None = None
+        self._parsing: SingleFlight[_Parsed] = SingleFlight(self._parse, abandon=False)
+        """A parse runs to its end even when the scrape that started it gave up (its deadline):
+        the next scrape has the result."""
 
     async def fetch(self, kind: Kind, reader: Reader) -> int:
         """Hand every object of *kind* in the file to *reader*; return how many.
 
         :raises ListError: when the file cannot be read or holds something malformed.
         """
-        items = self._objects()[kind.kind]
-        encoded = []
-        version = "file:{}:{}:{}".format(*(self._stamp or ()))
-        for item in items:
-            metadata = item.get("metadata")
-            if isinstance(metadata, dict) and not metadata.get("resourceVersion"):
-                # A dump without versions: the file's own version stands in, so an object keeps
-                # its rows while the file is unchanged.
-                item = {**item, "metadata": {**metadata, "resourceVersion": version}}
-            encoded.append(msgspec.Raw(msgspec.json.encode(item)))
+        parsed = self._parsed
+        if parsed is None or parsed.stamp != self._stamp():
+            parsed = await self._parsing()
+        items = parsed.items[kind.kind]
         try:
-            reader.page(encoded)
+            reader.page(items)
         except ShapeError as error:
             raise self._error(kind, Reason.DECODE, str(error)) from None
-        return len(encoded)
+        return len(items)
 
-    def _objects(self) -> dict[str, list[Any]]:
+    def _stamp(self) -> Stamp:
         try:
             status = os.stat(self.path)
-            stamp = (status.st_mtime_ns, status.st_size, status.st_ino)
-            if stamp == self._stamp:
-                return self._items
-            with open(self.path, encoding="utf-8") as file:
-                text = file.read()
+        except OSError as error:
+            raise self._unreadable(error) from None
+        return (status.st_mtime_ns, status.st_size, status.st_ino)
+
+    def _parse(self) -> Deferred[_Parsed]:
+        try:
+            stamp = self._stamp()
+        except ListError as error:
+            return fail(error)
+        parsing: Deferred[_Parsed] = self._run(self._load, stamp)
+
+        def keep(parsed: _Parsed) -> _Parsed:
+            self._parsed = parsed
+            return parsed
+
+        return parsing.addCallback(keep)
+
+    def _load(self, stamp: Stamp) -> _Parsed:
+        """Read, parse and sort the file (in a thread)."""
+        try:
+            content = read_regular(self.path, self._limit)
+            text = content.decode("utf-8")
         except (OSError, UnicodeDecodeError) as error:
-            reason = getattr(error, "strerror", None) or str(error)
-            raise self._error(
-                None, Reason.FILE_UNREADABLE, f"cannot read {self.path}: {reason}"
-            ) from None
+            raise self._unreadable(error) from None
+        version = "file:{}:{}:{}".format(*stamp)
+        if text.lstrip().startswith("{"):
+            try:  # ``-o json``: a JSON parser is hundreds of times faster than a YAML one
+                documents = [msgspec.json.decode(content)]
+            except msgspec.DecodeError:
+                pass  # YAML in flow style, or broken JSON: the YAML parser says where
+            else:
+                return _Parsed(stamp, self._sort(documents, version))
+        del content
         try:
             documents = list(yaml.load_all(text, Loader=_Loader))
         except yaml.YAMLError as error:
-            message = " ".join(str(error).split())
+            problem = getattr(error, "problem", None) or "malformed"
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             raise self._error(
-                None, Reason.DECODE, f"{self.path} is not YAML or JSON: {message}"
+                None, Reason.DECODE, f"{self.path} is not YAML or JSON: {problem}{where}"
             ) from None
-        self._items = self._sort(documents)
-        self._stamp = stamp
-        return self._items
+        del text  # JSON has no aliases; YAML's may expand a small file into a huge one
+        if _expands_past(documents, EXPANSION):
+            raise self._error(
+                None,
+                Reason.DECODE,
+                f"{self.path}: its YAML aliases expand to more than {EXPANSION} values",
+            )
+        return _Parsed(stamp, self._sort(documents, version))
 
-    def _sort(self, documents: list[Any]) -> dict[str, list[Any]]:
+    def _sort(self, documents: list[Any], version: str) -> dict[str, list[msgspec.Raw]]:
         wanted = {kind.kind: kind for kind in KINDS}
-        items: dict[str, list[Any]] = {name: [] for name in wanted}
+        items: dict[str, list[msgspec.Raw]] = {name: [] for name in wanted}
         seen: set[tuple[str, str, str]] = set()
         for document in documents:
             if document is None:
@@ -105,12 +159,37 @@ class FileSource:
                 if identity in seen:
                     continue  # the same object twice: the first one counts
                 seen.add(identity)
-                items[kind].append(item)
+                metadata = item.get("metadata")
+                if isinstance(metadata, dict) and not metadata.get("resourceVersion"):
+                    # A dump without versions: the file's stands in, so an object keeps its
+                    # rows while the file is unchanged.
+                    item = {**item, "metadata": {**metadata, "resourceVersion": version}}
+                items[kind].append(msgspec.Raw(msgspec.json.encode(item)))
         return items
+
+    def _unreadable(self, error: Exception) -> ListError:
+        reason = getattr(error, "strerror", None) or str(error)
+        return self._error(None, Reason.FILE_UNREADABLE, f"cannot read {self.path}: {reason}")
 
     def _error(self, kind: Kind | None, reason: str, message: str) -> ListError:
         resource = kind.plural if kind else f"file {self.path}"
         return ListError(resource, reason, None, message, public=True)
+
+
+def _expands_past(documents: list[Any], budget: int) -> bool:
+    """Whether following every alias, the documents hold more than *budget* values."""
+    stack: list[Any] = [documents]
+    while stack:
+        value = stack.pop()
+        budget -= 1
+        if budget < 0:
+            return True
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
 
 
 def _name_of(item: Any) -> str:

@@ -342,9 +342,7 @@ def _file_or_data(section: dict[str, Any], key: str, base: Path, where: str) -> 
     try:
         return read_regular(path)
     except OSError as error:
-        raise ConfigError(
-            f"{where}: cannot read {key} {path}: {error.strerror or error}"
-        ) from None
+        raise ConfigError(f"{where}: cannot read {key} {path}: {error.strerror or error}") from None
 
 
 def _relative_to(kubeconfig: Path, name: str) -> Path:

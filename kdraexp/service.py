@@ -139,7 +139,7 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
     top = MultiService()
     source: Source
     if settings.file is not None:
-        source = FileSource(settings.file)
+        source = FileSource(settings.file, settings.max_response_bytes)
         origin = f"file {settings.file}"
     else:
         assert cluster is not None

@@ -15,11 +15,14 @@ class SingleFlight(Generic[T]):
     """Share one call of *start* among the callers that arrive while it runs.
 
     Each caller gets its own Deferred.  Cancelling it only lets that caller go; the shared call
-    is cancelled when the last caller has gone, so an abandoned scrape stops its list calls.
+    is cancelled when the last caller has gone, so an abandoned scrape stops its list calls,
+    unless *abandon* is false: then it runs on (work that cannot be stopped, such as a thread,
+    or whose result is kept for the next caller).
     """
 
-    def __init__(self, start: Callable[[], Deferred[T]]) -> None:
+    def __init__(self, start: Callable[[], Deferred[T]], abandon: bool = True) -> None:
         self._start = start
+        self._abandon = abandon
         self._inflight: Deferred[T] | None = None
         self._waiters: list[Deferred[T]] = []
 
@@ -45,7 +48,7 @@ class SingleFlight(Generic[T]):
     def _leave(self, waiter: Deferred[T]) -> None:
         if waiter in self._waiters:
             self._waiters.remove(waiter)
-        if not self._waiters and self._inflight is not None:
+        if self._abandon and not self._waiters and self._inflight is not None:
             self._inflight.cancel()
 
     def _finished(self, result: T | Failure) -> None:

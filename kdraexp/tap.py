@@ -20,6 +20,7 @@ from kdraexp.quantity import QuantityError, parse_quantity
 from kdraexp.selection import SelectionError, select
 from kdraexp.service import Settings, build_service
 from kdraexp.tls import TLSConfigError
+from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES
 
 
 def _positive_float(value: str) -> float:
@@ -76,7 +77,7 @@ class Options(usage.Options):
         [
             "max-response-bytes",
             None,
-            "256Mi",
+            DEFAULT_MAX_RESPONSE_BYTES,
             "Largest API server response read, inflated (a bigger one fails that list).",
             _bytes,
         ],

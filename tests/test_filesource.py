@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, maybeDeferred
 
 from kdraexp.filesource import FileSource
 from kdraexp.gather import Gatherer
@@ -34,17 +36,19 @@ SEED = [
 
 
 def list_file(path: Path, kind: object) -> Deferred[Recorder]:
-    return fetch(FileSource(str(path)), kind, read=True)  # type: ignore[arg-type]
+    return fetch(FileSource(str(path), run=maybeDeferred), kind, read=True)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("form", ["list-yaml", "multi-document", "json"])
+@pytest.mark.parametrize("form", ["list-yaml", "multi-document", "json", "flow-yaml"])
 def test_forms(tmp_path: Path, form: str) -> None:
-    """A List, several YAML documents, or JSON."""
+    """A List, several YAML documents, JSON, or YAML that looks like JSON at first."""
     path = tmp_path / "dump"
     if form == "list-yaml":
         path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": SEED}))
     elif form == "multi-document":
         path.write_text(yaml.safe_dump_all(SEED))
+    elif form == "flow-yaml":
+        path.write_text(yaml.safe_dump({"kind": "List", "items": SEED}, default_flow_style=True))
     else:
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": SEED}))
     for kind in KINDS:
@@ -59,7 +63,9 @@ def test_example_cluster() -> None:
     everything = select(
         resources=",".join(kind.plural for kind in KINDS), opt_in=".*", device_attributes="profile"
     )
-    gatherer = Gatherer(FileSource(str(EXAMPLE)), Clock(), 10, CollectionStats(), everything)
+    gatherer = Gatherer(
+        FileSource(str(EXAMPLE), run=maybeDeferred), Clock(), 10, CollectionStats(), everything
+    )
     collection = result_of(gatherer.gather())
     assert [p.message for p in collection.problems] == []
     assert collection.class_errors == {}
@@ -71,7 +77,7 @@ def test_reread_when_changed(tmp_path: Path) -> None:
     """A change to the file shows at the next list."""
     path = tmp_path / "dump"
     path.write_text(yaml.safe_dump_all(SEED))
-    source = FileSource(str(path))
+    source = FileSource(str(path), run=maybeDeferred)
     assert result_of(fetch(source, DEVICE_CLASSES)).count == 1
     path.write_text(
         yaml.safe_dump_all([*SEED, typed("DeviceClass", {"metadata": {"name": "two"}})])
@@ -92,6 +98,7 @@ def test_same_object_twice_counts_once(tmp_path: Path) -> None:
     [
         (None, "FileUnreadable", "No such file or directory"),
         ("items: [\n", "Decode", "is not YAML or JSON"),
+        ('{"kind": "List", "items": [}\n', "Decode", "is not YAML or JSON"),
         ("- 1\n- 2\n", "Decode", "a document is not a mapping"),
         (
             yaml.safe_dump(
@@ -125,3 +132,73 @@ def test_bad_files(tmp_path: Path, content: str | None, reason: str, message: st
     assert isinstance(error, ListError)
     assert error.reason == reason
     assert message in failure_line(error)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge", "aliases"])
+def test_hostile_files(tmp_path: Path, kind: str) -> None:
+    """A FIFO, a device, a file past the limit, an alias bomb: refused, nothing blocks or grows."""
+    path = tmp_path / "dump"
+    message = {
+        "fifo": "is not a regular file",
+        "device": "is not a regular file",
+        "huge": "is larger than 65536 bytes",
+        "aliases": "its YAML aliases expand to more than",
+    }[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path = Path("/dev/zero")
+    elif kind == "huge":
+        path.write_text(yaml.safe_dump_all(SEED) + "#" * 70000)
+    else:
+        lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+        lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+        path.write_text("\n".join(lines) + "\n")
+    source = FileSource(str(path), limit=65536, run=maybeDeferred)
+    error = failure_of(fetch(source, DEVICE_CLASSES)).value
+    assert isinstance(error, ListError)
+    assert message in failure_line(error)
+
+
+def test_changed_file_parsed_once(tmp_path: Path) -> None:
+    """The three lists of a collection share one read and parse of a changed file."""
+    path = tmp_path / "dump"
+    path.write_text(yaml.safe_dump_all(SEED))
+    runs = []
+
+    def counting(function: Any, *args: Any) -> Deferred[Any]:
+        runs.append(function)
+        return maybeDeferred(function, *args)
+
+    source = FileSource(str(path), run=counting)
+    for _ in range(2):
+        for kind in KINDS:
+            result_of(fetch(source, kind))
+    assert len(runs) == 1
+    path.write_text(yaml.safe_dump_all(SEED[:1]))
+    os.utime(path, ns=(1, 1))
+    assert result_of(fetch(source, DEVICE_CLASSES)).count == 0
+    assert len(runs) == 2
+
+
+def test_parse_outlives_abandoned_scrape(tmp_path: Path) -> None:
+    """A scrape that gives up (its deadline) while the file is parsed does not waste the parse.
+
+    The next scrape has the result without parsing again.
+    """
+    path = tmp_path / "dump"
+    path.write_text(yaml.safe_dump_all(SEED))
+    parses: list[tuple[Any, tuple[Any, ...], Deferred[Any]]] = []
+
+    def later(function: Any, *args: Any) -> Deferred[Any]:
+        parses.append((function, args, Deferred()))
+        return parses[-1][2]
+
+    source = FileSource(str(path), run=later)
+    abandoned = fetch(source, DEVICE_CLASSES)
+    abandoned.cancel()
+    failure_of(abandoned)
+    function, args, parsing = parses[0]
+    parsing.callback(function(*args))
+    assert result_of(fetch(source, DEVICE_CLASSES)).count == 1
+    assert len(parses) == 1

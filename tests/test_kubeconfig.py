@@ -296,7 +296,7 @@ def test_insecure_flag_booleans(tmp_path: Path) -> None:
 def test_yaml_errors_do_not_echo_the_file(tmp_path: Path) -> None:
     """A YAML error says where, never what: the offending line may hold a token."""
     path = tmp_path / "config"
-    path.write_text("users:\n- name: x\n  user:\n    token: \"s3cr3t-t0ken\n")
+    path.write_text('users:\n- name: x\n  user:\n    token: "s3cr3t-t0ken\n')
     with pytest.raises(ConfigError) as caught:
         load({**NO_CLUSTER, "KUBECONFIG": str(path)})
     assert "s3cr3t" not in str(caught.value)

@@ -163,3 +163,46 @@ def test_port_in_use_exits_1(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "Failed to start the HTTP server: Couldn't listen on 127.0.0.1" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest_twisted.ensureDeferred
+async def test_large_dump_parsed_aside(tmp_path: Path) -> None:
+    """A large YAML --source file (seconds to parse) is parsed in a thread.
+
+    --timeout holds, /healthz answers meanwhile, and a later scrape has it.
+    """
+    from benchmarks.cluster import cluster
+
+    dump = tmp_path / "dump.yaml"
+    objects = [item for items in cluster(300).values() for item in items]
+    listing = {"apiVersion": "v1", "kind": "List", "items": objects}
+    dump.write_text(yaml.dump(listing, Dumper=yaml.CSafeDumper))
+    port = free_port()
+    process = start(
+        [
+            "--listen",
+            f"tcp:{port}:interface=127.0.0.1",
+            "--timeout",
+            "0.5",
+            "--source",
+            f"file:{dump}",
+        ],
+        tmp_path,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        await wait_for(lambda: get(f"{base}/healthz"))
+        first = Deferred.fromCoroutine(get(f"{base}/metrics"))
+        answered = await get(f"{base}/healthz")
+        assert answered == (200, b"ok\n")
+        code, body = await first  # type: ignore[misc]
+        assert code == 500
+        assert body.startswith(b"list ") and b"Timeout: not complete within 0.5s" in body
+
+        async def parsed() -> bool:
+            answer = await get(f"{base}/metrics")
+            return answer is not None and answer[0] == 200
+
+        await wait_for(parsed, 60, 0.5)
+    finally:
+        assert await stop(process) == 0
