@@ -139,14 +139,14 @@ class KubeListClient:
                 reader.page(items)
             except ShapeError as error:
                 raise ListError(kind.plural, Reason.DECODE, code, _clip(str(error))) from None
-            del body, items
             token = decoded.metadata.continue_ if decoded.metadata is not None else None
+            del body, items, decoded  # not kept while the next page is fetched
             if not token:
                 return objects
 
     async def _get(
         self, kind: Kind, version: str, limit: int | None, token: str | None
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytearray]:
         url = self._base.child(version, kind.plural)
         if limit is not None:
             url = url.add("limit", str(limit))
@@ -157,7 +157,7 @@ class KubeListClient:
             code, body, authorization = await self._send(kind, url)
         return code, body
 
-    async def _send(self, kind: Kind, url: DecodedURL) -> tuple[int, bytes, str | None]:
+    async def _send(self, kind: Kind, url: DecodedURL) -> tuple[int, bytearray, str | None]:
         """One GET: the code, the body (bounded) and the Authorization it carried."""
         headers = Headers(
             {
@@ -186,7 +186,7 @@ class KubeListClient:
         return response.code, body, authorization
 
 
-def _status_error(resource: str, code: int, body: bytes) -> ListError:
+def _status_error(resource: str, code: int, body: bytes | bytearray) -> ListError:
     """Turn an error response into a ListError, from its Kubernetes Status when it has one."""
     try:
         status = _STATUS.decode(body)
@@ -200,7 +200,7 @@ def _status_error(resource: str, code: int, body: bytes) -> ListError:
     )
 
 
-def _decode_message(body: bytes, error: Exception) -> str:
+def _decode_message(body: bytes | bytearray, error: Exception) -> str:
     start = body[:64].lstrip().lower()
     if start.startswith((b"<!doctype html", b"<html")):
         return "the response is an HTML page, not JSON"

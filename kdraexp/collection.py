@@ -43,8 +43,8 @@ class Entry(msgspec.Struct, gc=False):
     """The object's ``resourceVersion``: the entry is reused while it is the same."""
     context: Hashable
     """What else the rows depend on (the classes, for slices)."""
-    rows: tuple[tuple[str, Flat], ...]
-    """(family, rows) of the object's families, each family's rows flattened."""
+    rows: tuple[Flat, ...]
+    """The rows of each of the kind's families (:func:`row_families` order), flattened."""
     facts: Any
     problems: tuple[Problem, ...]
     class_errors: tuple[tuple[str, str], ...]
@@ -71,6 +71,19 @@ def flatten(rows: Iterator[Row] | Any) -> Flat:
     return tuple(flat)
 
 
+def row_families(selection: Selection, kind: Kind) -> list[Family]:
+    """The families whose rows an entry of *kind* keeps, in the order it keeps them.
+
+    By position, not by name: a pair per family and object would take a sixth of the store.
+    The families of current slices only are kept with the slice's facts instead.
+    """
+    return [
+        family
+        for family in selection.families
+        if family.reads is kind and not (family.current_generation and kind is RESOURCE_SLICES)
+    ]
+
+
 def expand(flat: Flat, width: int) -> Iterator[Row]:
     """The rows of *flat*, each *width* long."""
     for start in range(0, len(flat), width):
@@ -93,17 +106,21 @@ class KindReader:
     def __init__(
         self,
         kind: Kind,
-        families: list[Family],
-        options: Options,
+        selection: Selection,
         classes: ClassIndex,
         context: Hashable,
         previous: Mapping[str, Entry],
         warm: dict[str, Entry] | None = None,
     ) -> None:
         self.kind = kind
-        self._families = families
+        self._families = row_families(selection, kind)
+        self._generation_families = [
+            family
+            for family in selection.families
+            if family.reads is kind and family not in self._families
+        ]
+        self._options = selection.options
         self._view = VIEWS[kind.plural]
-        self._options = options
         self._classes = classes
         self._context = context
         self._previous = previous
@@ -159,19 +176,14 @@ class KindReader:
             facts = view.facts()
         elif self.kind is DEVICE_CLASSES:
             facts = view.entry
-        rows = []
-        for family in self._families:
+        for family in self._generation_families:
             found = flatten(family.rows(view))
-            if not found:
-                continue
-            if family.current_generation and self.kind is RESOURCE_SLICES:
+            if found:
                 facts.rows.append((family.name, found))
-            else:
-                rows.append((family.name, found))
         return Entry(
             version,
             self._context,
-            tuple(rows),
+            tuple([flatten(family.rows(view)) for family in self._families]),
             facts,
             tuple(problems.found),
             tuple(context.class_errors),
@@ -215,6 +227,7 @@ class Collection:
         "_cluster",
         "_entries",
         "_keys",
+        "_slots",
         "class_error_messages",
         "class_errors",
         "problems",
@@ -239,6 +252,11 @@ class Collection:
         self.class_errors = class_errors
         """Per class, devices whose match could not be decided."""
         self.class_error_messages = class_error_messages
+        self._slots = {
+            family.name: slot
+            for kind in {f.reads for f in selection.families if isinstance(f.reads, Kind)}
+            for slot, family in enumerate(row_families(selection, kind))
+        }
 
     @classmethod
     def of(cls, given: list[tuple[Family, list[Row]]]) -> Collection:
@@ -253,31 +271,29 @@ class Collection:
         """Equal for two collections whose rows of *family* are equal."""
         return self._keys[family.name]
 
-    def rows(self, family: Family) -> list[Row]:
-        """The rows of one family."""
+    def rows(self, family: Family) -> Iterator[Row]:
+        """The rows of one family, made as they are read (a family may have 160,000)."""
         width = len(family.labels) + 1
         if family.reads is CLUSTER or family.name in self._cluster:
-            return list(expand(self._cluster.get(family.name, ()), width))
+            yield from expand(self._cluster.get(family.name, ()), width)
+            return
         entries = self._entries.get(family.reads.plural, {})  # type: ignore[union-attr]
-        found: list[Row] = []
         name = family.name
         if family.current_generation:
             slices = [entry.facts for entry in entries.values()]
             for facts in ClusterIndex.current(slices):
                 for owner, flat in facts.rows:
                     if owner == name:
-                        found.extend(expand(flat, width))
-            return found
+                        yield from expand(flat, width)
+            return
+        slot = self._slots[name]
         for entry in entries.values():
-            for owner, flat in entry.rows:
-                if owner == name:
-                    found.extend(expand(flat, width))
-        return found
+            yield from expand(entry.rows[slot], width)
 
     def families(self) -> Iterator[tuple[Family, list[Row]]]:
         """Each family that has rows, with its rows, in the order written."""
         for family in self.selection.families:
-            rows = self.rows(family)
+            rows = list(self.rows(family))
             if rows:
                 yield family, rows
 
@@ -295,13 +311,10 @@ class CollectionBuilder:
 
     def reader(self, kind: Kind) -> KindReader:
         """What reads the pages of *kind* (made when its list starts)."""
-        families = [f for f in self._selection.families if f.reads is kind]
         context = self._context if kind is RESOURCE_SLICES else None
         previous = self._store.entries.get(kind.plural, {})
         warm = self._store.warm.setdefault(kind.plural, {})
-        reader = KindReader(
-            kind, families, self._selection.options, self._classes, context, previous, warm
-        )
+        reader = KindReader(kind, self._selection, self._classes, context, previous, warm)
         self._readers[kind.plural] = reader
         return reader
 

@@ -55,7 +55,7 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
-def encode_family(family: Family, rows: list[Row]) -> Iterator[bytes]:
+def encode_family(family: Family, rows: Iterable[Row]) -> Iterator[bytes]:
     """One family's exposition in chunks of at most LINES_PER_CHUNK samples.
 
     The text format 0.0.4 and OpenMetrics 1.0 write gauges the same way, so one encoder serves

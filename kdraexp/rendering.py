@@ -14,6 +14,7 @@ the connection drains, so forty concurrent scrapes hold forty pieces, not forty 
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 from collections.abc import Hashable, Iterator
@@ -101,13 +102,14 @@ class Renderer:
 
     async def _deflate(self, family: Family, collection: Collection, key: Hashable) -> Segment:
         rows = collection.rows(family)
-        if not rows:
+        first = next(rows, None)
+        if first is None:
             segment = Segment(key, b"", 0, 0)
         else:
             compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _RAW)
             parts, crc, size = [], 0, 0
             turn = self._clock.seconds()
-            for chunk in encode_family(family, rows):
+            for chunk in encode_family(family, itertools.chain((first,), rows)):
                 parts.append(compressor.compress(chunk))
                 crc, size = zlib.crc32(chunk, crc), size + len(chunk)
                 if self._clock.seconds() - turn > TURN:

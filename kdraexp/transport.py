@@ -54,7 +54,7 @@ class _Body(Protocol):
         self._data = bytearray()
         self._wire = 0
         self._stopped = False
-        self.done: Deferred[bytes] = Deferred(canceller=self._cancel)
+        self.done: Deferred[bytearray] = Deferred(canceller=self._cancel)
 
     def dataReceived(self, data: bytes) -> None:
         if self._stopped:
@@ -86,7 +86,7 @@ class _Body(Protocol):
             return
         self._stopped = True
         if reason.check(ResponseDone, PotentialDataLoss):
-            self.done.callback(bytes(self._data))
+            self.done.callback(self._data)  # not copied: a list page may be tens of MiB
         else:
             self.done.errback(reason)
         self._data = bytearray()
@@ -97,7 +97,7 @@ class _Body(Protocol):
         self._abort()
         self.done.errback(error)
 
-    def _cancel(self, _: Deferred[bytes]) -> None:
+    def _cancel(self, _: Deferred[bytearray]) -> None:
         self._stopped = True
         self._data = bytearray()
         self._abort()
@@ -108,7 +108,7 @@ class _Body(Protocol):
             self.transport.stopProducing()  # type: ignore[attr-defined]
 
 
-def read_body(response: IResponse, limit: int) -> Deferred[bytes]:
+def read_body(response: IResponse, limit: int) -> Deferred[bytearray]:
     """The whole body of *response*, at most *limit* bytes (inflated if gzip).
 
     Cancelling the Deferred drops the connection and what was read.

@@ -38,8 +38,8 @@ class Result:
     ) -> None:
         self.request = sys.intern(result.request or "")
         self.driver = sys.intern(result.driver or "")
-        self.pool = result.pool or ""
-        self.device = result.device or ""
+        self.pool = sys.intern(result.pool or "")
+        self.device = sys.intern(result.device or "")
         if isinstance(result.admin_access, bool):
             self.admin = result.admin_access
         else:
@@ -95,7 +95,7 @@ class ClaimView:
         """(request name as results name it, request name, the request or alternative)."""
         devices = (self.wire.spec or wire.ClaimSpec()).devices or wire.DeviceClaim()
         for request in devices.requests or ():
-            name = request.name or ""
+            name = sys.intern(request.name or "")
             if request.exactly is not None:
                 yield name, name, request.exactly
             for alternative in request.first_available or ():
@@ -254,7 +254,7 @@ def request_count(view: ClaimView) -> Iterator[Row]:
         else:
             count = float(gated.integer(spec.count) or 1)
         count = _SMALL.get(count, count)
-        yield (view.labels, request, spec.device_class_name or "", mode, count)
+        yield (view.labels, request, sys.intern(spec.device_class_name or ""), mode, count)
 
 
 @family(
