@@ -49,5 +49,5 @@ ENV PYTHONPATH=/opt/kdraexp \
     PYTHONUNBUFFERED=1 \
     TZ=UTC
 USER 65532:65532
-EXPOSE 8080
-ENTRYPOINT ["/usr/bin/python3", "-m", "kdraexp"]
+EXPOSE 8080 8081
+ENTRYPOINT ["/usr/bin/python3", "-m", "kdraexp", "--log-format=json"]

@@ -89,19 +89,27 @@ def encode_collection(collection: Collection) -> Iterator[bytes]:
         yield from encode_family(family, rows)
 
 
-def tail(self_metrics: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
-    """What follows the DRA families: the exporter's own metrics, and the content type.
+def tail(accept: str | None) -> tuple[bytes, str]:
+    """What follows the DRA families, and the content type.
 
-    OpenMetrics when *accept* asks for it (then the tail ends with ``# EOF``), else the text
-    format 0.0.4.
+    OpenMetrics when *accept* asks for it (then the body ends with ``# EOF``), else the text
+    format 0.0.4 (then nothing follows).
     """
+    _, content_type = choose_encoder(accept or "")
+    return (OPENMETRICS_EOF if _openmetrics(content_type) else b""), content_type
+
+
+def encode_registry(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    """A prometheus_client registry in the format *accept* asks for, and the content type."""
     encoder, content_type = choose_encoder(accept or "")
-    text = encoder(self_metrics)
-    if content_type.startswith("application/openmetrics-text") and not text.endswith(
-        OPENMETRICS_EOF
-    ):
+    text = encoder(registry)
+    if _openmetrics(content_type) and not text.endswith(OPENMETRICS_EOF):
         text += OPENMETRICS_EOF
     return text, content_type
+
+
+def _openmetrics(content_type: str) -> bool:
+    return content_type.startswith("application/openmetrics-text")
 
 
 def gzip_accepted(accept_encoding: str | None) -> bool:

@@ -1,22 +1,34 @@
-"""JSON log lines for containers: ``twistd --logger=kdraexp.logs.json_observer``."""
+"""Log lines: text for a terminal, JSON for containers, at the level the operator chose.
+
+Twisted's own chatter (factories starting and stopping, ports closed, signals received) is
+debug-level news to an operator: below warnings, only the exporter's own lines are shown
+unless ``--log-level debug`` asks for everything.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any
 
 from twisted.logger import (
     FileLogObserver,
     FilteringLogObserver,
+    ILogFilterPredicate,
     ILogObserver,
     LogLevel,
-    LogLevelFilterPredicate,
+    PredicateResult,
     formatEvent,
 )
+from zope.interface import implementer
 
-_FIELDS = ("resource", "error", "problem", "path", "listen", "origin", "version")
+NO: PredicateResult = PredicateResult.no
+MAYBE: PredicateResult = PredicateResult.maybe
+LEVELS = ("debug", "info", "warn", "error", "critical")
+FORMATS = ("text", "json")
+_FIELDS = ("resource", "error", "problem", "path", "listen", "origin", "version", "where")
 
 
 def format_json(event: dict[str, Any]) -> str:
@@ -36,9 +48,44 @@ def format_json(event: dict[str, Any]) -> str:
     return json.dumps(record, ensure_ascii=False) + "\n"
 
 
-def json_observer() -> ILogObserver:
-    """The observer for ``twistd --logger``: JSON lines on standard output, info and above."""
+def format_text(event: dict[str, Any]) -> str:
+    """``time level [logger] message``, and the traceback of a logged failure below it."""
+    when = datetime.fromtimestamp(event.get("log_time", 0), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    level = getattr(event.get("log_level"), "name", "info")
+    line = f"{when} {level:<5} [{event.get('log_namespace', '')}] {formatEvent(event)}\n"
+    failure = event.get("log_failure")
+    if failure is not None:
+        line += failure.getTraceback()
+    return line
+
+
+@implementer(ILogFilterPredicate)
+class _Quiet:
+    """Drops what is below *level*, and Twisted's lines below warnings unless *level* is debug."""
+
+    def __init__(self, level: LogLevel) -> None:
+        self._level = level
+
+    def __call__(self, event: dict[str, Any]) -> PredicateResult:
+        level = event.get("log_level", LogLevel.info)
+        if level < self._level:
+            return NO
+        if self._level > LogLevel.debug and level < LogLevel.warn:
+            namespace = str(event.get("log_namespace", ""))
+            if not namespace.startswith("kdraexp"):
+                return NO
+        return MAYBE
+
+
+def observer(level: str = "info", format: str = "json", out: IO[str] | None = None) -> ILogObserver:
+    """Lines of *format* (``text`` or ``json``) on *out* (standard output), *level* and above."""
+    formatter: Callable[[dict[str, Any]], str] = format_json if format == "json" else format_text
     return FilteringLogObserver(
-        FileLogObserver(sys.stdout, format_json),
-        [LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)],
+        FileLogObserver(out or sys.stdout, formatter),
+        [_Quiet(LogLevel.levelWithName(level))],
     )
+
+
+def json_observer() -> ILogObserver:
+    """The observer for ``twistd --logger=kdraexp.logs.json_observer``: JSON lines, info up."""
+    return observer("info", "json")

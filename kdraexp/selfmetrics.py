@@ -6,6 +6,8 @@ import platform
 from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -111,10 +113,17 @@ class BuildInfo(Collector):
         yield info
 
 
-def registry(stats: CollectionStats) -> CollectorRegistry:
-    """A registry of the exporter's own metrics; never the global one."""
+def registry(*collectors: Collector) -> CollectorRegistry:
+    """A registry of the exporter's own metrics (with *collectors*); never the global one.
+
+    Build information, then the process (CPU, memory, open files) and the Python runtime
+    (version, garbage collector), as prometheus_client's default registry has them.
+    """
     registry = CollectorRegistry(auto_describe=True)
     registry.register(BuildInfo())
-    registry.register(stats)
-    registry.register(ProcessCollector(registry=None))
+    for collector in collectors:
+        registry.register(collector)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
     return registry

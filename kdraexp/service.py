@@ -12,25 +12,24 @@ import attrs
 from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import serverFromString
 from twisted.internet.error import CannotListenError
+from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
-from twisted.web.http import Request
-from twisted.web.server import Site
 
-from kdraexp import __version__
+from kdraexp import __version__, listen
 from kdraexp.apiclient import KubeListClient
 from kdraexp.credentials import Credentials
 from kdraexp.filesource import FileSource
 from kdraexp.gather import Gatherer
+from kdraexp.httpsite import BoundedSite, HTTPStats
 from kdraexp.kubeconfig import ClusterConfig, redacted
 from kdraexp.listing import Source
 from kdraexp.selection import Selection, select
 from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.tls import KubeTLSPolicy, trust_root
 from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES, EndpointFactory, Limits
-from kdraexp.web import ExporterApp
+from kdraexp.web import HANDLERS, ExporterApp, TelemetryApp
 
 log = Logger()
 
@@ -42,7 +41,9 @@ MAX_CONNECTIONS = 4
 class Settings:
     """What the command line chose."""
 
-    listen: str = "tcp:8080"
+    listen: str = ":8080"
+    telemetry_listen: str = ":8081"
+    """Where the exporter's own metrics are served; empty for nowhere."""
     timeout: float = 10.0
     page_size: int = 500
     file: str | None = None
@@ -97,17 +98,49 @@ class GathererService(Service):
 
 
 class ListeningService(StreamServerEndpointService):
-    """Listens for scrapes; a port that cannot be bound ends the process with one log line."""
+    """Listens; a port that cannot be bound ends the process with one log line.
+
+    It says "listening" once the port is bound, with the address it is bound to.
+    """
 
     _raiseSynchronously = True
+
+    def __init__(self, what: str, description: str, endpoint: Any, factory: Any) -> None:
+        super().__init__(endpoint, factory)
+        self.what = what
+        self.description = description
 
     def privilegedStartService(self) -> None:
         """Bind now, so that failure to bind is reported at startup."""
         try:
             super().privilegedStartService()
         except CannotListenError as error:
-            log.critical("Failed to start the HTTP server: {error}", error=str(error))
+            log.critical(
+                "Failed to start the {what} listener on {listen}: {error}",
+                what=self.what,
+                listen=self.description,
+                error=str(error),
+            )
             raise SystemExit(1) from None
+        assert self._waitingForPort is not None
+        self._waitingForPort.addCallback(self._bound)
+
+    def _bound(self, port: IListeningPort) -> IListeningPort:
+        host: Any = port.getHost()
+        address = getattr(host, "host", None)
+        if address is None:
+            where = str(host)  # a UNIX socket
+        elif ":" in address:
+            where = f"[{address}]:{host.port}"
+        else:
+            where = f"{address}:{host.port}"
+        log.info(
+            "Serving {what} on {listen} ({where})",
+            what=self.what,
+            listen=self.description,
+            where=where,
+        )
+        return port
 
 
 class FrozenStartup(Service):
@@ -125,18 +158,23 @@ class FrozenStartup(Service):
         gc.freeze()
 
 
-class QuietSite(Site):
-    """A Site that leaves liveness probes out of the access log."""
+class ExporterService(MultiService):
+    """The whole exporter, which says when it stops.
 
-    def log(self, request: Request) -> None:
-        """Log every request but ``/healthz``."""
-        if request.path != b"/healthz":
-            super().log(request)
+    Its children stop in reverse order: the listeners first, then the collection in flight is
+    cancelled.
+    """
+
+    def stopService(self) -> Deferred[None]:
+        """Log, then stop every child."""
+        log.info("Stopping: closing the listeners, cancelling the lists in flight")
+        stopped: Deferred[None] = super().stopService()
+        return stopped
 
 
 def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: Any) -> MultiService:
     """Assemble the exporter; *cluster* is None for the offline source."""
-    top = MultiService()
+    top = ExporterService()
     source: Source
     if settings.file is not None:
         source = FileSource(settings.file, settings.max_response_bytes)
@@ -153,16 +191,29 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
     for warning in settings.selection.warnings:
         log.warn("{warning}", warning=warning)
     stats = CollectionStats()
+    http_stats = HTTPStats()
     gatherer = Gatherer(source, reactor, settings.timeout, stats, settings.selection)
     GathererService(gatherer).setServiceParent(top)
-    site = QuietSite(ExporterApp(gatherer, registry(stats), reactor).app.resource())
     FrozenStartup().setServiceParent(top)
-    listener = ListeningService(serverFromString(reactor, settings.listen), site)
-    listener.setServiceParent(top)
-    log.info(
-        "kdraexp {version} listening on {listen}, reading {origin}",
-        version=__version__,
-        listen=settings.listen,
-        origin=origin,
+    log.info("Starting kdraexp {version}, reading {origin}", version=__version__, origin=origin)
+    main = BoundedSite(
+        ExporterApp(gatherer, reactor).app.resource(), "main", http_stats, HANDLERS, reactor
     )
+    ListeningService(
+        "metrics", settings.listen, listen.endpoint(reactor, settings.listen), main
+    ).setServiceParent(top)
+    if settings.telemetry_listen:
+        telemetry = BoundedSite(
+            TelemetryApp(registry(stats, http_stats)).app.resource(),
+            "telemetry",
+            http_stats,
+            HANDLERS,
+            reactor,
+        )
+        ListeningService(
+            "telemetry",
+            settings.telemetry_listen,
+            listen.endpoint(reactor, settings.telemetry_listen),
+            telemetry,
+        ).setServiceParent(top)
     return top

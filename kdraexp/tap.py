@@ -9,10 +9,9 @@ import sys
 from typing import Any
 
 from twisted.application.service import IService
-from twisted.internet.endpoints import serverFromString
 from twisted.python import usage
 
-from kdraexp import kubeconfig
+from kdraexp import __version__, kubeconfig, listen
 from kdraexp.context import DEFAULT_DEVICE_CAPACITIES
 from kdraexp.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
 from kdraexp.listing import DEFAULT_RESOURCES
@@ -65,13 +64,26 @@ _bytes.coerceDoc = "Bytes, a number or a quantity such as 256Mi."  # type: ignor
 class Options(usage.Options):
     """Options of ``twistd kdraexp``."""
 
-    synopsis = "[--listen ENDPOINT] [--timeout SECONDS] [--page-size N] [--source SOURCE]"
+    synopsis = "[--listen ADDRESS] [--timeout SECONDS] [--source SOURCE] [OPTIONS]"
     longdesc = (
         "Serve Prometheus metrics about Kubernetes Dynamic Resource Allocation: "
         "ResourceClaims, ResourceSlices and DeviceClasses of resource.k8s.io/v1."
     )
     optParameters = [
-        ["listen", "l", "tcp:8080", "Twisted server endpoint to serve HTTP on."],
+        [
+            "listen",
+            "l",
+            ":8080",
+            "Where the DRA metrics are served: :PORT (IPv4 and IPv6), PORT, HOST:PORT, "
+            "[IPv6]:PORT or a Twisted endpoint (tcp:8080:interface=127.0.0.1).",
+        ],
+        [
+            "telemetry-listen",
+            None,
+            ":8081",
+            "Where the exporter's own metrics and /healthz are served (the same forms); "
+            "empty for nowhere.",
+        ],
         ["timeout", "t", 10.0, "Seconds one whole collection may take.", _positive_float],
         ["page-size", None, 500, "Objects per list page (the limit parameter).", _page_size],
         [
@@ -117,21 +129,29 @@ class Options(usage.Options):
         ],
     ]
 
+    def opt_version(self) -> None:
+        """Display the exporter's version and exit."""
+        print(f"kdraexp {__version__}")
+        raise SystemExit(0)
+
     def parseOptions(self, options: list[str] | None = None) -> None:
         """Parse; a bad value ends the process with status 2 and one line saying what is wrong."""
         try:
             super().parseOptions(options)
         except usage.UsageError as error:
             message = str(error).replace("Parameter type enforcement failed: ", "")
-            sys.stderr.write(f"kdraexp: {message} (see twistd kdraexp --help)\n")
+            sys.stderr.write(f"kdraexp: {message} (see kdraexp --help)\n")
             raise SystemExit(2) from None
 
     def postOptions(self) -> None:
         """Check the values and turn them into :class:`Settings`."""
-        try:
-            serverFromString(None, self["listen"])
-        except (ValueError, KeyError, TypeError) as error:
-            raise usage.UsageError(f"--listen {self['listen']!r}: {error}") from None
+        for option in ("listen", "telemetry-listen"):
+            if option == "telemetry-listen" and not self[option]:
+                continue
+            try:
+                listen.endpoint(None, self[option])
+            except listen.ListenError as error:
+                raise usage.UsageError(f"--{option} {error}") from None
         source = self["source"]
         file = None
         if source.startswith("file:") and source[5:]:
@@ -152,6 +172,7 @@ class Options(usage.Options):
             raise usage.UsageError(str(error)) from None
         self.settings = Settings(
             listen=self["listen"],
+            telemetry_listen=self["telemetry-listen"],
             timeout=self["timeout"],
             page_size=self["page-size"],
             max_response_bytes=self["max-response-bytes"],

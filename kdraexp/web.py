@@ -1,13 +1,18 @@
-"""The HTTP face: ``/metrics``, ``/healthz`` and a landing page."""
+"""The HTTP face: the main listener and the telemetry listener.
+
+The main listener serves the DRA families, the telemetry listener the exporter's own metrics;
+each has ``/metrics``, ``/healthz`` and a landing page.
+"""
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterable, Iterator
 from typing import cast
 
 from klein import Klein
 from prometheus_client.registry import CollectorRegistry
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IConsumer, IPushProducer, IReactorTime
 from twisted.web.iweb import IRequest
 from zope.interface import implementer
@@ -23,45 +28,64 @@ LANDING_PAGE = b"""<!doctype html>
 <ul><li><a href="metrics">/metrics</a></li><li><a href="healthz">/healthz</a></li></ul>
 </body></html>
 """
+HANDLERS = {b"/": "index", b"/metrics": "metrics", b"/healthz": "healthz"}
+"""The routes, as the HTTP request metrics name them."""
+
+
+def _landing(request: IRequest) -> bytes:
+    """A small page linking the two endpoints."""
+    request.setHeader("Content-Type", "text/html; charset=utf-8")
+    return LANDING_PAGE
+
+
+def _ok(request: IRequest) -> bytes:
+    request.setHeader("Content-Type", "text/plain; charset=utf-8")
+    return b"ok\n"
 
 
 class ExporterApp:
-    """The exporter's routes over one gatherer and one registry of self-metrics."""
+    """The main listener: the DRA families, over one gatherer."""
 
     app = Klein()
 
-    def __init__(
-        self, gatherer: Gatherer, self_metrics: CollectorRegistry, clock: IReactorTime
-    ) -> None:
+    def __init__(self, gatherer: Gatherer, clock: IReactorTime) -> None:
         self._gatherer = gatherer
-        self._self_metrics = self_metrics
         self._renderer = rendering.Renderer(clock)
         """Keeps each family's text compressed, shared by every scrape until the family changes."""
 
     @app.route("/", methods=["GET"])
     def index(self, request: IRequest) -> bytes:
         """A small page linking the two endpoints."""
-        request.setHeader("Content-Type", "text/html; charset=utf-8")
-        return LANDING_PAGE
+        return _landing(request)
 
     @app.route("/healthz", methods=["GET"])
     def healthz(self, request: IRequest) -> bytes:
         """Liveness: the process answers.  Never touches the API server."""
-        request.setHeader("Content-Type", "text/plain; charset=utf-8")
-        return b"ok\n"
+        return _ok(request)
 
     @app.route("/metrics", methods=["GET"])
     async def metrics(self, request: IRequest) -> bytes:
-        """A fresh collection, or 500 with one line per failed list and no samples at all."""
+        """A fresh collection, or 500 with one line per failed list and no samples at all.
+
+        ``HEAD`` answers the headers of a successful scrape without collecting.
+        """
+        _, content_type = exposition.tail(request.getHeader("Accept"))
+        if request.method == b"HEAD":
+            request.setHeader("Content-Type", content_type)
+            return b""
         try:
             collection = await self._gatherer.gather()
+        except CancelledError:  # the exporter is stopping: not an error
+            request.setResponseCode(503)
+            request.setHeader("Content-Type", "text/plain; charset=utf-8")
+            return b"the exporter is stopping\n"
         except CollectionFailed as failure:
             request.setResponseCode(500)
             request.setHeader("Content-Type", "text/plain; charset=utf-8")
             lines = dict.fromkeys(failure_line(error) for error in failure.errors)
             return "".join(line + "\n" for line in lines).encode()
         segments = await self._renderer.segments(collection)
-        tail, content_type = exposition.tail(self._self_metrics, request.getHeader("Accept"))
+        tail, content_type = exposition.tail(request.getHeader("Accept"))
         pieces: Iterable[bytes]
         if exposition.gzip_accepted(request.getHeader("Accept-Encoding")):
             pieces, length = self._renderer.gzip(segments, tail)
@@ -73,6 +97,36 @@ class ExporterApp:
         request.setHeader("Content-Length", str(length))
         await _BodyProducer(request, pieces).done
         return b""
+
+
+class TelemetryApp:
+    """The telemetry listener: the exporter's own metrics, which a failed list does not hide."""
+
+    app = Klein()
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    @app.route("/", methods=["GET"])
+    def index(self, request: IRequest) -> bytes:
+        """A small page linking the two endpoints."""
+        return _landing(request)
+
+    @app.route("/healthz", methods=["GET"])
+    def healthz(self, request: IRequest) -> bytes:
+        """Liveness: the process answers."""
+        return _ok(request)
+
+    @app.route("/metrics", methods=["GET"])
+    def metrics(self, request: IRequest) -> bytes:
+        """The exporter's own metrics, whatever the state of the lists."""
+        body, content_type = exposition.encode_registry(self._registry, request.getHeader("Accept"))
+        request.setHeader("Content-Type", content_type)
+        request.setHeader("Vary", "Accept-Encoding")
+        if exposition.gzip_accepted(request.getHeader("Accept-Encoding")):
+            request.setHeader("Content-Encoding", "gzip")
+            return gzip.compress(body, rendering.GZIP_LEVEL)
+        return body
 
 
 def failure_line(error: ListError) -> str:

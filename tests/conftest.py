@@ -20,7 +20,7 @@ from kdraexp.kubeconfig import ClusterConfig
 from kdraexp.selection import select
 from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.transport import Limits
-from kdraexp.web import ExporterApp
+from kdraexp.web import ExporterApp, TelemetryApp
 from tests import tools
 from tests.fakeapi import FakeKubeAPI
 
@@ -100,6 +100,8 @@ class Exporter:
     agent: RequestTraversalAgent
     resource: Any
     """The exporter's root resource, for requests that bypass treq's gzip decoding."""
+    telemetry: Any
+    """A StubTreq over the telemetry listener's resource."""
 
     def settle(self) -> None:
         """Deliver what is in flight between the fake API, the exporter and its clients."""
@@ -108,10 +110,11 @@ class Exporter:
             self.web.flush()
 
     def get(
-        self, path: str, headers: dict[str, str] | None = None
+        self, path: str, headers: dict[str, str] | None = None, *, telemetry: bool = False
     ) -> tuple[int, dict[str, str], bytes]:
-        """GET *path* from the exporter; return code, headers (lowercase) and body."""
-        pending = self.web.get(f"http://exporter{path}", headers=headers or {})
+        """GET *path* from the exporter (or its telemetry listener); code, headers, body."""
+        web = self.telemetry if telemetry else self.web
+        pending = web.get(f"http://exporter{path}", headers=headers or {})
         self.settle()
         response = result_of(pending)
         content = response.content()
@@ -153,5 +156,6 @@ def exporter(fake: FakeKubeAPI, clock: Clock) -> Exporter:
     client, agent = in_memory_client(fake, clock)
     stats = CollectionStats()
     gatherer = Gatherer(client, clock, 10.0, stats, select())
-    resource = ExporterApp(gatherer, registry(stats), clock).app.resource()
-    return Exporter(fake, clock, stats, gatherer, StubTreq(resource), agent, resource)
+    resource = ExporterApp(gatherer, clock).app.resource()
+    telemetry = StubTreq(TelemetryApp(registry(stats)).app.resource())
+    return Exporter(fake, clock, stats, gatherer, StubTreq(resource), agent, resource, telemetry)

@@ -1,4 +1,4 @@
-"""Running the installed ``twistd kdraexp`` as a child process, without blocking the reactor."""
+"""Running the installed ``kdraexp`` as a child process, without blocking the reactor."""
 
 from __future__ import annotations
 
@@ -24,6 +24,20 @@ def twistd() -> str:
     return str(path)
 
 
+def kdraexp(*args: str, via_twistd: bool = False) -> list[str]:
+    """The installed ``kdraexp`` command line with *args*, or ``twistd -n kdraexp`` if asked.
+
+    The telemetry listener goes to a free port of 127.0.0.1 unless *args* say where.
+    """
+    if not any(arg.startswith("--telemetry-listen") for arg in args):
+        args = (*args, "--telemetry-listen", "tcp:0:interface=127.0.0.1")
+    if via_twistd:
+        return [twistd(), "-n", "--pidfile=", "kdraexp", *args]
+    path = BIN / "kdraexp"
+    assert path.exists(), f"{path} is missing: install the project (pip install -e .)"
+    return [str(path), *args]
+
+
 def free_port() -> int:
     """A port free on 127.0.0.1 right now."""
     with socket.socket() as probe:
@@ -31,13 +45,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start ``twistd -n --pidfile= kdraexp ARGS`` in *cwd*, output in ``cwd/output.log``."""
+def start(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None, via_twistd: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start ``kdraexp ARGS`` in *cwd*, output in ``cwd/output.log``."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     environment.update(env or {})
     with (cwd / "output.log").open("wb") as log:
         return subprocess.Popen(
-            [twistd(), "-n", "--pidfile=", "kdraexp", *args],
+            kdraexp(*args, via_twistd=via_twistd),
             cwd=cwd,
             env=environment,
             stdout=log,

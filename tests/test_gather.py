@@ -12,11 +12,6 @@ from tests.fakeapi import Fault
 from tests.objects import SEED_CLAIM, device_class
 
 
-def dra_part(body: bytes) -> bytes:
-    """The body without the exporter's own metrics, which change between renders."""
-    return body.split(b"# HELP kube_dra_exporter_")[0]
-
-
 def test_concurrent_scrapes_share_one_collection(exporter: Exporter) -> None:
     """40 scrapes arriving during one collection cause one list call per resource."""
     exporter.fake.add("deviceclasses", device_class("gpu", "3"))
@@ -30,7 +25,7 @@ def test_concurrent_scrapes_share_one_collection(exporter: Exporter) -> None:
     exporter.settle()
     contents = [result_of(d).content() for d in responses]
     exporter.settle()
-    bodies = {dra_part(result_of(content)) for content in contents}
+    bodies = {result_of(content) for content in contents}
     assert len(bodies) == 1
     body = bodies.pop()
     assert b'kube_deviceclass_hourly_cost{deviceclass_name="gpu"} 3\n' in body
@@ -102,7 +97,7 @@ def test_deadline_counts_timeouts(exporter: Exporter) -> None:
     pending = exporter.gatherer.gather()
     exporter.clock.advance(10)
     assert isinstance(failure_of(pending).value, CollectionFailed)
-    _, _, body = exporter.get("/metrics")
+    _, _, body = exporter.get("/metrics", telemetry=True)
     assert (
         b'kube_dra_exporter_list_errors_total{reason="Timeout",resource="resourceclaims"} 1.0'
         in body
@@ -137,6 +132,7 @@ def test_invalid_cost_logged_once(exporter: Exporter) -> None:
     assert b'kube_deviceclass_hourly_cost{deviceclass_name="valid"} 3.25\n' in body
     assert b'kube_deviceclass_hourly_cost{deviceclass_name="invalid"' not in body
     assert b'kube_deviceclass_info{deviceclass_name="invalid",' in body
+    _, _, body = exporter.get("/metrics", telemetry=True)
     assert (
         b'kube_dra_exporter_invalid_values_total{field="hourly-cost",resource="deviceclasses"} 3.0'
         in body

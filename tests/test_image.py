@@ -49,7 +49,7 @@ def test_dockerfile_contract() -> None:
     assert "EXPOSE 8080" in text
     assert "/licenses/kube-dra-exporter/" in text
     assert "TZ=UTC" in text and "PYTHONDONTWRITEBYTECODE=1" in text
-    assert 'ENTRYPOINT ["/usr/bin/python3", "-m", "kdraexp"]' in text
+    assert 'ENTRYPOINT ["/usr/bin/python3", "-m", "kdraexp", "--log-format=json"]' in text
     assert "scripts/install-prefix.sh /opt/kdraexp" in text
 
 
@@ -137,7 +137,16 @@ async def test_runs_from_read_only_prefix(prefix: Path) -> None:
             "PATH": "/usr/bin:/bin",
         }
         output = tempfile.TemporaryFile()  # noqa: SIM115 - read after the process ends
-        command = [sys.executable, "-m", "kdraexp", "--listen", f"tcp:{port}:interface=127.0.0.1"]
+        command = [
+            sys.executable,
+            "-m",
+            "kdraexp",
+            "--log-format=json",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--telemetry-listen",
+            "127.0.0.1:0",
+        ]
         process = subprocess.Popen(
             read_only(prefix.parent, command),
             cwd=workdir,
@@ -159,7 +168,7 @@ async def test_runs_from_read_only_prefix(prefix: Path) -> None:
             output.close()
     assert status == 0, log
     records = [json.loads(line) for line in log.splitlines()]
-    assert any("listening on tcp:" in record["msg"] for record in records)
+    assert any(record["msg"].startswith("Serving metrics on 127.0.0.1:") for record in records)
     assert not [r for r in records if r["level"] in ("error", "critical")], log
     assert "plugin cache" not in log
     assert snapshot(prefix) == before

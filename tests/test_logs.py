@@ -57,3 +57,31 @@ def test_failure_traceback() -> None:
     )
     assert line.count("\n") == 1
     assert "ValueError: boom" in json.loads(line)["traceback"]
+
+
+def test_levels_and_twisted_chatter() -> None:
+    """At info, the exporter's info lines pass and Twisted's do not; at debug, all pass."""
+    import io
+
+    def lines(level: str) -> list[str]:
+        out = io.StringIO()
+        observer = logs.observer(level, "text", out)
+        for namespace, event_level in (
+            ("kdraexp.service", LogLevel.info),
+            ("twisted.internet.base", LogLevel.info),
+            ("twisted.internet.defer", LogLevel.critical),
+            ("kdraexp.gather", LogLevel.debug),
+        ):
+            observer(
+                {
+                    "log_format": f"{namespace} {event_level.name}",
+                    "log_level": event_level,
+                    "log_namespace": namespace,
+                    "log_time": 0,
+                }
+            )
+        return [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+
+    assert lines("info") == ["kdraexp.service info", "twisted.internet.defer critical"]
+    assert lines("error") == ["twisted.internet.defer critical"]
+    assert len(lines("debug")) == 4

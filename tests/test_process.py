@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import subprocess
 from pathlib import Path
@@ -14,7 +15,7 @@ from twisted.internet.defer import Deferred, gatherResults
 
 from tests.fakeapi import Fault
 from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_LINES, SEED_SLICE
-from tests.processes import free_port, get, start, stop, twistd, wait_for
+from tests.processes import free_port, get, kdraexp, start, stop, wait_for
 from tests.tlsapi import TLSAPI, serve
 
 pytestmark = pytest.mark.slow
@@ -47,7 +48,7 @@ def kubeconfig(path: Path, server: str, ca_pem: bytes, token: str) -> Path:
 
 @pytest_twisted.ensureDeferred
 async def test_smoke_against_tls_api(tmp_path: Path) -> None:
-    """The installed plugin, pointed at the fake API over TLS, serves the original's lines."""
+    """The installed twistd plugin, pointed at the fake API over TLS, serves the original's."""
     with serve() as api:
         api.fake.tokens = {"s3cret-token"}
         api.fake.add("resourceclaims", SEED_CLAIM)
@@ -56,7 +57,10 @@ async def test_smoke_against_tls_api(tmp_path: Path) -> None:
         config = kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, "s3cret-token")
         port = free_port()
         process = start(
-            ["--listen", f"tcp:{port}:interface=127.0.0.1"], tmp_path, {"KUBECONFIG": str(config)}
+            ["--listen", f"tcp:{port}:interface=127.0.0.1"],
+            tmp_path,
+            {"KUBECONFIG": str(config)},
+            via_twistd=True,
         )
         try:
             base = f"http://127.0.0.1:{port}"
@@ -115,7 +119,7 @@ async def forty_scrapes_share_one_collection(api: TLSAPI, base: str) -> None:
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [twistd(), "-n", "--pidfile=", "kdraexp", *args],
+        kdraexp(*args),
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -143,7 +147,7 @@ def test_bad_option_exits_2(tmp_path: Path) -> None:
     assert result.stdout == ""
     assert result.stderr == (
         "kdraexp: --page-size: expected a whole number of at least 1, "
-        "got '-3' (see twistd kdraexp --help)\n"
+        "got '-3' (see kdraexp --help)\n"
     )
 
 
@@ -161,7 +165,10 @@ def test_port_in_use_exits_1(tmp_path: Path) -> None:
             {"HOME": str(tmp_path)},
         )
     assert result.returncode == 1
-    assert "Failed to start the HTTP server: Couldn't listen on 127.0.0.1" in result.stdout
+    assert (
+        f"Failed to start the metrics listener on tcp:{port}:interface=127.0.0.1: "
+        "Couldn't listen on 127.0.0.1" in result.stdout
+    )
     assert "Traceback" not in result.stdout + result.stderr
 
 
@@ -206,3 +213,97 @@ async def test_large_dump_parsed_aside(tmp_path: Path) -> None:
         await wait_for(parsed, 60, 0.5)
     finally:
         assert await stop(process) == 0
+
+
+def test_command_help_and_version(tmp_path: Path) -> None:
+    """``kdraexp --help`` and ``--version`` speak of kdraexp, not of twistd."""
+    from kdraexp import __version__
+
+    result = run(["--help"], tmp_path, {"HOME": str(tmp_path)})
+    assert result.returncode == 0
+    assert result.stdout.startswith("Usage: kdraexp ")
+    assert "twistd" not in result.stdout.lower()
+    for option in ("--listen", "--telemetry-listen", "--log-level", "--log-format"):
+        assert option in result.stdout
+    result = run(["--version"], tmp_path, {"HOME": str(tmp_path)})
+    assert (result.returncode, result.stdout) == (0, f"kdraexp {__version__}\n")
+    result = run(["--log-level", "chatty"], tmp_path, {"HOME": str(tmp_path)})
+    assert result.returncode == 2
+    assert "--log-level 'chatty': expected one of debug, info, warn, error, critical" in (
+        result.stderr
+    )
+
+
+@pytest_twisted.ensureDeferred
+async def test_telemetry_while_lists_fail_and_quiet_logs(tmp_path: Path) -> None:
+    """While every list fails, the telemetry port still has the errors.
+
+    The log says where it listens once bound, and nothing of Twisted's own at info.
+    """
+    with serve() as api:
+        api.fake.tokens = {"right"}
+        config = kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, "wrong")
+        port, telemetry = free_port(), free_port()
+        process = start(
+            [
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--telemetry-listen",
+                f"127.0.0.1:{telemetry}",
+                "--log-format",
+                "json",
+            ],
+            tmp_path,
+            {"KUBECONFIG": str(config)},
+        )
+        try:
+            await wait_for(lambda: get(f"http://127.0.0.1:{telemetry}/healthz"))
+            assert (await get(f"http://127.0.0.1:{port}/metrics"))[0] == 500  # type: ignore[index]
+            code, body = await get(f"http://127.0.0.1:{telemetry}/metrics")  # type: ignore[misc]
+            assert code == 200
+            lines = body.decode().splitlines()
+            assert (
+                'kube_dra_exporter_list_errors_total{reason="Unauthorized",resource="resourceclaims"}'
+                " 1.0" in lines
+            )
+            assert any(
+                line.startswith(
+                    'kube_dra_exporter_http_requests_total{code="500",handler="metrics",'
+                    'listener="main"}'
+                )
+                for line in lines
+            )
+        finally:
+            assert await stop(process) == 0
+    records = [json.loads(line) for line in (tmp_path / "output.log").read_text().splitlines()]
+    messages = [r["msg"] for r in records]
+    assert f"Serving metrics on 127.0.0.1:{port} (127.0.0.1:{port})" in messages
+    assert f"Serving telemetry on 127.0.0.1:{telemetry} (127.0.0.1:{telemetry})" in messages
+    assert not [m for m in messages if "factory" in m.lower() or "Port" in m]
+    assert all(r["logger"].startswith("kdraexp") or r["level"] != "info" for r in records)
+
+
+@pytest_twisted.ensureDeferred
+async def test_shutdown_during_scrape_is_quiet(tmp_path: Path) -> None:
+    """SIGTERM while a list hangs: status 0, and no error logged for the abandoned scrape."""
+    with serve() as api:
+        api.fake.tokens = {"t"}
+        api.fake.faults["resourceclaims"] = Fault(hang=True)
+        config = kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, "t")
+        port = free_port()
+        process = start(
+            ["--listen", f"127.0.0.1:{port}", "--log-format", "json"],
+            tmp_path,
+            {"KUBECONFIG": str(config)},
+        )
+        try:
+            await wait_for(lambda: get(f"http://127.0.0.1:{port}/healthz"))
+            scrape = Deferred.fromCoroutine(get(f"http://127.0.0.1:{port}/metrics"))
+            await wait_for(lambda: api.fake.hanging)
+        finally:
+            assert await stop(process) == 0
+        with contextlib.suppress(Exception):  # the connection may be dropped: either is fine
+            await scrape
+    records = [json.loads(line) for line in (tmp_path / "output.log").read_text().splitlines()]
+    assert [r for r in records if r["level"] in ("error", "critical")] == []
+    assert any(r["msg"].startswith("Stopping") for r in records)

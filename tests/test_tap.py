@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pytest
 from twisted.application.service import IService, IServiceMaker
 from twisted.internet.testing import MemoryReactorClock
 from twisted.plugin import IPlugin, getPlugins
 from zope.interface.verify import verifyObject
 
+from kdraexp.httpsite import BoundedSite
 from kdraexp.kubeconfig import ClusterConfig
-from kdraexp.service import KubeClientService, ListeningService, QuietSite, Settings, build_service
+from kdraexp.service import KubeClientService, ListeningService, Settings, build_service
 from kdraexp.tap import Options
 
 
@@ -22,8 +24,9 @@ def parse(*args: str) -> Options:
 
 
 def test_defaults() -> None:
-    """tcp:8080, 10 s, 500 a page, the cluster."""
-    assert parse().settings == Settings("tcp:8080", 10.0, 500, None)
+    """Every address on 8080 and 8081, 10 s, 500 a page, the cluster."""
+    assert parse().settings == Settings()
+    assert (Settings().listen, Settings().telemetry_listen) == (":8080", ":8081")
 
 
 def test_values() -> None:
@@ -31,6 +34,8 @@ def test_values() -> None:
     options = parse(
         "--listen",
         "tcp:9000:interface=127.0.0.1",
+        "--telemetry-listen",
+        "127.0.0.1:9001",
         "--timeout",
         "2.5",
         "--page-size",
@@ -38,7 +43,14 @@ def test_values() -> None:
         "--source",
         "file:/x.yaml",
     )
-    assert options.settings == Settings("tcp:9000:interface=127.0.0.1", 2.5, 50, "/x.yaml")
+    assert options.settings == Settings(
+        listen="tcp:9000:interface=127.0.0.1",
+        telemetry_listen="127.0.0.1:9001",
+        timeout=2.5,
+        page_size=50,
+        file="/x.yaml",
+    )
+    assert parse("--telemetry-listen", "").settings.telemetry_listen == ""
 
 
 @pytest.mark.parametrize(
@@ -51,7 +63,18 @@ def test_values() -> None:
         (["--page-size", "1.5"], "--page-size: expected a whole number of at least 1, got '1.5'"),
         (["--source", "file:"], "--source 'file:': expected 'cluster' or 'file:PATH'"),
         (["--source", "kube"], "--source 'kube': expected 'cluster' or 'file:PATH'"),
-        (["--listen", "bogus:1"], "--listen 'bogus:1': Unknown endpoint type: 'bogus'"),
+        (
+            ["--listen", "bogus:1"],
+            "--listen 'bogus:1': expected a port, :PORT, IPv4:PORT, [IPv6]:PORT or a Twisted "
+            "endpoint such as tcp:8080:interface=127.0.0.1",
+        ),
+        (["--listen", "tcp:x"], "--listen 'tcp:x': invalid literal for int() with base 10: 'x'"),
+        (["--listen", "70000"], "--listen '70000': the port must be at most 65535"),
+        (
+            ["--telemetry-listen", "localhost"],
+            "--telemetry-listen 'localhost': expected a port, :PORT, IPv4:PORT, [IPv6]:PORT or "
+            "a Twisted endpoint such as tcp:8080:interface=127.0.0.1",
+        ),
         (["--nope"], "option --nope not recognized"),
         (
             ["--metric-allowlist", "a", "--metric-denylist", "b"],
@@ -74,23 +97,25 @@ def test_usage_errors(args: list[str], message: str, capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as caught:
         parse(*args)
     assert caught.value.code == 2
-    assert capsys.readouterr().err == f"kdraexp: {message} (see twistd kdraexp --help)\n"
+    assert capsys.readouterr().err == f"kdraexp: {message} (see kdraexp --help)\n"
 
 
 def test_service_tree(tmp_path: Path) -> None:
-    """The client, the gatherer and the listener; the listener last, so it stops first."""
+    """The client, the gatherer, then the two listeners (last, so they stop first)."""
     reactor = MemoryReactorClock()
     cluster = ClusterConfig("https://127.0.0.1:6443", "test", token="t")
-    top = build_service(Settings(listen="tcp:8080"), cluster, reactor)
+    settings = Settings(listen="tcp:8080", telemetry_listen="tcp:8081")
+    top = build_service(settings, cluster, reactor)
     children = list(top)
     assert isinstance(children[0], KubeClientService)
-    assert isinstance(children[-1], ListeningService)
+    assert [type(child) for child in children[-2:]] == [ListeningService, ListeningService]
     top.privilegedStartService()
     top.startService()
-    port, factory = reactor.tcpServers[0][:2]
-    assert port == 8080
-    assert isinstance(factory, QuietSite)
+    assert [server[:1] for server in reactor.tcpServers] == [(8080,), (8081,)]
+    assert all(isinstance(server[1], BoundedSite) for server in reactor.tcpServers)
     top.stopService()
+    without = build_service(attrs.evolve(settings, telemetry_listen=""), cluster, reactor)
+    assert sum(isinstance(child, ListeningService) for child in without) == 1
 
 
 def test_file_source_has_no_client() -> None:

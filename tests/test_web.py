@@ -88,11 +88,11 @@ def test_failure_fails_scrape(
     assert exporter.get("/healthz")[:3:2] == (200, b"ok\n")
 
 
-def test_errors_counted_on_next_good_scrape(exporter: Exporter) -> None:
-    """list_errors_total shows a failure once a scrape succeeds again."""
-    exporter.fake.faults["resourceslices"] = Fault(403, status(403, "Forbidden", "no"), times=1)
+def test_errors_counted_while_they_last(exporter: Exporter) -> None:
+    """list_errors_total is on the telemetry listener while /metrics fails."""
+    exporter.fake.faults["resourceslices"] = Fault(403, status(403, "Forbidden", "no"))
     assert exporter.get("/metrics")[0] == 500
-    code, _, body = exporter.get("/metrics")
+    code, _, body = exporter.get("/metrics", telemetry=True)
     assert code == 200
     assert (
         'kube_dra_exporter_list_errors_total{reason="Forbidden",resource="resourceslices"} 1.0'
@@ -101,18 +101,35 @@ def test_errors_counted_on_next_good_scrape(exporter: Exporter) -> None:
 
 
 def test_self_metrics(exporter: Exporter) -> None:
-    """Build info, list sizes and process metrics are served."""
+    """Build info, list sizes, process and Python metrics: on the telemetry listener only."""
     seed(exporter)
-    _, _, body = exporter.get("/metrics")
+    _, _, dra = exporter.get("/metrics")
+    assert {line.split("{")[0].split(" ")[0] for line in dra.decode().splitlines()} & {
+        "kube_dra_exporter_build_info",
+        "process_cpu_seconds_total",
+    } == set()
+    _, headers, body = exporter.get("/metrics", telemetry=True)
+    assert headers["content-type"].startswith("text/plain; version=0.0.4")
     names = {f.name for f in text_string_to_metric_families(body.decode())}
     assert {
         "kube_dra_exporter_build_info",
         "kube_dra_exporter_list_duration_seconds",
         "kube_dra_exporter_list_objects",
         "kube_dra_exporter_list_errors",
+        "python_info",
+        "python_gc_objects_collected",
     } <= names
     assert any(name.startswith("process_") for name in names)
     assert 'kube_dra_exporter_list_objects{resource="resourceclaims"} 1.0' in body.decode()
+    assert exporter.get("/healthz", telemetry=True)[::2] == (200, b"ok\n")
+
+
+def test_head_does_not_collect(exporter: Exporter) -> None:
+    """HEAD /metrics answers the headers without listing anything."""
+    response = result_of(exporter.web.head("http://exporter/metrics"))
+    assert response.code == 200
+    assert response.headers.getRawHeaders(b"Content-Type")[0].startswith(b"text/plain")
+    assert exporter.fake.requests == []
 
 
 def test_openmetrics(exporter: Exporter) -> None:

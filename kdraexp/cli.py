@@ -1,0 +1,57 @@
+"""The ``kdraexp`` command (and ``python -m kdraexp``): the exporter in the foreground.
+
+The same service as ``twistd kdraexp``, without twistd's options: no pid file, no log file (a
+read-only root filesystem is fine), log lines on standard output in the format and at the level
+asked for.  SIGTERM and SIGINT stop it with status 0.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from twisted.logger import globalLogBeginner
+from twisted.python import usage
+
+from kdraexp import logs
+from kdraexp.tap import Options, makeService
+
+
+class CommandOptions(Options):
+    """The exporter's options, and how it logs."""
+
+    optParameters = [
+        *Options.optParameters,
+        ["log-level", None, "info", f"Least level logged: {', '.join(logs.LEVELS)}."],
+        ["log-format", None, "text", f"Log line format: {' or '.join(logs.FORMATS)}."],
+    ]
+
+    def getSynopsis(self) -> str:
+        """``Usage: kdraexp ...`` however the command was started."""
+        return f"Usage: kdraexp {self.synopsis}"
+
+    def postOptions(self) -> None:
+        """Check the log options, then the exporter's."""
+        if self["log-level"] not in logs.LEVELS:
+            raise usage.UsageError(
+                f"--log-level {self['log-level']!r}: expected one of {', '.join(logs.LEVELS)}"
+            )
+        if self["log-format"] not in logs.FORMATS:
+            raise usage.UsageError(f"--log-format {self['log-format']!r}: expected text or json")
+        super().postOptions()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse *argv* (the command line), start the exporter and run until stopped."""
+    options = CommandOptions()
+    options.parseOptions(sys.argv[1:] if argv is None else argv)
+    globalLogBeginner.beginLoggingTo(
+        [logs.observer(options["log-level"], options["log-format"])],
+        redirectStandardIO=False,
+    )
+    from twisted.internet import reactor
+
+    service = makeService(options)
+    service.privilegedStartService()
+    reactor.callWhenRunning(service.startService)
+    reactor.addSystemEventTrigger("before", "shutdown", service.stopService)
+    reactor.run()

@@ -1,0 +1,112 @@
+"""Where the exporter listens: ``--listen`` and ``--telemetry-listen`` values.
+
+An operator writes what Go servers take: ``:8080`` (every address, IPv4 and IPv6), ``8080``,
+``127.0.0.1:8080``, ``[::1]:8080``; a Twisted endpoint description (``tcp:8080:interface=...``,
+``unix:...``) is taken as it is.  Host names are not resolved: an address is bound, not a name.
+Every address means one IPv6 socket that also accepts IPv4 (``IPV6_V6ONLY`` off, whatever the
+host's default); on a host without IPv6 it is an IPv4 socket, and the log says so.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import socket
+from typing import Any
+
+import attrs
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.endpoints import (
+    TCP4ServerEndpoint,
+    TCP6ServerEndpoint,
+    serverFromString,
+)
+from twisted.internet.error import CannotListenError
+from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
+from twisted.logger import Logger
+from zope.interface import implementer
+
+log = Logger()
+
+BACKLOG = 128
+
+_ADDRESS = re.compile(r"^(?:(?P<host>\[[0-9A-Fa-f:.]+\]|[0-9.]*):)?(?P<port>[0-9]+)$")
+_EXPECTED = (
+    "expected a port, :PORT, IPv4:PORT, [IPv6]:PORT or a Twisted endpoint such as "
+    "tcp:8080:interface=127.0.0.1"
+)
+
+
+class ListenError(ValueError):
+    """The value names no endpoint; the message says what was expected."""
+
+
+def endpoint(reactor: Any, value: str) -> IStreamServerEndpoint:
+    """The endpoint *value* describes.
+
+    :raises ListenError: when it is neither an address nor a Twisted endpoint description.
+    """
+    match = _ADDRESS.match(value)
+    if match is None:
+        if ":" not in value:
+            raise ListenError(f"{value!r}: {_EXPECTED}")
+        try:
+            described: IStreamServerEndpoint = serverFromString(reactor, value)
+        except (ValueError, KeyError, TypeError) as error:
+            if str(error).startswith("Unknown endpoint type"):
+                raise ListenError(f"{value!r}: {_EXPECTED}") from None
+            raise ListenError(f"{value!r}: {error}") from None
+        return described
+    port = int(match["port"])
+    if port > 65535:
+        raise ListenError(f"{value!r}: the port must be at most 65535")
+    host = match["host"] or ""
+    if not host:
+        return DualStackEndpoint(reactor, port)
+    if host.startswith("["):
+        return TCP6ServerEndpoint(reactor, port, BACKLOG, host[1:-1])
+    return TCP4ServerEndpoint(reactor, port, BACKLOG, host)
+
+
+@implementer(IStreamServerEndpoint)
+@attrs.frozen
+class DualStackEndpoint:
+    """Every address, IPv4 and IPv6, on one port; IPv4 alone where the host has no IPv6."""
+
+    reactor: Any
+    port: int
+
+    def listen(self, factory: IProtocolFactory) -> Deferred[IListeningPort]:
+        """Bind and listen; fail with CannotListenError as the TCP endpoints do."""
+        try:
+            sock = _dual_stack_socket(self.port)
+        except OSError as error:
+            if error.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT):
+                return fail(CannotListenError("", self.port, error))
+            log.warn(
+                "IPv6 is not available here ({error}): listening on IPv4 only",
+                error=error.strerror,
+            )
+            listening: Deferred[IListeningPort] = TCP4ServerEndpoint(
+                self.reactor, self.port, BACKLOG
+            ).listen(factory)
+            return listening
+        try:
+            port = self.reactor.adoptStreamPort(sock.fileno(), socket.AF_INET6, factory)
+        finally:
+            sock.close()  # the reactor holds its own duplicate
+        return succeed(port)
+
+
+def _dual_stack_socket(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("::", port))
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock

@@ -1,0 +1,156 @@
+"""HTTP connections within bounds: slow headers, too many connections, request bodies, counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client.registry import CollectorRegistry
+from twisted.internet.address import IPv4Address
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
+from twisted.web.pages import notFound
+from twisted.web.resource import Resource
+
+from kdraexp import httpsite
+from kdraexp.httpsite import HEADER_DEADLINE, BoundedChannel, BoundedSite, HTTPStats
+
+HANDLERS = {b"/healthz": "healthz"}
+
+
+class Ok(Resource):
+    isLeaf = True  # noqa: N815
+
+    def render_GET(self, request: object) -> bytes:  # noqa: N802
+        return b"ok\n"
+
+
+class Root(Resource):
+    def getChild(self, path: bytes, request: object) -> Resource:  # noqa: N802
+        return notFound()  # type: ignore[return-value]
+
+
+def site(clock: Clock, stats: HTTPStats | None = None, limit: int = 4) -> BoundedSite:
+    root = Root()
+    root.putChild(b"healthz", Ok())
+    return BoundedSite(root, "main", stats or HTTPStats(), HANDLERS, clock, limit)
+
+
+def connect(server: BoundedSite, port: int = 1) -> tuple[BoundedChannel | None, StringTransport]:
+    transport = StringTransport(peerAddress=IPv4Address("TCP", "10.0.0.1", port))
+    channel = server.buildProtocol(transport.getPeer())
+    if channel is not None:
+        channel.makeConnection(transport)
+    return channel, transport
+
+
+def test_headers_a_byte_at_a_time_are_cut_off() -> None:
+    """The deadline runs from a request's first byte, however often bytes trickle in."""
+    clock = Clock()
+    channel, transport = connect(site(clock))
+    assert channel is not None
+    for byte in b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+        channel.dataReceived(bytes([byte]))
+        clock.advance(HEADER_DEADLINE / 40)
+        if transport.disconnected:
+            break
+    assert transport.disconnected
+    assert transport.value() == b""
+
+
+def test_idle_connection_has_no_header_deadline() -> None:
+    """A kept-alive connection waiting for its next request is not cut by the deadline."""
+    clock = Clock()
+    channel, transport = connect(site(clock))
+    assert channel is not None
+    channel.dataReceived(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert transport.value().startswith(b"HTTP/1.1 200 OK")
+    clock.advance(HEADER_DEADLINE * 2)
+    assert not transport.disconnected
+    transport.clear()
+    channel.dataReceived(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert transport.value().startswith(b"HTTP/1.1 200 OK")
+
+
+def test_new_connection_replaces_oldest_idle_one() -> None:
+    """At the limit, a new connection (a probe) replaces the oldest idle or slow one."""
+    clock = Clock()
+    server = site(clock, limit=3)
+    slow = [connect(server, port) for port in range(3)]
+    for channel, _ in slow:
+        assert channel is not None
+        channel.dataReceived(b"GET /hea")
+    probe, transport = connect(server, 99)
+    assert probe is not None
+    assert [t.disconnected for _, t in slow] == [True, False, False]
+    probe.dataReceived(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert transport.value().startswith(b"HTTP/1.1 200 OK")
+
+
+def test_busy_connections_are_kept() -> None:
+    """Connections in the middle of a request are not replaced: the new one is refused."""
+    clock = Clock()
+    root = Resource()
+
+    class Never(Resource):
+        isLeaf = True  # noqa: N815
+
+        def render_GET(self, request: object) -> object:  # noqa: N802
+            from twisted.web.server import NOT_DONE_YET
+
+            return NOT_DONE_YET
+
+    root.putChild(b"slow", Never())
+    server = BoundedSite(root, "main", HTTPStats(), {}, clock, 2)
+    busy = [connect(server, port) for port in range(2)]
+    for channel, _ in busy:
+        assert channel is not None
+        channel.dataReceived(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+    refused, _ = connect(server, 99)
+    assert refused is None
+    assert not any(t.disconnected for _, t in busy)
+
+
+def test_request_body_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A body is answered 413 on its headers: nothing read, nothing spooled to a file."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    clock = Clock()
+    stats = HTTPStats()
+    for headers in (b"Content-Length: 200000000", b"Transfer-Encoding: chunked"):
+        channel, transport = connect(site(clock, stats))
+        assert channel is not None
+        channel.dataReceived(b"POST /metrics HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n\r\n")
+        channel.dataReceived(b"x" * 1_000_000)
+        assert transport.value().startswith(b"HTTP/1.1 413 Content Too Large\r\n")
+        assert transport.value().endswith(b"\r\n\r\nrequest bodies are not accepted\n")
+        assert transport.disconnecting
+    assert list(tmp_path.iterdir()) == []
+    assert stats._requests[("main", "other", "413")] == 2
+
+
+def test_requests_counted_by_handler_and_code() -> None:
+    """Each answer counts once by handler and code, with its duration in the histogram."""
+    clock = Clock()
+    stats = HTTPStats()
+    channel, _ = connect(site(clock, stats))
+    assert channel is not None
+    for path in (b"/healthz", b"/healthz", b"/nope"):
+        channel.dataReceived(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    registry = CollectorRegistry()
+    registry.register(stats)
+    value = registry.get_sample_value
+    requests = "kube_dra_exporter_http_requests_total"
+    assert value(requests, {"listener": "main", "handler": "healthz", "code": "200"}) == 2
+    assert value(requests, {"listener": "main", "handler": "other", "code": "404"}) == 1
+    duration = "kube_dra_exporter_http_request_duration_seconds"
+    labels = {"listener": "main", "handler": "healthz"}
+    assert value(f"{duration}_count", labels) == 2
+    assert value(f"{duration}_bucket", {**labels, "le": "0.005"}) == 2
+    assert value(f"{duration}_bucket", {**labels, "le": "+Inf"}) == 2
+
+
+def test_limit_is_below_usual_open_file_limit() -> None:
+    """Two listeners at their limits, and the API connections, fit in 1,024 open files."""
+    assert 2 * httpsite.MAX_CONNECTIONS + 64 < 1024
