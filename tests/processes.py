@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -46,9 +47,16 @@ def free_port() -> int:
 
 
 def start(
-    args: list[str], cwd: Path, env: dict[str, str] | None = None, via_twistd: bool = False
+    args: list[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    via_twistd: bool = False,
+    open_files: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``kdraexp ARGS`` in *cwd*, output in ``cwd/output.log``."""
+    """Start ``kdraexp ARGS`` in *cwd*, output in ``cwd/output.log``.
+
+    *open_files* limits the files the process may open.
+    """
     environment = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     environment.update(env or {})
     with (cwd / "output.log").open("wb") as log:
@@ -58,7 +66,12 @@ def start(
             env=environment,
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=None if open_files is None else lambda: _limit_files(open_files),
         )
+
+
+def _limit_files(count: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
 
 
 async def wait_for(condition: Any, limit: float = 30.0, step: float = 0.1) -> Any:

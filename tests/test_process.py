@@ -307,3 +307,37 @@ async def test_shutdown_during_scrape_is_quiet(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (tmp_path / "output.log").read_text().splitlines()]
     assert [r for r in records if r["level"] in ("error", "critical")] == []
     assert any(r["msg"].startswith("Stopping") for r in records)
+
+
+@pytest_twisted.ensureDeferred
+async def test_healthz_through_a_flood_of_slow_clients(tmp_path: Path) -> None:
+    """600 clients hold connections with unfinished headers: /healthz still answers.
+
+    The process may open 400 files, so without a connection limit the flood would take them all.
+    """
+    import socket
+
+    from twisted.internet import reactor
+    from twisted.web.client import HTTPConnectionPool
+
+    port = free_port()
+    process = start(
+        ["--listen", f"127.0.0.1:{port}", "--source", f"file:{EXAMPLE}"],
+        tmp_path,
+        open_files=400,
+    )
+    slow: list[socket.socket] = []
+    try:
+        await wait_for(lambda: get(f"http://127.0.0.1:{port}/healthz"))
+        for _ in range(600):
+            client = socket.create_connection(("127.0.0.1", port))
+            client.sendall(b"GET /healthz HTTP/1.1\r\nX-Slow: a")
+            slow.append(client)
+        fresh = HTTPConnectionPool(reactor, persistent=False)  # a new connection, as a probe
+        answer = await get(f"http://127.0.0.1:{port}/healthz", timeout=20, pool=fresh)
+        assert answer == (200, b"ok\n")
+        assert process.poll() is None
+    finally:
+        for client in slow:
+            client.close()
+        assert await stop(process) == 0
