@@ -13,18 +13,15 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Mapping
-from contextlib import suppress
 from datetime import datetime
 from typing import Any, cast
 
 from twisted.internet.defer import Deferred
-from twisted.internet.error import ProcessDone, ProcessExitedAlready, ProcessTerminated
 from twisted.internet.interfaces import IReactorProcess, IReactorTime
-from twisted.internet.protocol import ProcessProtocol
 from twisted.internet.ssl import PrivateCertificate
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
+from kdraexp.execplugin import PluginError, run_plugin
 from kdraexp.files import read_regular
 from kdraexp.kubeconfig import ClusterConfig, ExecConfig
 from kdraexp.singleflight import SingleFlight
@@ -222,7 +219,8 @@ async def run_exec_plugin(
 ) -> bytes:
     """Run an exec credential plugin and return its standard output.
 
-    :raises CredentialError: when it cannot be started, fails, or outlasts :data:`EXEC_TIMEOUT`.
+    :raises CredentialError: when it cannot be started, fails, writes too much, or outlasts
+        :data:`EXEC_TIMEOUT`.
     """
     env = dict(environ)
     env.update(exec_config.env)
@@ -242,58 +240,8 @@ async def run_exec_plugin(
     executable = shutil.which(exec_config.command, path=env.get("PATH"))
     if executable is None:
         raise CredentialError(f"exec plugin {exec_config.command}: command not found")
-    protocol = _Collect()
-    reactor.spawnProcess(protocol, executable, [exec_config.command, *exec_config.args], env=env)
-    done = protocol.done
-    done.addTimeout(EXEC_TIMEOUT, reactor, onTimeoutCancel=_exec_timed_out(exec_config))  # type: ignore[arg-type]
-    code = await done
-    if code != 0:
-        last = protocol.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        raise CredentialError(
-            f"exec plugin {exec_config.command} exited with status {code}: {last[0][:200]}"
-        )
-    return bytes(protocol.stdout)
-
-
-def _exec_timed_out(exec_config: ExecConfig) -> Callable[[object, float], Failure]:
-    def translate(result: object, timeout: float) -> Failure:
-        return Failure(
-            CredentialError(f"exec plugin {exec_config.command} ran longer than {timeout:g}s")
-        )
-
-    return translate
-
-
-class _Collect(ProcessProtocol):
-    """Collect a child's output; ``done`` fires with its exit status, and cancelling kills it."""
-
-    def __init__(self) -> None:
-        self.stdout = bytearray()
-        self.stderr = bytearray()
-        self.done: Deferred[int] = Deferred(canceller=self._kill)
-
-    def connectionMade(self) -> None:
-        assert self.transport is not None
-        self.transport.closeStdin()
-
-    def outReceived(self, data: bytes) -> None:
-        self.stdout += data
-
-    def errReceived(self, data: bytes) -> None:
-        self.stderr += data
-
-    def processEnded(self, reason: Failure) -> None:
-        if self.done.called:
-            return
-        if reason.check(ProcessDone):
-            self.done.callback(0)
-        elif isinstance(reason.value, ProcessTerminated):
-            code = reason.value.exitCode
-            self.done.callback(code if code is not None else -1)
-        else:
-            self.done.errback(reason)
-
-    def _kill(self, _: Deferred[int]) -> None:
-        if self.transport is not None:
-            with suppress(ProcessExitedAlready):
-                self.transport.signalProcess("KILL")
+    argv = [exec_config.command, *exec_config.args]
+    try:
+        return await run_plugin(executable, argv, env, reactor, EXEC_TIMEOUT)
+    except PluginError as error:
+        raise CredentialError(str(error)) from None

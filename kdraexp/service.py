@@ -6,6 +6,7 @@ The reactor is typed ``Any`` here: it is the one object that provides every reac
 from __future__ import annotations
 
 import gc
+import os
 from typing import Any
 
 import attrs
@@ -25,6 +26,7 @@ from kdraexp.gather import Gatherer
 from kdraexp.httpsite import BoundedSite, HTTPStats
 from kdraexp.kubeconfig import ClusterConfig, redacted
 from kdraexp.listing import Source
+from kdraexp.reaper import PERIOD, OrphanReaper
 from kdraexp.selection import Selection, select
 from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.tls import KubeTLSPolicy, trust_root
@@ -194,6 +196,9 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
     http_stats = HTTPStats()
     gatherer = Gatherer(source, reactor, settings.timeout, stats, settings.selection)
     GathererService(gatherer).setServiceParent(top)
+    if os.getpid() == 1:
+        log.info("Running as PID 1: reaping orphaned processes every {period:g}s", period=PERIOD)
+        OrphanReaper().setServiceParent(top)
     FrozenStartup().setServiceParent(top)
     log.info("Starting kdraexp {version}, reading {origin}", version=__version__, origin=origin)
     main = BoundedSite(
