@@ -21,7 +21,7 @@ from twisted.web.http import RESPONSES
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent
 
-from kdraexp import __version__
+from kdraexp import __version__, tls
 from kdraexp.credentials import CredentialError, Credentials
 from kdraexp.listing import GROUP, PAGE, Kind, ListError, Reader, Reason, ShapeError
 from kdraexp.transport import Limits, ResponseTooLarge, cancelled, read_body
@@ -81,10 +81,13 @@ class KubeListClient:
         credentials: Credentials,
         page_size: int,
         limits: Limits = Limits(),  # noqa: B008 - frozen
+        tls_server_name: str | None = None,
     ) -> None:
         self._agent = agent
         self._limits = limits
         self._base = DecodedURL.from_text(server.rstrip("/")).child("apis", GROUP)
+        self._server_name = tls_server_name or self._base.host
+        """The name the server's certificate is checked against."""
         self._credentials = credentials
         self._page_size = page_size
         self._versions: dict[str, str] = {}
@@ -182,7 +185,8 @@ class KubeListClient:
         except Exception as error:
             if cancelled(Failure(error)):
                 raise CancelledError() from None
-            raise ListError(kind.plural, Reason.TRANSPORT, None, transport_message(error)) from None
+            message = transport_message(error, self._server_name)
+            raise ListError(kind.plural, Reason.TRANSPORT, None, message) from None
         return response.code, body, authorization
 
 
@@ -207,11 +211,11 @@ def _decode_message(body: bytes | bytearray, error: Exception) -> str:
     return f"the response is not a list of the expected shape: {_clip(str(error))}"
 
 
-def transport_message(error: BaseException) -> str:
-    """A short description of a connection failure, with the TLS or socket reason inside it."""
+def transport_message(error: BaseException, server_name: str) -> str:
+    """A short description of a connection failure: TLS failures in words, else the socket's."""
     if isinstance(error, (ResponseNeverReceived, ResponseFailed)) and error.reasons:
-        return transport_message(error.reasons[0].value)
-    return _clip(f"{type(error).__name__}: {error}")
+        return transport_message(error.reasons[0].value, server_name)
+    return _clip(tls.explain(error, server_name) or f"{type(error).__name__}: {error}")
 
 
 def _clip(text: str, limit: int = 300) -> str:

@@ -78,7 +78,9 @@ class KubeClientService(Service):
         )
         endpoints = EndpointFactory(reactor, policy, limits)
         agent = Agent.usingEndpointFactory(reactor, endpoints, pool=self.pool)
-        self.client = KubeListClient(agent, cluster.server, credentials, page_size, limits)
+        self.client = KubeListClient(
+            agent, cluster.server, credentials, page_size, limits, cluster.tls_server_name
+        )
 
     def stopService(self) -> Deferred[None]:
         """Drop the kept-alive connections."""

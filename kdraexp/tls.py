@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 
 from OpenSSL import SSL, crypto
+from service_identity import VerificationError
 from twisted.internet import ssl
 from twisted.internet._sslverify import IOpenSSLTrustRoot
 from twisted.internet.abstract import isIPAddress, isIPv6Address
@@ -101,3 +102,33 @@ class _Unverified:
         if self._sni:
             connection.set_tlsext_host_name(self._sni)
         return connection
+
+
+def explain(error: BaseException, server_name: str) -> str | None:
+    """What a TLS failure means, in words, or None when *error* is not one.
+
+    *server_name* is the name the certificate was checked against (``tls-server-name`` or the
+    host of ``server``).
+    """
+    if isinstance(error, VerificationError):
+        return (
+            f"TLS: the API server's certificate is not valid for {server_name} (it names "
+            "other hosts or addresses): use the server's name in server:, or set "
+            "tls-server-name to a name the certificate holds"
+        )
+    if isinstance(error, SSL.Error):
+        reasons = " ".join(str(part) for args in error.args for part in _flatten(args))
+        if "certificate verify failed" in reasons:
+            return (
+                "TLS: the API server's certificate could not be verified (not signed by the "
+                "configured certificate-authority, or expired); check certificate-authority "
+                "or the in-cluster ca.crt"
+            )
+        return f"TLS: the handshake failed ({' '.join(reasons.split())})"
+    return None
+
+
+def _flatten(value: object) -> list[object]:
+    if isinstance(value, (list, tuple)):
+        return [item for part in value for item in _flatten(part)]
+    return [value]

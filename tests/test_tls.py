@@ -64,7 +64,10 @@ async def test_unknown_ca_refused(api: TLSAPI) -> None:
 
     error = await list_error(ClusterConfig(api.server, "t", ca_pem=trustme.CA().cert_pem.bytes()))
     assert error.reason == "Transport"
-    assert "certificate verify failed" in error.message
+    assert error.message == (
+        "TLS: the API server's certificate could not be verified (not signed by the configured "
+        "certificate-authority, or expired); check certificate-authority or the in-cluster ca.crt"
+    )
 
 
 @pytest_twisted.ensureDeferred
@@ -80,6 +83,10 @@ async def test_tls_server_name() -> None:
         named.fake.add("deviceclasses", device_class("gpu"))
         error = await list_error(ClusterConfig(named.server, "t", ca_pem=named.ca_pem))
         assert error.reason == "Transport"
+        assert error.message.startswith(
+            "TLS: the API server's certificate is not valid for 127.0.0.1 (it names other hosts "
+            "or addresses): use the server's name in server:, or set tls-server-name"
+        )
         result = await list_classes(
             ClusterConfig(
                 named.server, "t", ca_pem=named.ca_pem, tls_server_name="kubernetes.default.svc"
