@@ -51,6 +51,11 @@ def test_lint_strict(args: list[str]) -> None:
 
 
 DEFAULT_ARGS = [
+    "--listen=:8080",
+    "--telemetry-listen=:8081",
+    "--log-level=info",
+    "--log-format=json",
+    "--max-response-bytes=256Mi",
     "--timeout=10",
     "--page-size=500",
     "--resources=resourceclaims,resourceslices,deviceclasses",
@@ -67,7 +72,10 @@ def test_defaults_and_probes() -> None:
     for probe in ("livenessProbe", "readinessProbe"):
         assert main[probe]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
         assert main[probe]["timeoutSeconds"] <= main[probe]["periodSeconds"]
-    assert main["ports"] == [{"containerPort": 8080, "name": "http", "protocol": "TCP"}]
+    assert main["ports"] == [
+        {"containerPort": 8080, "name": "http", "protocol": "TCP"},
+        {"containerPort": 8081, "name": "telemetry", "protocol": "TCP"},
+    ]
     assert resource(docs, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
 
 
@@ -158,7 +166,6 @@ def test_monitor_details() -> None:
                     "selectorOverride": {"app": "x"},
                     "endpointAdditionalProperties": {"metricRelabelings": [{"action": "keep"}]},
                     "interval": "",
-                    "honorLabels": True,
                 }
             }
         }
@@ -167,20 +174,86 @@ def test_monitor_details() -> None:
     assert monitor["metadata"]["labels"]["release"] == "kps"
     assert monitor["metadata"]["labels"]["prometheus"] == "default"
     assert monitor["spec"]["selector"]["matchLabels"] == {"app": "x"}
-    endpoint = monitor["spec"]["endpoints"][0]
-    assert endpoint == {
+    main, telemetry = monitor["spec"]["endpoints"]
+    assert main == {
         "targetPort": "http",
         "path": "/metrics",
         "honorLabels": True,
         "scrapeTimeout": "30s",
         "metricRelabelings": [{"action": "keep"}],
     }
+    assert telemetry == {**main, "targetPort": "telemetry"}
     assert "namespaceSelector" not in monitor["spec"]
     pod_monitor = resource(
         render({"prometheus": {"podmonitor": {"enabled": True, "prometheusInstance": ""}}}),
         "PodMonitor",
     )
     assert "prometheus" not in pod_monitor["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("key", ["servicemonitor", "podmonitor"])
+def test_monitor_relabelings_and_telemetry(key: str) -> None:
+    """Relabelings on both endpoints, honoured labels; telemetry: false drops the second."""
+    relabel = [{"action": "labeldrop", "regex": "pod"}]
+    metric_relabel = [{"action": "drop", "sourceLabels": ["__name__"], "regex": "process_.*"}]
+    values = {"enabled": True, "relabelings": relabel, "metricRelabelings": metric_relabel}
+    monitor = resource(
+        render({"prometheus": {key: values}}),
+        "ServiceMonitor" if key == "servicemonitor" else "PodMonitor",
+    )
+    endpoints = monitor["spec"]["endpoints" if key == "servicemonitor" else "podMetricsEndpoints"]
+    port = "targetPort" if key == "servicemonitor" else "port"
+    assert [e[port] for e in endpoints] == ["http", "telemetry"]
+    for endpoint in endpoints:
+        assert endpoint["relabelings"] == relabel
+        assert endpoint["metricRelabelings"] == metric_relabel
+        assert endpoint["honorLabels"] is True
+    alone = resource(
+        render({"prometheus": {key: {"enabled": True, "telemetry": False}}}),
+        "ServiceMonitor" if key == "servicemonitor" else "PodMonitor",
+    )
+    assert (
+        len(alone["spec"]["endpoints" if key == "servicemonitor" else "podMetricsEndpoints"]) == 1
+    )
+
+
+def test_ports_priority_and_pull_secrets() -> None:
+    """Ports follow the exporter values; priorityClassName beats the global one; pull secrets."""
+    docs = render(
+        {
+            "exporter": {"port": 9100, "telemetryPort": 9101},
+            "priorityClassName": "gpu-critical",
+            "global": {"priorityClassName": "low", "imagePullSecrets": [{"name": "global"}]},
+            "imagePullSecrets": [{"name": "pod"}],
+        }
+    )
+    main = container(docs)
+    assert main["args"][:2] == ["--listen=:9100", "--telemetry-listen=:9101"]
+    assert [p["containerPort"] for p in main["ports"]] == [9100, 9101]
+    service = resource(docs, "Service")
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+        (9100, "http"),
+        (9101, "telemetry"),
+    ]
+    pod = resource(docs, "Deployment")["spec"]["template"]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9100"
+    assert pod["spec"]["priorityClassName"] == "gpu-critical"
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "pod"}]
+    assert resource(docs, "ServiceAccount")["imagePullSecrets"] == [{"name": "global"}]
+    without_account = resource(
+        render(
+            {
+                "serviceAccount": {"create": False},
+                "global": {"imagePullSecrets": [{"name": "global"}]},
+                "imagePullSecrets": [{"name": "pod"}],
+            }
+        ),
+        "Deployment",
+    )
+    assert without_account["spec"]["template"]["spec"]["imagePullSecrets"] == [
+        {"name": "pod"},
+        {"name": "global"},
+    ]
 
 
 def test_prometheus_annotations() -> None:
@@ -311,6 +384,7 @@ def test_exporter_options_become_args() -> None:
         "extraArgs": ["--metric-allowlist", "x y"],
     }
     assert container(render(values))["args"] == [
+        *DEFAULT_ARGS[:5],
         "--timeout=25",
         "--page-size=1000",
         "--resources=resourceslices,deviceclasses,devicetaintrules",
@@ -348,7 +422,10 @@ def test_network_policy(production: bool) -> None:
         }
     else:
         assert "namespaceSelector" not in sources[0]
-    assert policy["spec"]["ingress"][0]["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert policy["spec"]["ingress"][0]["ports"] == [
+        {"port": "http", "protocol": "TCP"},
+        {"port": "telemetry", "protocol": "TCP"},
+    ]
     egress = {
         (p["port"], p["protocol"]) for rule in policy["spec"]["egress"] for p in rule["ports"]
     }

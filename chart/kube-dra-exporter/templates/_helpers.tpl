@@ -40,7 +40,7 @@
 
 {{/* The exporter's HTTP port (the image listens on tcp:8080). */}}
 {{- define "kube-dra-exporter.port" -}}
-8080
+{{ .Values.exporter.port }}
 {{- end -}}
 
 {{/* Labels on every object and on the pod. */}}
@@ -102,6 +102,11 @@ image.repository, or [registry/][namespace/]name; then :tag@digest, :tag, @diges
 {{/* The exporter's command-line arguments, from .Values.exporter and .Values.extraArgs. */}}
 {{- define "kube-dra-exporter.args" -}}
 {{- $e := .Values.exporter -}}
+- {{ printf "--listen=:%v" $e.port | quote }}
+- {{ printf "--telemetry-listen=:%v" $e.telemetryPort | quote }}
+- {{ printf "--log-level=%s" $e.logLevel | quote }}
+- {{ printf "--log-format=%s" $e.logFormat | quote }}
+- {{ printf "--max-response-bytes=%v" $e.maxResponseBytes | quote }}
 - {{ printf "--timeout=%v" $e.timeout | quote }}
 - {{ printf "--page-size=%v" $e.pageSize | quote }}
 - {{ printf "--resources=%s" (join "," $e.resources) | quote }}
