@@ -15,6 +15,7 @@ import platform
 import msgspec
 from hyperlink import DecodedURL
 from twisted.internet.defer import CancelledError
+from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseFailed, ResponseNeverReceived
 from twisted.web.http import RESPONSES
@@ -25,6 +26,7 @@ from kdraexp import __version__, tls
 from kdraexp.credentials import CredentialError, Credentials
 from kdraexp.listing import GROUP, PAGE, Kind, ListError, Reader, Reason, ShapeError
 from kdraexp.transport import Limits, ResponseTooLarge, cancelled, read_body
+from kdraexp.turns import feed
 
 USER_AGENT = f"kdraexp/{__version__} (python {platform.python_version()})".encode()
 STATUS_REASONS = frozenset(
@@ -82,8 +84,11 @@ class KubeListClient:
         page_size: int,
         limits: Limits = Limits(),  # noqa: B008 - frozen
         tls_server_name: str | None = None,
+        *,
+        clock: IReactorTime,
     ) -> None:
         self._agent = agent
+        self._clock = clock
         self._limits = limits
         self._base = DecodedURL.from_text(server.rstrip("/")).child("apis", GROUP)
         self._server_name = tls_server_name or self._base.host
@@ -139,7 +144,7 @@ class KubeListClient:
             items = decoded.items or []
             objects += len(items)
             try:
-                reader.page(items)
+                await feed(reader, items, self._clock)
             except ShapeError as error:
                 raise ListError(kind.plural, Reason.DECODE, code, _clip(str(error))) from None
             token = decoded.metadata.continue_ if decoded.metadata is not None else None

@@ -12,7 +12,7 @@ a writer may reuse what it wrote for that key (:mod:`kdraexp.exposition` keeps i
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -34,6 +34,7 @@ from kdraexp.listing import (
 )
 from kdraexp.problems import Problem, Problems
 from kdraexp.selection import Selection
+from kdraexp.turns import Turns
 
 
 class Entry(msgspec.Struct, gc=False):
@@ -68,6 +69,20 @@ def flatten(rows: Iterator[Row] | Any) -> Flat:
         if labels not in seen:
             seen.add(labels)
             flat.extend(row)
+    return tuple(flat)
+
+
+async def flatten_slowly(rows: Iterable[Row], turns: Turns) -> Flat:
+    """:func:`flatten` for tens of thousands of rows, giving the reactor its turns."""
+    seen: set[tuple[Any, ...]] = set()
+    flat: list[Any] = []
+    for count, row in enumerate(rows):
+        labels = row[:-1]
+        if labels not in seen:
+            seen.add(labels)
+            flat.extend(row)
+        if count % 1024 == 1023:
+            await turns.take()
     return tuple(flat)
 
 
@@ -288,7 +303,9 @@ class Collection:
             return
         slot = self._slots[name]
         for entry in entries.values():
-            yield from expand(entry.rows[slot], width)
+            flat = entry.rows[slot]
+            if flat:  # most objects have no rows in most families: skip them cheaply
+                yield from expand(flat, width)
 
     def families(self) -> Iterator[tuple[Family, list[Row]]]:
         """Each family that has rows, with its rows, in the order written."""
@@ -325,8 +342,12 @@ class CollectionBuilder:
         self._classes = ClassIndex(entries, self._matcher)
         self._context = tuple((e.name, e.expressions) for e in entries)
 
-    def finish(self) -> Collection:
-        """The lists are complete: keep them in the store and make the collection."""
+    async def finish(self, turns: Turns | None = None) -> Collection:
+        """The lists are complete: keep them in the store and make the collection.
+
+        *turns* lets the reactor answer meanwhile (a 64,000-device cluster takes a while).
+        """
+        turns = turns or Turns.never()
         store = self._store
         for plural, reader in self._readers.items():
             previous = store.entries.get(plural, {})
@@ -349,12 +370,14 @@ class CollectionBuilder:
         class_errors: dict[str, int] = {}
         messages: dict[str, str] = {}
         for reader in self._readers.values():
-            for entry in reader.entries.values():
+            for count, entry in enumerate(reader.entries.values()):
                 problems.extend(entry.problems)
                 for name, message in entry.class_errors:
                     class_errors[name] = class_errors.get(name, 0) + 1
                     messages.setdefault(name, message)
-        self._cluster(keys)
+                if count % 4096 == 0:
+                    await turns.take()
+        await self._cluster(keys, turns)
         problems.extend(store.cluster_problems)
         return Collection(
             self._selection,
@@ -366,7 +389,7 @@ class CollectionBuilder:
             messages,
         )
 
-    def _cluster(self, keys: dict[str, Hashable]) -> None:
+    async def _cluster(self, keys: dict[str, Hashable], turns: Turns) -> None:
         """Recompute the cross-object families when a list they read changed."""
         store = self._store
         cluster = [f for f in self._selection.families if f.reads is CLUSTER]
@@ -374,13 +397,14 @@ class CollectionBuilder:
         if key == store.cluster_key:
             return
         problems = Problems()
-        index = ClusterIndex(
+        index = await ClusterIndex.build(
             [e.facts for e in store.entries.get(RESOURCE_SLICES.plural, {}).values()],
             [e.facts for e in store.entries.get(RESOURCE_CLAIMS.plural, {}).values()],
             self._classes.costs,
             problems,
             [e.facts for e in store.entries.get(DEVICE_TAINT_RULES.plural, {}).values()],
+            turns,
         )
-        store.cluster_rows = {f.name: flatten(f.rows(index)) for f in cluster}
+        store.cluster_rows = {f.name: await flatten_slowly(f.rows(index), turns) for f in cluster}
         store.cluster_problems = tuple(problems.found)
         store.cluster_key = key

@@ -22,7 +22,7 @@ from kdraexp.collection import Collection
 from kdraexp.family import Family, Row
 
 OPENMETRICS_EOF = b"# EOF\n"
-LINES_PER_CHUNK = 4096
+LINES_PER_CHUNK = 1024
 
 
 def format_value(value: float) -> str:
@@ -59,7 +59,9 @@ def encode_family(family: Family, rows: Iterable[Row]) -> Iterator[bytes]:
     """One family's exposition in chunks of at most LINES_PER_CHUNK samples.
 
     The text format 0.0.4 and OpenMetrics 1.0 write gauges the same way, so one encoder serves
-    both (OpenMetrics adds ``# EOF`` after the last family, which :func:`tail` writes).
+    both (OpenMetrics adds ``# EOF`` after the last family, which :func:`tail` writes).  While
+    the lines of one of the original's families are gathered to be sorted, an empty chunk comes
+    every LINES_PER_CHUNK lines: a point where the caller may give the reactor a turn.
     """
     formatted: dict[float, str] = {}
 
@@ -74,7 +76,12 @@ def encode_family(family: Family, rows: Iterable[Row]) -> Iterator[bytes]:
     prefix = family.line_prefix
     written: Iterable[str] = (prefix(row) + value(row[-1]) for row in rows)
     if family.original:
-        written = sorted(written)  # samples sorted by labels, as the original writes them
+        gathered = []
+        for line in written:
+            gathered.append(line)
+            if len(gathered) % LINES_PER_CHUNK == 0:
+                yield b""
+        written = sorted(gathered)  # samples sorted by labels, as the original writes them
     for line in written:
         lines.append(line)
         if len(lines) >= LINES_PER_CHUNK:

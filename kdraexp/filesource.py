@@ -17,12 +17,14 @@ import attrs
 import msgspec
 import yaml
 from twisted.internet.defer import Deferred, fail
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.threads import deferToThread
 
 from kdraexp.files import read_regular
 from kdraexp.listing import KINDS, Kind, ListError, Reader, Reason, ShapeError
 from kdraexp.singleflight import SingleFlight
 from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES
+from kdraexp.turns import feed
 
 try:
     _Loader: type[Any] = yaml.CSafeLoader
@@ -49,9 +51,14 @@ class FileSource:
     """Lists the DRA kinds from one file."""
 
     def __init__(
-        self, path: str, limit: int = DEFAULT_MAX_RESPONSE_BYTES, run: Runner = deferToThread
+        self,
+        path: str,
+        clock: IReactorTime,
+        limit: int = DEFAULT_MAX_RESPONSE_BYTES,
+        run: Runner = deferToThread,
     ) -> None:
         self.path = path
+        self._clock = clock
         self._limit = limit
         self._run = run
         """Runs the reading and parsing (in a thread; tests run it at once)."""
@@ -70,7 +77,7 @@ class FileSource:
             parsed = await self._parsing()
         items = parsed.items[kind.kind]
         try:
-            reader.page(items)
+            await feed(reader, items, self._clock)
         except ShapeError as error:
             raise self._error(kind, Reason.DECODE, str(error)) from None
         return len(items)

@@ -21,6 +21,7 @@ from kdraexp.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, Kind, ListError,
 from kdraexp.selection import Selection
 from kdraexp.selfmetrics import CollectionStats
 from kdraexp.singleflight import SingleFlight
+from kdraexp.turns import Turns
 
 log = Logger()
 
@@ -82,7 +83,7 @@ class Gatherer:
         errors += await self._lists([k for k in kinds if k not in FIRST], builder, deadline)
         if errors:
             raise CollectionFailed(tuple(errors))
-        collection = builder.finish()
+        collection = await builder.finish(Turns(self._clock))
         self._report(collection)
         return collection
 

@@ -79,7 +79,13 @@ class KubeClientService(Service):
         endpoints = EndpointFactory(reactor, policy, limits)
         agent = Agent.usingEndpointFactory(reactor, endpoints, pool=self.pool)
         self.client = KubeListClient(
-            agent, cluster.server, credentials, page_size, limits, cluster.tls_server_name
+            agent,
+            cluster.server,
+            credentials,
+            page_size,
+            limits,
+            cluster.tls_server_name,
+            clock=reactor,
         )
 
     def stopService(self) -> Deferred[None]:
@@ -181,7 +187,7 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
     top = ExporterService()
     source: Source
     if settings.file is not None:
-        source = FileSource(settings.file, settings.max_response_bytes)
+        source = FileSource(settings.file, reactor, settings.max_response_bytes)
         origin = f"file {settings.file}"
     else:
         assert cluster is not None

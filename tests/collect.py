@@ -15,6 +15,7 @@ from kdraexp.devicecel import Matcher
 from kdraexp.gather import FIRST
 from kdraexp.listing import Kind, Source
 from kdraexp.selection import Selection, select
+from tests.conftest import result_of
 
 
 class Recorder:
@@ -93,7 +94,7 @@ def collect(
             builder.reader(kind).page(items)
         if first:
             builder.classes_listed()
-    return builder.finish()
+    return result_of(Deferred.fromCoroutine(builder.finish()))
 
 
 def text(collection: Collection) -> str:

@@ -135,7 +135,8 @@ def in_memory_client(
     agent = RequestTraversalAgent(fake.app.resource())
     config = ClusterConfig(server="https://api.example:6443", origin="test", **cluster)
     credentials = Credentials(config, clock)
-    return KubeListClient(agent, config.server, credentials, page_size, limits), agent
+    client = KubeListClient(agent, config.server, credentials, page_size, limits, clock=clock)
+    return client, agent
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.task import Clock
 
 from kdraexp.filesource import FileSource
 from kdraexp.gather import Gatherer
@@ -36,7 +37,7 @@ SEED = [
 
 
 def list_file(path: Path, kind: object) -> Deferred[Recorder]:
-    return fetch(FileSource(str(path), run=maybeDeferred), kind, read=True)  # type: ignore[arg-type]
+    return fetch(FileSource(str(path), Clock(), run=maybeDeferred), kind, read=True)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("form", ["list-yaml", "multi-document", "json", "flow-yaml"])
@@ -58,13 +59,15 @@ def test_forms(tmp_path: Path, form: str) -> None:
 
 def test_example_cluster() -> None:
     """The shipped example gives every family, opt-in ones included, and reads cleanly."""
-    from twisted.internet.task import Clock
-
     everything = select(
         resources=",".join(kind.plural for kind in KINDS), opt_in=".*", device_attributes="profile"
     )
     gatherer = Gatherer(
-        FileSource(str(EXAMPLE), run=maybeDeferred), Clock(), 10, CollectionStats(), everything
+        FileSource(str(EXAMPLE), Clock(), run=maybeDeferred),
+        Clock(),
+        10,
+        CollectionStats(),
+        everything,
     )
     collection = result_of(gatherer.gather())
     assert [p.message for p in collection.problems] == []
@@ -77,7 +80,7 @@ def test_reread_when_changed(tmp_path: Path) -> None:
     """A change to the file shows at the next list."""
     path = tmp_path / "dump"
     path.write_text(yaml.safe_dump_all(SEED))
-    source = FileSource(str(path), run=maybeDeferred)
+    source = FileSource(str(path), Clock(), run=maybeDeferred)
     assert result_of(fetch(source, DEVICE_CLASSES)).count == 1
     path.write_text(
         yaml.safe_dump_all([*SEED, typed("DeviceClass", {"metadata": {"name": "two"}})])
@@ -154,7 +157,7 @@ def test_hostile_files(tmp_path: Path, kind: str) -> None:
         lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
         lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
         path.write_text("\n".join(lines) + "\n")
-    source = FileSource(str(path), limit=65536, run=maybeDeferred)
+    source = FileSource(str(path), Clock(), limit=65536, run=maybeDeferred)
     error = failure_of(fetch(source, DEVICE_CLASSES)).value
     assert isinstance(error, ListError)
     assert message in failure_line(error)
@@ -170,7 +173,7 @@ def test_changed_file_parsed_once(tmp_path: Path) -> None:
         runs.append(function)
         return maybeDeferred(function, *args)
 
-    source = FileSource(str(path), run=counting)
+    source = FileSource(str(path), Clock(), run=counting)
     for _ in range(2):
         for kind in KINDS:
             result_of(fetch(source, kind))
@@ -194,7 +197,7 @@ def test_parse_outlives_abandoned_scrape(tmp_path: Path) -> None:
         parses.append((function, args, Deferred()))
         return parses[-1][2]
 
-    source = FileSource(str(path), run=later)
+    source = FileSource(str(path), Clock(), run=later)
     abandoned = fetch(source, DEVICE_CLASSES)
     abandoned.cancel()
     failure_of(abandoned)

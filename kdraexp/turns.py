@@ -1,0 +1,48 @@
+"""Giving the reactor its turns: long work yields every :data:`TURN` seconds.
+
+Reading a page of 500 slices, or rendering a family of 160,000 samples, takes longer than a
+probe may wait; such work checks the clock as it goes and, past :data:`TURN`, lets the reactor
+answer whatever is waiting (``/healthz``, other scrapes) before it goes on.  On a test's
+``Clock``, whose time stands still, it never yields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import deferLater
+
+TURN = 0.01
+"""Seconds of work after which the reactor gets a turn."""
+CHUNK = 25
+"""Objects read between two looks at the clock."""
+
+
+class Turns:
+    """Tells long work when to yield, and yields."""
+
+    def __init__(self, clock: IReactorTime | None) -> None:
+        self._clock = clock
+        self._since = clock.seconds() if clock is not None else 0.0
+
+    @classmethod
+    def never(cls) -> Turns:
+        """Turns that never yield (for work done where there is no reactor to yield to)."""
+        return cls(None)
+
+    async def take(self) -> None:
+        """Yield to the reactor if this work has had the CPU for :data:`TURN` seconds."""
+        clock = self._clock
+        if clock is not None and clock.seconds() - self._since > TURN:
+            await deferLater(clock, 0, lambda: None)
+            self._since = clock.seconds()
+
+
+async def feed(reader: Any, items: Sequence[Any], clock: IReactorTime) -> None:
+    """Hand *items* to ``reader.page`` a few at a time, giving the reactor its turns."""
+    turns = Turns(clock)
+    for start in range(0, len(items), CHUNK):
+        reader.page(items[start : start + CHUNK])
+        await turns.take()

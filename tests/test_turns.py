@@ -1,0 +1,42 @@
+"""Long work yields to the reactor once it has had the CPU for a turn."""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Clock
+
+from kdraexp.turns import CHUNK, TURN, feed
+
+
+class BusyClock(Clock):
+    """A clock on which each look at the time finds a little more of it gone."""
+
+    def seconds(self) -> float:
+        self.rightNow += TURN / 4
+        return self.rightNow
+
+
+class Pages:
+    def __init__(self) -> None:
+        self.items: list[int] = []
+
+    def page(self, items: list[int]) -> None:
+        self.items.extend(items)
+
+
+def test_feed_yields_and_finishes() -> None:
+    """Fed items in chunks; between turns the reactor runs; every item arrives, in order."""
+    clock = BusyClock()
+    reader = Pages()
+    done = Deferred.fromCoroutine(feed(reader, list(range(CHUNK * 20)), clock))
+    assert not done.called and 0 < len(reader.items) < CHUNK * 20
+    while not done.called:
+        clock.advance(0)
+    assert reader.items == list(range(CHUNK * 20))
+
+
+def test_still_clock_never_yields() -> None:
+    """On a clock whose time stands still, the work runs to its end at once."""
+    reader = Pages()
+    done = Deferred.fromCoroutine(feed(reader, list(range(CHUNK * 20)), Clock()))
+    assert done.called and len(reader.items) == CHUNK * 20
