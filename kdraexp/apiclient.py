@@ -137,7 +137,7 @@ class KubeListClient:
                 raise error
             try:
                 decoded = PAGE.decode(body)
-            except msgspec.DecodeError as error:
+            except (msgspec.DecodeError, RecursionError) as error:
                 raise ListError(
                     kind.plural, Reason.DECODE, code, _decode_message(body, error)
                 ) from None
@@ -199,7 +199,7 @@ def _status_error(resource: str, code: int, body: bytes | bytearray) -> ListErro
     """Turn an error response into a ListError, from its Kubernetes Status when it has one."""
     try:
         status = _STATUS.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         status = None
     if status is not None and status.kind == "Status" and status.reason in STATUS_REASONS:
         return ListError(resource, status.reason, code, _clip(status.message or ""))

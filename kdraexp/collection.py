@@ -178,7 +178,7 @@ class KindReader:
     def _decode(self, decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw) -> Any:
         try:
             return decoder.decode(raw)
-        except msgspec.DecodeError as error:
+        except (msgspec.DecodeError, RecursionError) as error:
             name = _name(raw)
             raise ShapeError(f"{self.kind.kind} {name}: {error}".replace("  ", " ")) from None
 
@@ -213,7 +213,7 @@ def _name(raw: msgspec.Raw) -> str:
     """The object's name, if its metadata can be read at all."""
     try:
         meta = _IDENTITY.decode(raw).metadata
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return "(unreadable)"
     return (meta.name if meta else None) or "(no name)"
 

@@ -113,7 +113,7 @@ class FileSource:
         if text.lstrip().startswith("{"):
             try:  # ``-o json``: a JSON parser is hundreds of times faster than a YAML one
                 documents = [msgspec.json.decode(content)]
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 pass  # YAML in flow style, or broken JSON: the YAML parser says where
             else:
                 return _Parsed(stamp, self._sort(documents, version))

@@ -36,7 +36,7 @@ def raw_value(raw: msgspec.Raw | None) -> Any:
         return None
     try:
         return _decode(raw)
-    except msgspec.DecodeError as error:
+    except (msgspec.DecodeError, RecursionError) as error:
         raise Unreadable(f"not JSON: {error}") from None
 
 

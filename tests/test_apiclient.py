@@ -114,6 +114,12 @@ def test_unauthorized_without_new_token_fails(fake: FakeKubeAPI, clock: Clock) -
         (Fault(200, b'{"items": [1, 2', "application/json"), "Decode", 200),
         (Fault(200, b"\x00\xff garbage", "application/octet-stream"), "Decode", 200),
         (Fault(200, {"items": "not a list"}), "Decode", 200),
+        (Fault(200, b'{"items": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}"), "Decode", 200),
+        (
+            Fault(500, b'{"kind": "Status", "details": ' + b"[" * 100_000),
+            "InternalServerError",
+            500,
+        ),
         (Fault(404, status(404, "NotFound", "the server could not find")), "NotFound", 404),
     ],
 )

@@ -102,6 +102,12 @@ def test_same_object_twice_counts_once(tmp_path: Path) -> None:
         (None, "FileUnreadable", "No such file or directory"),
         ("items: [\n", "Decode", "is not YAML or JSON"),
         ('{"kind": "List", "items": [}\n', "Decode", "is not YAML or JSON"),
+        (
+            '{"kind": "List", "items": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            "Decode",
+            "nesting depth",
+        ),
+        ("items:\n- " + "[" * 100_000 + "]" * 100_000 + "\n", "Decode", "nesting depth"),
         ("- 1\n- 2\n", "Decode", "a document is not a mapping"),
         (
             yaml.safe_dump(
