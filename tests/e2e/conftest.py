@@ -151,15 +151,19 @@ def write_kubeconfig(path: Path, kube: Kube, token: str) -> Path:
 
 
 class Exporter:
-    """The installed ``twistd -n kdraexp`` as a child process on a free port."""
+    """The installed ``kdraexp`` as a child process, its two listeners on free ports."""
 
     def __init__(self, directory: Path, args: list[str], env: dict[str, str]) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port, self.telemetry_port = free_port(), free_port()
         self.directory = directory
-        self.process = start_exporter(
-            ["--listen", f"tcp:{self.port}:interface=127.0.0.1", *args], directory, env
-        )
+        listeners = [
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--telemetry-listen",
+            f"127.0.0.1:{self.telemetry_port}",
+        ]
+        self.process = start_exporter([*listeners, *args], directory, env)
         wait_until(lambda: self._up(), 60, "the exporter answering /healthz")
 
     def _up(self) -> bool:
@@ -171,6 +175,12 @@ class Exporter:
 
     def scrape(self) -> tuple[int, str]:
         return scrape(self.port)
+
+    def telemetry(self) -> str:
+        """The exporter's own metrics."""
+        code, text = scrape(self.telemetry_port)
+        assert code == 200, text
+        return text
 
     def log(self) -> str:
         return (self.directory / "output.log").read_text()

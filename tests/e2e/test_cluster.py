@@ -115,7 +115,8 @@ def test_rbac_removed_then_restored(
     _, body = wait_until(lambda: _code_is(exporter, 200), 30, "a 200 with RBAC restored")
     assert dataset.dra_lines(body) == dataset.expected_lines()
     assert (
-        'kube_dra_exporter_list_errors_total{reason="Forbidden",resource="resourceclaims"}' in body
+        'kube_dra_exporter_list_errors_total{reason="Forbidden",resource="resourceclaims"}'
+        in exporter.telemetry()
     )
 
 
@@ -153,6 +154,7 @@ def test_many_pages(kube: Kube, dra_objects: None, service_account: str, tmp_pat
         before = _claim_lists(kube)
         code, body = exporter.scrape()
         pages = _claim_lists(kube) - before
+        telemetry = exporter.telemetry()
     finally:
         assert exporter.stop() == 0
     assert code == 200
@@ -163,7 +165,9 @@ def test_many_pages(kube: Kube, dra_objects: None, service_account: str, tmp_pat
     ]
     assert len([line for line in totals if 'namespace="bulk"' in line]) == 25
     claims = len(totals)
-    assert f'kube_dra_exporter_list_objects{{resource="resourceclaims"}} {float(claims)}' in body
+    assert f'kube_dra_exporter_list_objects{{resource="resourceclaims"}} {float(claims)}' in (
+        telemetry
+    )
     assert claims > 3 * 7
     assert pages == math.ceil(claims / 7)
 
