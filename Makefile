@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 LISTEN ?= :8080
+TELEMETRY ?= :8081
 # An editable install in compat mode puts the checkout on sys.path, where twistd finds the plugin.
 EDITABLE := -e . --config-settings editable_mode=compat
 
@@ -22,10 +23,10 @@ install: $(BIN)/python
 	$(BIN)/python -m pip install -q $(EDITABLE)'[test]'
 
 demo: runtime
-	@echo "Serving examples/cluster.yaml on $(LISTEN): curl http://localhost:8080/metrics"
-	$(BIN)/kdraexp --listen $(LISTEN) --source file:examples/cluster.yaml \
+	@echo "Serving examples/cluster.yaml: the DRA metrics on $(LISTEN), the exporter's own on $(TELEMETRY)"
+	$(BIN)/kdraexp --listen $(LISTEN) --telemetry-listen $(TELEMETRY) --source file:examples/cluster.yaml \
 	  --resources resourceclaims,resourceslices,deviceclasses,devicetaintrules \
-	  --metric-opt-in-list '.*' --device-attributes profile
+	  --device-attributes profile
 
 lint: install
 	$(BIN)/ruff check .
