@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 LISTEN ?= :8080
 TELEMETRY ?= :8081
 # An editable install in compat mode puts the checkout on sys.path, where twistd finds the plugin.
-EDITABLE := -e . --config-settings editable_mode=compat
+COMPAT := --config-settings editable_mode=compat
 
 .PHONY: demo test lint pytest e2e bench install runtime
 
@@ -16,11 +16,11 @@ $(BIN)/python:
 
 # What the exporter needs to run, nothing more (make demo).
 runtime: $(BIN)/python
-	$(BIN)/python -m pip install -q $(EDITABLE)
+	$(BIN)/python -m pip install -q $(COMPAT) -e .
 
 # The exporter and everything the tests need.
 install: $(BIN)/python
-	$(BIN)/python -m pip install -q $(EDITABLE)'[test]'
+	$(BIN)/python -m pip install -q $(COMPAT) -e '.[test]'
 
 demo: runtime
 	@echo "Serving examples/cluster.yaml: the DRA metrics on $(LISTEN), the exporter's own on $(TELEMETRY)"
