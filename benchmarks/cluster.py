@@ -148,6 +148,7 @@ def resource_claims(nodes: int) -> list[dict[str, Any]]:
                     },
                     "status": {
                         "allocation": {
+                            "allocationTimestamp": "2026-11-28T16:02:14Z",
                             "devices": {
                                 "results": [
                                     {

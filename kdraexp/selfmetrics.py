@@ -17,7 +17,9 @@ from kdraexp import __version__
 class CollectionStats(Collector):
     """How collections went: each list's duration, size and failures, and values not read."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float | None = None) -> None:
+        self._timeout = timeout
+        """--timeout, exported so that alerts can compare list durations with it."""
         self._duration: dict[str, float] = {}
         self._objects: dict[str, int] = {}
         self._errors: dict[tuple[str, str], int] = {}
@@ -61,6 +63,12 @@ class CollectionStats(Collector):
         for deviceclass, count in sorted(self._cel_errors.items()):
             cel.add_metric([deviceclass], count)
         yield from (duration, objects, errors, invalid, cel)
+        if self._timeout is not None:
+            yield GaugeMetricFamily(
+                "kube_dra_exporter_collection_timeout_seconds",
+                "Seconds one whole collection may take (--timeout).",
+                value=self._timeout,
+            )
 
     @staticmethod
     def _families() -> tuple[

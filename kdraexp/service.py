@@ -200,7 +200,7 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
             log.warn("{warning}", warning=warning)
     for warning in settings.selection.warnings:
         log.warn("{warning}", warning=warning)
-    stats = CollectionStats()
+    stats = CollectionStats(settings.timeout)
     http_stats = HTTPStats()
     gatherer = Gatherer(source, reactor, settings.timeout, stats, settings.selection)
     GathererService(gatherer).setServiceParent(top)

@@ -120,6 +120,8 @@ class Allocation(Wire):
     """``status.allocation``: absent while the claim is pending."""
 
     devices: DeviceAllocation | None = None
+    allocation_timestamp: Any = msgspec.field(default=None, name="allocationTimestamp")
+    """When the scheduler allocated (gated: DRADeviceBindingConditions; not always set)."""
 
 
 class Consumer(Wire):

@@ -155,7 +155,7 @@ def fake() -> FakeKubeAPI:
 def exporter(fake: FakeKubeAPI, clock: Clock) -> Exporter:
     """The exporter over *fake*, with a 10 s collection timeout on *clock*."""
     client, agent = in_memory_client(fake, clock)
-    stats = CollectionStats()
+    stats = CollectionStats(10.0)
     gatherer = Gatherer(client, clock, 10.0, stats, select())
     resource = ExporterApp(gatherer, clock).app.resource()
     telemetry = StubTreq(TelemetryApp(registry(stats)).app.resource())

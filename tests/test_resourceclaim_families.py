@@ -216,3 +216,16 @@ def test_cost_of_a_share() -> None:
         "device used is unknown (no consumed capacity, or no such capacity on the device), so it "
         "costs nothing"
     ]
+
+
+def test_allocation_timestamp() -> None:
+    """Written when the scheduler set it; absent otherwise; malformed is a counted problem."""
+    stamped = new_claim("stamped", [result("gpu-0")])
+    stamped["status"]["allocation"]["allocationTimestamp"] = "2026-11-30T00:00:10Z"
+    broken = new_claim("broken", [result("gpu-1")])
+    broken["status"]["allocation"]["allocationTimestamp"] = 12
+    written = collect(claims=[stamped, new_claim("plain", [result("gpu-2")]), broken])
+    assert values(
+        written, "kube_resourceclaim_status_allocation_timestamp_seconds", "resourceclaim_name"
+    ) == {("stamped",): 1795996810}
+    assert [p.field for p in written.problems] == ["status.allocation.allocationTimestamp"]

@@ -119,6 +119,7 @@ def test_self_metrics(exporter: Exporter) -> None:
         "python_info",
         "python_gc_objects_collected",
     } <= names
+    assert "kube_dra_exporter_collection_timeout_seconds 10.0" in body.decode().splitlines()
     assert any(name.startswith("process_") for name in names)
     assert 'kube_dra_exporter_list_objects{resource="resourceclaims"} 1.0' in body.decode()
     assert exporter.get("/healthz", telemetry=True)[::2] == (200, b"ok\n")
