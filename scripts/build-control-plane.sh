@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build kube-apiserver and etcd for the end-to-end tests from the Go module proxy, and fetch
-# the ServiceMonitor and PodMonitor CRDs from the prometheus-operator module, into a cache
-# outside the repository keyed by version, and reuse it when present.
+# the ServiceMonitor, PodMonitor and PrometheusRule CRDs from the prometheus-operator module,
+# into a cache outside the repository keyed by version, and reuse it when present.
 # Prints the directory holding them on the last line of stdout.
 set -euo pipefail
 
@@ -32,7 +32,7 @@ echo "fetching prometheus-operator $operator_version CRDs ..." >&2
 operator_dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$operator_version" \
   | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 mkdir -p "$tmp/crds"
-for kind in servicemonitors podmonitors; do
+for kind in servicemonitors podmonitors prometheusrules; do
   cp "$operator_dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$tmp/crds/"
 done
 cache_commit

@@ -32,7 +32,8 @@ def fails(values: dict[str, Any], message: str, **kwargs: Any) -> None:
         [
             "--set",
             "networkPolicy.enabled=true,podDisruptionBudget.enabled=true,"
-            "prometheus.podmonitor.enabled=true",
+            "prometheus.podmonitor.enabled=true,prometheusRule.enabled=true,"
+            "dashboards.enabled=true",
         ],
         ["-f", str(CHART / "prod-values.yaml"), "--set", "networkPolicy.enabled=true"],
     ],

@@ -61,9 +61,17 @@ def control_plane() -> Path:
     )
 
 
+@functools.cache
+def prometheus() -> Path:
+    """The directory holding Debian's prometheus and promtool (installed with apt if missing)."""
+    return Path(_last_line(["bash", str(SCRIPTS / "install-prometheus.sh")], "prometheus/promtool"))
+
+
 NEEDS = {
     "tests/test_chart.py": (helm,),
+    "tests/test_alerts.py": (helm, prometheus),
+    "tests/test_dashboard.py": (helm,),
     "tests/test_workflows.py": (actionlint,),
-    "tests/e2e/": (helm, control_plane),
+    "tests/e2e/": (helm, control_plane, prometheus),
 }
 """Which collected tests need which tools (matched on the test file's path)."""

@@ -103,6 +103,33 @@ def chart_rbac(kube: Kube) -> dict[str, dict[str, Any]]:
     return created
 
 
+RESOURCES = ["resourceclaims", "resourceslices", "deviceclasses", "devicetaintrules"]
+"""Every resource, DeviceTaintRules included: what the tests of the newer families list."""
+
+
+@pytest.fixture(scope="session")
+def family_claims(kube: Kube) -> dict[str, dict[str, Any]]:
+    """The objects with the newer DRA fields (tests/e2e/families.py); the claims as held."""
+    from tests.e2e import families
+
+    return families.create_all(kube)
+
+
+@pytest.fixture(scope="session")
+def families_account(kube: Kube, chart_rbac: object) -> str:
+    """The chart's RBAC for a release listing devicetaintrules too (its ClusterRole follows)."""
+    docs = render(
+        {"fullnameOverride": "families", "exporter": {"resources": RESOURCES}},
+        extra=("--namespace", CHART_NAMESPACE),
+    )
+    for doc in docs:
+        if doc["kind"] in RELEASE_OBJECTS:
+            kube.create(RELEASE_OBJECTS[doc["kind"]].format(ns=CHART_NAMESPACE), doc)
+        if doc["kind"] == "ClusterRole":
+            assert doc["rules"][0]["resources"] == RESOURCES
+    return "families"
+
+
 def mint_token(kube: Kube, service_account: str, secret: str | None = None) -> str:
     """A token for the chart's ServiceAccount by TokenRequest, bound to *secret* if given."""
     spec: dict[str, Any] = {"expirationSeconds": 3600}

@@ -19,6 +19,8 @@ NAMESPACE = "families"
 ADMIN_NAMESPACE = "families-admin"
 SHARE_A = "2f9a6c1e-7d4b-4e38-b5a0-c3e81f7d9b26"
 SHARE_B = "9b3d7e5a-0c2f-4a81-96e4-2f8c1a5d7e03"
+ALLOCATED_AT = "2026-11-30T10:00:05Z"
+"""The scheduler's allocationTimestamp on one claim (DRADeviceBindingConditions, on in 1.36)."""
 
 
 def counters(**values: str) -> dict[str, dict[str, str]]:
@@ -186,7 +188,12 @@ CLAIMS: dict[str, tuple[str, str, dict[str, Any], dict[str, Any] | None, str | N
         NAMESPACE,
         "e2e-part",
         {},
-        {"allocation": {"devices": {"results": [result("p0", "e2e-part")]}}},
+        {
+            "allocation": {
+                "devices": {"results": [result("p0", "e2e-part")]},
+                "allocationTimestamp": ALLOCATED_AT,
+            }
+        },
         None,
     ),
     "in-use-lost": (

@@ -1,4 +1,4 @@
-"""Every object the chart renders is accepted by a real Kubernetes 1.34 API server (dry run)."""
+"""Every object the chart renders is accepted by a real Kubernetes API server (dry run)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,15 @@ PATHS = {
     "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
     "ServiceMonitor": "/apis/monitoring.coreos.com/v1/namespaces/{ns}/servicemonitors",
     "PodMonitor": "/apis/monitoring.coreos.com/v1/namespaces/{ns}/podmonitors",
+    "PrometheusRule": "/apis/monitoring.coreos.com/v1/namespaces/{ns}/prometheusrules",
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
 }
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 @pytest.fixture(scope="module")
 def monitor_crds(kube: Kube) -> None:
-    """The ServiceMonitor and PodMonitor CRDs from the prometheus-operator module, established."""
+    """The prometheus-operator CRDs (monitors and rules) from its module, established."""
     for path in sorted((tools.control_plane() / "crds").glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
         kube.create(CRD_PATH, crd)
@@ -62,6 +64,8 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], bool]] = {
             "networkPolicy": {"enabled": True},
             "podDisruptionBudget": {"enabled": True, "maxUnavailable": "50%"},
             "prometheus": {"servicemonitor": {"enabled": True}},
+            "prometheusRule": {"enabled": True, "namespace": "monitoring"},
+            "dashboards": {"enabled": True, "namespace": "monitoring", "folder": "GPU"},
         },
         False,
     ),
@@ -87,6 +91,7 @@ def test_crds_come_from_the_operator_module() -> None:
     names = sorted(p.name for p in (tools.control_plane() / "crds").glob("*.yaml"))
     assert names == [
         "monitoring.coreos.com_podmonitors.yaml",
+        "monitoring.coreos.com_prometheusrules.yaml",
         "monitoring.coreos.com_servicemonitors.yaml",
     ]
     assert Path(CHART / "Chart.yaml").exists()

@@ -9,49 +9,32 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e import families
-from tests.e2e.conftest import (
-    CHART_NAMESPACE,
-    RELEASE_OBJECTS,
-    Exporter,
-    mint_token,
-    write_kubeconfig,
-)
+from tests.e2e.conftest import RESOURCES, Exporter, mint_token, write_kubeconfig
 from tests.e2e.controlplane import Kube
-from tests.e2e.families import ADMIN_NAMESPACE, DRIVER, NAMESPACE, SHARE_A, SHARE_B
-from tests.helm import render
+from tests.e2e.families import (
+    ADMIN_NAMESPACE,
+    ALLOCATED_AT,
+    DRIVER,
+    NAMESPACE,
+    SHARE_A,
+    SHARE_B,
+)
 
 pytestmark = pytest.mark.slow
 GiB = 2.0**30
-RESOURCES = ["resourceclaims", "resourceslices", "deviceclasses", "devicetaintrules"]
 
 
 @pytest.fixture(scope="module")
-def claims(kube: Kube) -> dict[str, dict[str, Any]]:
-    return families.create_all(kube)
-
-
-@pytest.fixture(scope="module")
-def account(kube: Kube, chart_rbac: object) -> str:
-    """The chart's RBAC for a release listing devicetaintrules too (its ClusterRole follows)."""
-    docs = render(
-        {"fullnameOverride": "families", "exporter": {"resources": RESOURCES}},
-        extra=("--namespace", CHART_NAMESPACE),
-    )
-    for doc in docs:
-        if doc["kind"] in RELEASE_OBJECTS:
-            kube.create(RELEASE_OBJECTS[doc["kind"]].format(ns=CHART_NAMESPACE), doc)
-        if doc["kind"] == "ClusterRole":
-            assert doc["rules"][0]["resources"] == RESOURCES
-    return "families"
+def claims(family_claims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return family_claims
 
 
 @pytest.fixture(scope="module")
 def body(
-    kube: Kube, claims: object, account: str, tmp_path_factory: pytest.TempPathFactory
+    kube: Kube, claims: object, families_account: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     directory = tmp_path_factory.mktemp("families")
-    config = write_kubeconfig(directory / "kubeconfig", kube, mint_token(kube, account))
+    config = write_kubeconfig(directory / "kubeconfig", kube, mint_token(kube, families_account))
     args = ["--resources", ",".join(RESOURCES), "--metric-opt-in-list", ".*"]
     exporter = Exporter(directory / "run", args, {"KUBECONFIG": str(config)})
     try:
@@ -219,6 +202,10 @@ def test_claims(body: str, claims: dict[str, dict[str, Any]]) -> None:
     )
     assert info[("waiting", claims["waiting"]["metadata"]["uid"], "Pod", "trainer-0")] == 1
     assert info[("standalone", claims["standalone"]["metadata"]["uid"], "", "")] == 1
+    allocated_at = ours(
+        body, "kube_resourceclaim_status_allocation_timestamp_seconds", "resourceclaim_name"
+    )
+    assert allocated_at == {("partition",): datetime.fromisoformat(ALLOCATED_AT).timestamp()}
     created = ours(body, "kube_resourceclaim_created", "resourceclaim_name")
     stamp = claims["waiting"]["metadata"]["creationTimestamp"].replace("Z", "+00:00")
     assert created[("waiting",)] == datetime.fromisoformat(stamp).timestamp()

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
-import urllib.parse
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests import tools
-from tests.e2e import dataset
+from tests.e2e import dataset, prometheus
 from tests.e2e.conftest import Exporter, ensure_namespace, mint_token, wait_until, write_kubeconfig
 from tests.e2e.controlplane import Kube
-from tests.processes import free_port
+from tests.e2e.prometheus import query
 
 pytestmark = pytest.mark.slow
 DRA_KINDS = ("resourceclaim", "resourceslice", "resourcepool", "deviceclass", "devicetaintrule")
@@ -36,14 +32,7 @@ ORIGINAL = (
 @pytest.fixture(scope="module")
 def prometheus_bin() -> Path:
     """Prometheus and promtool from Debian's package, installed by the project's script."""
-    installed = subprocess.run(
-        ["bash", str(tools.SCRIPTS / "install-prometheus.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    return Path(installed.stdout.strip().splitlines()[-1])
+    return tools.prometheus()
 
 
 @pytest.fixture(scope="module")
@@ -63,52 +52,25 @@ def exporter(
     assert running.stop() == 0
 
 
-def query(port: int, promql: str) -> list[dict[str, object]]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(url, timeout=10) as response:
-        answer = json.load(response)
-    assert answer["status"] == "success", answer
-    return answer["data"]["result"]  # type: ignore[no-any-return]
-
-
 def test_prometheus_scrapes(prometheus_bin: Path, exporter: Exporter, tmp_path: Path) -> None:
     """up is 1 and every family has the series the exposition has."""
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        yaml.safe_dump(
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": [
             {
-                "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-                "scrape_configs": [
-                    {
-                        "job_name": "kdraexp",
-                        "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}],
-                    }
-                ],
+                "job_name": "kdraexp",
+                "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}],
             }
-        )
-    )
-    port = free_port()
-    log = (tmp_path / "prometheus.log").open("wb")
-    server = subprocess.Popen(
-        [
-            str(prometheus_bin / "prometheus"),
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
         ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    log.close()
-    try:
+    }
+    with prometheus.serve(prometheus_bin, config, tmp_path) as port:
 
         def scraped() -> list[dict[str, object]] | None:
-            assert server.poll() is None, (tmp_path / "prometheus.log").read_text()
             try:
                 result = query(port, 'up{job="kdraexp"}')
             except OSError:
                 return None
-            return result if result and result[0]["value"][1] == "1" else None  # type: ignore[index]
+            return result if result and result[0]["value"][1] == "1" else None
 
         wait_until(scraped, 60, "Prometheus scraping the exporter with up == 1")
         _, body = exporter.scrape()
@@ -119,13 +81,10 @@ def test_prometheus_scrapes(prometheus_bin: Path, exporter: Exporter, tmp_path: 
         assert set(ORIGINAL) < set(expected)
         counts = {}
         for item in query(port, f"count by (__name__) ({{{DRA_SERIES}}})"):
-            counts[item["metric"]["__name__"]] = int(item["value"][1])  # type: ignore[index]
+            counts[item["metric"]["__name__"]] = int(item["value"][1])
         assert counts == dict(expected)
         pods = query(port, 'kube_resourceclaim_status_reserved_for_pod{namespace="prom"}')
-        assert [p["metric"]["pod_name"] for p in pods] == ["scraper-pod"]  # type: ignore[index]
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+        assert [p["metric"]["pod_name"] for p in pods] == ["scraper-pod"]
 
 
 def test_promtool_accepts_exposition(prometheus_bin: Path, exporter: Exporter) -> None:

@@ -130,3 +130,28 @@ image.repository, or [registry/][namespace/]name; then :tag@digest, :tag, @diges
 - {{ . | quote }}
 {{- end }}
 {{- end -}}
+
+{{/*
+One alerting rule, when prometheusRule.alerts.<name>.enabled: (list $rule name expr summary
+description). Its runbook is the section of docs/alerts.md named after it.
+*/}}
+{{- define "kube-dra-exporter.alert" -}}
+{{- $rule := index . 0 -}}
+{{- $name := index . 1 -}}
+{{- $alert := index $rule.alerts $name -}}
+{{- if $alert.enabled -}}
+- alert: {{ $name }}
+  expr: |
+    {{- index . 2 | nindent 4 }}
+  for: {{ $alert.for }}
+  labels:
+    severity: {{ $alert.severity }}
+    {{- with $alert.additionalLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  annotations:
+    summary: {{ index . 3 | quote }}
+    description: {{ index . 4 | quote }}
+    runbook_url: {{ printf "%s#%s" $rule.runbookURL (lower $name) | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,41 @@
+"""The chart's Grafana dashboard: its panels' queries, and the queries as Prometheus runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+DASHBOARD = (
+    Path(__file__).parent.parent / "chart" / "kube-dra-exporter" / "dashboards" / "kdraexp.json"
+)
+SUBSTITUTIONS = {
+    "$__rate_interval": "2m",
+    "$__range": "1h",
+    "$job": "kdraexp",
+}
+"""What Grafana puts for its variables when every value is chosen (regex variables: ``.*``)."""
+
+
+def load() -> dict[str, Any]:
+    """The dashboard JSON."""
+    dashboard: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return dashboard
+
+
+def queries(dashboard: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """(panel title, PromQL) for every target of every panel."""
+    found = []
+    for panel in (dashboard or load())["panels"]:
+        for target in panel.get("targets", ()):
+            found.append((panel["title"], target["expr"]))
+    return found
+
+
+def as_run(expr: str, job: str = "kdraexp") -> str:
+    """*expr* with the dashboard's variables replaced as Grafana does with "All" chosen."""
+    for name, value in {**SUBSTITUTIONS, "$job": job}.items():
+        expr = expr.replace(name, value)
+    for variable in ("cluster", "driver", "model", "node", "namespace", "deviceclass"):
+        expr = expr.replace(f"${variable}", ".*")
+    return expr

@@ -1,0 +1,179 @@
+"""The chart's alerts fire, and its dashboard's queries answer, on a real Prometheus.
+
+Prometheus scrapes the exporter, which lists the real API server holding the objects of
+tests/e2e/families.py and a claim waiting for a class that matches nothing; a second exporter
+whose identity may list nothing, and a target where nothing listens, complete the job. The
+rules are the chart's, rendered with every ``for`` at 0s.
+
+This module creates objects that the exact-sample tests of test_cluster.py do not expect: it
+runs after them (pytest runs the files in name order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import dashboard, tools
+from tests.e2e import prometheus
+from tests.e2e.conftest import (
+    CHART_NAMESPACE,
+    RESOURCES,
+    Exporter,
+    ensure_namespace,
+    mint_token,
+    wait_until,
+    write_kubeconfig,
+)
+from tests.e2e.controlplane import Kube
+from tests.e2e.families import V1
+from tests.helm import render, resource
+from tests.processes import free_port
+from tests.test_alerts import ALERTS
+
+pytestmark = pytest.mark.slow
+JOB = "kdraexp"
+NAMESPACE = "alerts"
+NEVER_EMPTY_EXCEPT: dict[str, str] = {}
+"""Dashboard panels that can have no data on this cluster, with the reason."""
+
+
+@pytest.fixture(scope="module")
+def scarce_claim(kube: Kube, family_claims: object, dra_objects: None) -> Iterator[None]:
+    """A pending claim for a DeviceClass no device matches."""
+    ensure_namespace(kube, NAMESPACE)
+    kube.create(
+        f"{V1}/deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "alerts-scarce"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'nowhere.example'"}}]},
+        },
+    )
+    kube.create(
+        f"{V1}/namespaces/{NAMESPACE}/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "scarce"},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "alerts-scarce"}}]
+                }
+            },
+        },
+    )
+    yield
+
+
+@pytest.fixture(scope="module")
+def exporters(
+    kube: Kube, scarce_claim: None, families_account: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Exporter, Exporter]]:
+    """The exporter listing everything, and one whose ServiceAccount may list nothing."""
+    directory = tmp_path_factory.mktemp("rules")
+    kube.create(
+        f"/api/v1/namespaces/{CHART_NAMESPACE}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "no-rights"}},
+    )
+    args = ["--resources", ",".join(RESOURCES)]
+    started = []
+    for name, account in (("good", families_account), ("refused", "no-rights")):
+        config = write_kubeconfig(directory / f"{name}.kubeconfig", kube, mint_token(kube, account))
+        started.append(Exporter(directory / name, args, {"KUBECONFIG": str(config)}))
+    yield started[0], started[1]
+    for exporter in started:
+        assert exporter.stop() == 0
+
+
+def chart_rules() -> dict[str, Any]:
+    """The chart's rules for job kdraexp, every alert at once, thresholds met at once."""
+    alerts: dict[str, dict[str, Any]] = {name: {"for": "0s"} for name in ALERTS}
+    alerts["DRAResourceClaimPendingTooLong"]["threshold"] = 1
+    alerts["KubeDraExporterSlowCollections"]["threshold"] = 1e-6
+    values = {"prometheusRule": {"enabled": True, "job": JOB, "alerts": alerts}}
+    spec: dict[str, Any] = resource(render(values), "PrometheusRule")["spec"]
+    return spec
+
+
+@pytest.fixture(scope="module")
+def prometheus_port(
+    exporters: tuple[Exporter, Exporter], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[int]:
+    good, refused = exporters
+    directory = tmp_path_factory.mktemp("rules-prometheus")
+    (directory / "rules.yaml").write_text(yaml.safe_dump(chart_rules()))
+    targets = [
+        good.port,
+        good.telemetry_port,
+        refused.port,  # answers 500: its lists are refused
+        refused.telemetry_port,
+        free_port(),  # nothing listens: up is 0
+    ]
+    config = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(directory / "rules.yaml")],
+        "scrape_configs": [
+            {
+                "job_name": JOB,
+                "static_configs": [{"targets": [f"127.0.0.1:{port}" for port in targets]}],
+            }
+        ],
+    }
+    with prometheus.serve(tools.prometheus(), config, directory) as port:
+        wait_until(lambda: _up(port), 60, "Prometheus scraping the exporter")
+        yield port
+
+
+def _up(port: int) -> bool:
+    try:
+        return bool(prometheus.query(port, f'up{{job="{JOB}"}} == 1'))
+    except OSError:
+        return False
+
+
+def test_every_alert_fires(prometheus_port: int) -> None:
+    """Each of the chart's alerts becomes firing, on the objects that should make it fire."""
+
+    def firing() -> dict[str, list[dict[str, str]]] | None:
+        found: dict[str, list[dict[str, str]]] = {}
+        for alert in prometheus.api(prometheus_port, "alerts")["alerts"]:
+            if alert["state"] == "firing":
+                found.setdefault(alert["labels"]["alertname"], []).append(alert["labels"])
+        return found if set(ALERTS) <= set(found) else None
+
+    alerts = wait_until(firing, 90, "every alert firing")
+    assert {
+        (a["namespace"], a["resourceclaim_name"]) for a in alerts["DRAResourceClaimPendingTooLong"]
+    } == {
+        ("families", "waiting")  # the standalone claims wait too, legitimately
+    }
+    assert {a["deviceclass_name"] for a in alerts["DRADeviceClassExhausted"]} == {"alerts-scarce"}
+    assert {a["device_name"] for a in alerts["DRATaintedDeviceInUse"]} == {"lost"}
+    assert "e2e-incomplete" in {a["pool"] for a in alerts["DRAResourcePoolIncomplete"]}
+    assert {a["pool"] for a in alerts["DRAResourcePoolStaleGeneration"]} >= {"e2e-regen"}
+    assert {a["resource"] for a in alerts["KubeDraExporterListErrors"]} >= {"resourceclaims"}
+    assert {a["reason"] for a in alerts["KubeDraExporterListErrors"]} == {"Forbidden"}
+
+
+def test_every_dashboard_query_answers(prometheus_port: int) -> None:
+    """Every panel's queries evaluate without error, and each panel has data here."""
+    empty = []
+    for title, panel_queries in _panels().items():
+        results = [
+            prometheus.query(prometheus_port, dashboard.as_run(q, JOB)) for q in panel_queries
+        ]
+        if not any(results):
+            empty.append(title)
+    assert empty == sorted(NEVER_EMPTY_EXCEPT), empty
+
+
+def _panels() -> dict[str, list[str]]:
+    panels: dict[str, list[str]] = {}
+    for title, expr in dashboard.queries():
+        panels.setdefault(title, []).append(expr)
+    return panels

@@ -1,0 +1,128 @@
+"""The chart's PrometheusRule: valid for promtool, each alert proven by promtool unit tests."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import tools
+from tests.helm import RenderError, render, resource
+
+RULE_TESTS = Path(__file__).parent / "rules" / "alerts.test.yaml"
+ALERTS = (
+    "DRAResourceClaimPendingTooLong",
+    "DRAResourceClaimAllocatedUnreserved",
+    "DRAClaimDeviceNotReady",
+    "DRADeviceTainted",
+    "DRATaintedDeviceInUse",
+    "DRADeviceClassExhausted",
+    "DRAResourcePoolIncomplete",
+    "DRAResourcePoolStaleGeneration",
+    "KubeDraExporterDown",
+    "KubeDraExporterListErrors",
+    "KubeDraExporterSlowCollections",
+)
+DOCS = Path(__file__).parent.parent / "docs" / "alerts.md"
+
+
+def rules(values: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The rendered PrometheusRule's spec (its groups)."""
+    values = {"prometheusRule": {"enabled": True, **(values or {})}}
+    spec: dict[str, Any] = resource(render(values), "PrometheusRule")["spec"]
+    return spec
+
+
+def promtool(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(tools.prometheus() / "promtool"), *args],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_rules_check_and_unit_tests(tmp_path: Path) -> None:
+    """promtool check rules accepts them, and every alert's unit tests pass."""
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules()))
+    shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
+    checked = promtool(tmp_path, "check", "rules", "rules.yaml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 15 rules found" in checked.stdout
+    tested = promtool(tmp_path, "test", "rules", RULE_TESTS.name)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_every_alert_tested_and_documented() -> None:
+    """Each alert has firing cases in the unit tests and a section in docs/alerts.md."""
+    rendered = [rule["alert"] for g in rules()["groups"] for rule in g["rules"] if "alert" in rule]
+    assert sorted(rendered) == sorted(ALERTS)
+    cases = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    fired = {
+        check["alertname"]
+        for case in cases
+        for check in case.get("alert_rule_test", ())
+        if check["exp_alerts"]
+    }
+    assert fired == set(ALERTS)
+    headings = {
+        line[4:].strip() for line in DOCS.read_text().splitlines() if line.startswith("### ")
+    }
+    assert set(ALERTS) <= headings
+
+
+def test_values_shape_the_rules() -> None:
+    """The job selector, thresholds, for, severity, labels; a disabled alert and empty group go."""
+    alerts = {
+        "DRAResourceClaimPendingTooLong": {
+            "threshold": 120,
+            "for": "1m",
+            "severity": "critical",
+            "additionalLabels": {"team": "gpu"},
+        },
+        "DRAResourcePoolIncomplete": {"enabled": False},
+        "DRAResourcePoolStaleGeneration": {"enabled": False},
+    }
+    spec = rules({"job": "dra", "alerts": alerts, "recordingRules": False})
+    groups = {g["name"]: g["rules"] for g in spec["groups"]}
+    assert sorted(groups) == ["kdraexp.claims", "kdraexp.devices", "kdraexp.exporter"]
+    pending = groups["kdraexp.claims"][0]
+    assert pending["alert"] == "DRAResourceClaimPendingTooLong"
+    assert pending["expr"].rstrip().endswith("> 120")
+    assert (pending["for"], pending["labels"]) == ("1m", {"severity": "critical", "team": "gpu"})
+    for group in groups.values():
+        for rule in group:
+            assert 'job="dra"' in rule["expr"] and 'job="kube-dra-exporter"' not in rule["expr"]
+            assert rule["annotations"]["runbook_url"].endswith("#" + rule["alert"].lower())
+
+
+def test_rule_object() -> None:
+    """Namespace and labels of the PrometheusRule; nothing without prometheusRule.enabled."""
+    docs = render(
+        {"prometheusRule": {"enabled": True, "namespace": "monitoring", "labels": {"release": "k"}}}
+    )
+    rule = resource(docs, "PrometheusRule")
+    assert rule["metadata"]["namespace"] == "monitoring"
+    assert rule["metadata"]["labels"]["release"] == "k"
+    assert "PrometheusRule" not in {doc["kind"] for doc in render()}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"alerts": {"DRANope": {"enabled": True}}}, "additional properties 'DRANope'"),
+        ({"alerts": {"DRADeviceTainted": {"for": "soon"}}}, "/DRADeviceTainted/for"),
+        ({"job": ""}, "/prometheusRule/job"),
+    ],
+)
+def test_schema(values: dict[str, Any], message: str) -> None:
+    """Typos and malformed durations fail helm with the path."""
+    with pytest.raises(RenderError) as caught:
+        render({"prometheusRule": {"enabled": True, **values}})
+    assert message in str(caught.value)
