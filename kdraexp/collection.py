@@ -23,7 +23,7 @@ from kdraexp.context import Context, Options
 from kdraexp.devicecel import Matcher
 from kdraexp.families import VIEWS
 from kdraexp.family import CLUSTER, Family, Row
-from kdraexp.index import ClusterIndex
+from kdraexp.index import ClaimFacts, ClusterIndex
 from kdraexp.listing import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
@@ -34,6 +34,7 @@ from kdraexp.listing import (
 )
 from kdraexp.problems import Problem, Problems
 from kdraexp.selection import Selection
+from kdraexp.sharding import Part, Shard
 from kdraexp.turns import Turns
 
 
@@ -126,8 +127,12 @@ class KindReader:
         context: Hashable,
         previous: Mapping[str, Entry],
         warm: dict[str, Entry] | None = None,
+        shard: Shard = Shard(),  # noqa: B008 - frozen
+        skipped: Mapping[str, str] | None = None,
     ) -> None:
         self.kind = kind
+        self._shard = shard
+        self._previous_skipped = skipped or {}
         self._families = row_families(selection, kind)
         self._generation_families = [
             family
@@ -140,11 +145,15 @@ class KindReader:
         self._context = context
         self._previous = previous
         self._warm = warm if warm is not None else {}
+        self._unwritten: tuple[Flat, ...] = ((),) * len(self._families)
+        """The rows of an object another shard writes: none in every family."""
         self.restart()
 
     def restart(self) -> None:
         """Forget every page read so far."""
         self.entries: dict[str, Entry] = {}
+        self.skipped: dict[str, str] = {}
+        """Objects of other shards, by version: not decoded again while unchanged."""
         self.changed = False
 
     def page(self, items: list[msgspec.Raw]) -> None:
@@ -156,9 +165,12 @@ class KindReader:
         for raw in items:
             meta = self._decode(_IDENTITY, raw).metadata
             key = identity(meta)
-            if key in self.entries:
+            if key in self.entries or key in self.skipped:
                 continue  # the same object twice in one list: the first one counts
             version = meta.resource_version if meta else None
+            if version and self._previous_skipped.get(key) == version:
+                self.skipped[key] = version
+                continue
             old = self._previous.get(key) or self._warm.get(key)
             if (
                 old is not None
@@ -169,9 +181,14 @@ class KindReader:
                 self.entries[key] = old
                 continue
             item = self._decode(decoder, raw)
+            part = self._shard.part(self.kind.kind, item)
+            if part is Part.SKIP:
+                if version:
+                    self.skipped[key] = version
+                continue
             if item.metadata is not None and item.metadata.uid == key:
                 item.metadata.uid = key  # one string for the identity and the rows
-            entry = self.entries[key] = self._read(item, version)
+            entry = self.entries[key] = self._read(item, version, part is Part.WRITE)
             self._warm[key] = entry  # kept even if this collection fails (a deadline)
             self.changed = True
 
@@ -182,7 +199,8 @@ class KindReader:
             name = _name(raw)
             raise ShapeError(f"{self.kind.kind} {name}: {error}".replace("  ", " ")) from None
 
-    def _read(self, item: Any, version: str | None) -> Entry:
+    def _read(self, item: Any, version: str | None, write: bool) -> Entry:
+        """The object's entry; without *write* (another shard writes it) its facts only."""
         problems = Problems()
         context = Context(self._options, problems, self._classes)
         view = self._view(item, context)
@@ -191,6 +209,10 @@ class KindReader:
             facts = view.facts()
         elif self.kind is DEVICE_CLASSES:
             facts = view.entry
+        if not write:
+            if isinstance(facts, ClaimFacts):
+                facts.home = False
+            return Entry(version, self._context, self._unwritten, facts, (), ())
         for family in self._generation_families:
             found = flatten(family.rows(view))
             if found:
@@ -225,6 +247,8 @@ class Store:
         self.entries: dict[str, dict[str, Entry]] = {}
         self.versions: dict[str, int] = {}
         """Per resource, a number that changes whenever its list does."""
+        self.skipped: dict[str, dict[str, str]] = {}
+        """Per resource, the objects other shards write, by version."""
         self.warm: dict[str, dict[str, Entry]] = {}
         """Per resource, entries read by collections that did not complete (a deadline cut them
         short): the next collection reuses them, so a cluster too big to read at once within
@@ -318,10 +342,17 @@ class Collection:
 class CollectionBuilder:
     """Reads the lists of one collection into its store's entries; :meth:`finish` ends it."""
 
-    def __init__(self, selection: Selection, matcher: Matcher, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        selection: Selection,
+        matcher: Matcher,
+        store: Store | None = None,
+        shard: Shard = Shard(),  # noqa: B008 - frozen
+    ) -> None:
         self._selection = selection
         self._matcher = matcher
         self._store = store if store is not None else Store()
+        self._shard = shard
         self._classes = ClassIndex()
         self._context: Hashable = ()
         self._readers: dict[str, KindReader] = {}
@@ -331,7 +362,10 @@ class CollectionBuilder:
         context = self._context if kind is RESOURCE_SLICES else None
         previous = self._store.entries.get(kind.plural, {})
         warm = self._store.warm.setdefault(kind.plural, {})
-        reader = KindReader(kind, self._selection, self._classes, context, previous, warm)
+        skipped = self._store.skipped.get(kind.plural, {})
+        reader = KindReader(
+            kind, self._selection, self._classes, context, previous, warm, self._shard, skipped
+        )
         self._readers[kind.plural] = reader
         return reader
 
@@ -354,6 +388,7 @@ class CollectionBuilder:
             if reader.changed_from(previous) or plural not in store.versions:
                 store.versions[plural] = store.versions.get(plural, 0) + 1
             store.entries[plural] = reader.entries
+            store.skipped[plural] = reader.skipped
             store.warm.pop(plural, None)
         listed = sorted(self._readers)
         keys: dict[str, Hashable] = {

@@ -20,6 +20,7 @@ from kdraexp.devicecel import Matcher
 from kdraexp.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, Kind, ListError, Reason, Source
 from kdraexp.selection import Selection
 from kdraexp.selfmetrics import CollectionStats
+from kdraexp.sharding import Shard
 from kdraexp.singleflight import SingleFlight
 from kdraexp.turns import Turns
 
@@ -46,8 +47,10 @@ class Gatherer:
         timeout: float,
         stats: CollectionStats,
         selection: Selection,
+        shard: Shard = Shard(),  # noqa: B008 - frozen
     ) -> None:
         self._source = source
+        self._shard = shard
         self._clock = clock
         self._timeout = timeout
         self._stats = stats
@@ -74,7 +77,7 @@ class Gatherer:
         self._flight.cancel()
 
     async def _collect(self) -> Collection:
-        builder = CollectionBuilder(self._selection, self._matcher, self._store)
+        builder = CollectionBuilder(self._selection, self._matcher, self._store, self._shard)
         deadline = self._clock.seconds() + self._timeout
         kinds = self._selection.kinds
         first = [kind for kind in kinds if kind in FIRST]

@@ -71,6 +71,8 @@ class ClaimFacts(msgspec.Struct, gc=False):
     labels: GroupValues
     where: str
     results: tuple[ResultFacts, ...]
+    home: bool = True
+    """Whether this shard writes the claim (else its results only mark devices allocated)."""
 
 
 class RuleFacts(msgspec.Struct, gc=False):
@@ -247,6 +249,8 @@ class ClusterIndex:
     def claim_costs(self) -> Iterator[tuple[GroupValues, str, float]]:
         """Per claim and class: the class's hourly cost times the share of each device used."""
         for claim in self.claims:
+            if not claim.home:
+                continue
             sums: dict[str, float] = {}
             for result in claim.results:
                 cost = self.costs.get(result.deviceclass)

@@ -12,13 +12,15 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from kdraexp import __version__
+from kdraexp.sharding import Shard
 
 
 class CollectionStats(Collector):
     """How collections went: each list's duration, size and failures, and values not read."""
 
-    def __init__(self, timeout: float | None = None) -> None:
+    def __init__(self, timeout: float | None = None, shard: Shard | None = None) -> None:
         self._timeout = timeout
+        self._shard = shard
         """--timeout, exported so that alerts can compare list durations with it."""
         self._duration: dict[str, float] = {}
         self._objects: dict[str, int] = {}
@@ -68,6 +70,17 @@ class CollectionStats(Collector):
                 "kube_dra_exporter_collection_timeout_seconds",
                 "Seconds one whole collection may take (--timeout).",
                 value=self._timeout,
+            )
+        if self._shard is not None:
+            yield GaugeMetricFamily(
+                "kube_dra_exporter_shard_ordinal",
+                "The shard this exporter writes (--shard, or its pod's ordinal).",
+                value=self._shard.index,
+            )
+            yield GaugeMetricFamily(
+                "kube_dra_exporter_total_shards",
+                "Shards the cluster is split over (--total-shards).",
+                value=self._shard.total,
             )
 
     @staticmethod

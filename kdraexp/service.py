@@ -29,6 +29,7 @@ from kdraexp.listing import Source
 from kdraexp.reaper import PERIOD, OrphanReaper
 from kdraexp.selection import Selection, select
 from kdraexp.selfmetrics import CollectionStats, registry
+from kdraexp.sharding import Shard
 from kdraexp.tls import KubeTLSPolicy, trust_root
 from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES, EndpointFactory, Limits
 from kdraexp.web import HANDLERS, ExporterApp, TelemetryApp
@@ -53,6 +54,8 @@ class Settings:
     selection: Selection = attrs.Factory(select)
     """The resources listed and the families written."""
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    shard: Shard = attrs.Factory(Shard)
+    """The part of the cluster this exporter writes (all of it by default)."""
 
 
 class KubeClientService(Service):
@@ -200,15 +203,23 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
             log.warn("{warning}", warning=warning)
     for warning in settings.selection.warnings:
         log.warn("{warning}", warning=warning)
-    stats = CollectionStats(settings.timeout)
+    stats = CollectionStats(settings.timeout, settings.shard)
     http_stats = HTTPStats()
-    gatherer = Gatherer(source, reactor, settings.timeout, stats, settings.selection)
+    gatherer = Gatherer(
+        source, reactor, settings.timeout, stats, settings.selection, settings.shard
+    )
     GathererService(gatherer).setServiceParent(top)
     if os.getpid() == 1:
         log.info("Running as PID 1: reaping orphaned processes every {period:g}s", period=PERIOD)
         OrphanReaper().setServiceParent(top)
     FrozenStartup().setServiceParent(top)
     log.info("Starting kdraexp {version}, reading {origin}", version=__version__, origin=origin)
+    if not settings.shard.whole:
+        log.info(
+            "Writing shard {index} of {total}",
+            index=settings.shard.index,
+            total=settings.shard.total,
+        )
     main = BoundedSite(
         ExporterApp(gatherer, reactor).app.resource(), "main", http_stats, HANDLERS, reactor
     )

@@ -11,13 +11,14 @@ from typing import Any
 from twisted.application.service import IService
 from twisted.python import usage
 
-from kdraexp import __version__, kubeconfig, listen
+from kdraexp import __version__, kubeconfig, listen, sharding
 from kdraexp.context import DEFAULT_DEVICE_CAPACITIES
 from kdraexp.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
 from kdraexp.listing import DEFAULT_RESOURCES
 from kdraexp.quantity import QuantityError, parse_quantity
 from kdraexp.selection import SelectionError, select
 from kdraexp.service import Settings, build_service
+from kdraexp.sharding import Shard
 from kdraexp.tls import TLSConfigError
 from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES
 
@@ -121,6 +122,14 @@ class Options(usage.Options):
             DEFAULT_DEVICE_CAPACITIES,
             "Regex of the capacity names kube_resourceslice_device_capacity reports.",
         ],
+        ["shard", None, None, "This exporter's shard, 0 to --total-shards minus 1."],
+        ["total-shards", None, "1", "Shards the cluster is split over (see the README)."],
+        [
+            "pod",
+            None,
+            None,
+            "The StatefulSet pod this exporter runs as: its ordinal is the shard.",
+        ],
         [
             "cost-share-capacity",
             None,
@@ -170,6 +179,7 @@ class Options(usage.Options):
             )
         except SelectionError as error:
             raise usage.UsageError(str(error)) from None
+        shard = self._shard()
         self.settings = Settings(
             listen=self["listen"],
             telemetry_listen=self["telemetry-listen"],
@@ -178,7 +188,33 @@ class Options(usage.Options):
             max_response_bytes=self["max-response-bytes"],
             file=file,
             selection=selection,
+            shard=shard,
         )
+
+    def _shard(self) -> Shard:
+        """--shard and --total-shards, or the shard from --pod's ordinal."""
+        try:
+            total = int(self["total-shards"])
+        except ValueError:
+            total = 0
+        if total < 1:
+            raise usage.UsageError(
+                f"--total-shards: expected a whole number of at least 1, "
+                f"got {self['total-shards']!r}"
+            )
+        if self["shard"] is not None and self["pod"] is not None:
+            raise usage.UsageError("--shard and --pod are mutually exclusive")
+        try:
+            if self["pod"] is not None:
+                index = sharding.ordinal(self["pod"])
+            else:
+                index = int(self["shard"] or 0)
+            return Shard(index, total)
+        except ValueError as error:
+            message = str(error)
+            if "invalid literal" in message:
+                message = f"--shard: expected a whole number, got {self['shard']!r}"
+            raise usage.UsageError(message) from None
 
 
 def _sigterm_is_success(reactor: Any) -> None:

@@ -15,6 +15,7 @@ from kdraexp.devicecel import Matcher
 from kdraexp.gather import FIRST
 from kdraexp.listing import Kind, Source
 from kdraexp.selection import Selection, select
+from kdraexp.sharding import Shard
 from tests.conftest import result_of
 
 
@@ -74,8 +75,9 @@ def collect(
     selection: Selection | None = None,
     matcher: Matcher | None = None,
     store: Store | None = None,
+    shard: Shard = Shard(),  # noqa: B008 - frozen
 ) -> Collection:
-    """The collection these objects make, listed as the gatherer lists them."""
+    """The collection these objects make, listed as the gatherer lists them (by *shard*)."""
     chosen = selection or select(
         resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules"
     )
@@ -85,7 +87,7 @@ def collect(
         "deviceclasses": list(classes),
         "devicetaintrules": list(rules),
     }
-    builder = CollectionBuilder(chosen, matcher or Matcher(), store)
+    builder = CollectionBuilder(chosen, matcher or Matcher(), store, shard)
     for first in (True, False):
         for kind in chosen.kinds:
             if (kind in FIRST) != first:

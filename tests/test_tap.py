@@ -14,6 +14,7 @@ from zope.interface.verify import verifyObject
 from kdraexp.httpsite import BoundedSite
 from kdraexp.kubeconfig import ClusterConfig
 from kdraexp.service import KubeClientService, ListeningService, Settings, build_service
+from kdraexp.sharding import Shard
 from kdraexp.tap import Options
 
 
@@ -51,6 +52,8 @@ def test_values() -> None:
         file="/x.yaml",
     )
     assert parse("--telemetry-listen", "").settings.telemetry_listen == ""
+    assert parse("--pod", "kdraexp-2", "--total-shards", "4").settings.shard == Shard(2, 4)
+    assert parse("--shard", "1", "--total-shards", "2").settings.shard == Shard(1, 2)
 
 
 @pytest.mark.parametrize(
@@ -70,6 +73,11 @@ def test_values() -> None:
         ),
         (["--listen", "tcp:x"], "--listen 'tcp:x': invalid literal for int() with base 10: 'x'"),
         (["--listen", "70000"], "--listen '70000': the port must be at most 65535"),
+        (["--total-shards", "0"], "--total-shards: expected a whole number of at least 1, got '0'"),
+        (["--shard", "3", "--total-shards", "3"], "shard 3 of 3: expected 0 <= shard < total"),
+        (["--shard", "one", "--total-shards", "3"], "--shard: expected a whole number, got 'one'"),
+        (["--pod", "exporter"], "--pod 'exporter': not a StatefulSet pod name (NAME-ORDINAL)"),
+        (["--shard", "1", "--pod", "x-1"], "--shard and --pod are mutually exclusive"),
         (
             ["--telemetry-listen", "localhost"],
             "--telemetry-listen 'localhost': expected a port, :PORT, IPv4:PORT, [IPv6]:PORT or "
