@@ -11,6 +11,7 @@ kind served under several versions (DeviceTaintRule) is listed at the newest the
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
 
 import msgspec
 from hyperlink import DecodedURL
@@ -20,12 +21,12 @@ from twisted.python.failure import Failure
 from twisted.web.client import ResponseFailed, ResponseNeverReceived
 from twisted.web.http import RESPONSES
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IAgent
+from twisted.web.iweb import IAgent, IResponse
 
-from kdraexp import __version__, tls
+from kdraexp import __version__, tls, wire
 from kdraexp.credentials import CredentialError, Credentials
 from kdraexp.listing import GROUP, PAGE, Kind, ListError, Reader, Reason, ShapeError
-from kdraexp.transport import Limits, ResponseTooLarge, cancelled, read_body
+from kdraexp.transport import Limits, ResponseTooLarge, cancelled, read_body, read_lines
 from kdraexp.turns import feed
 
 USER_AGENT = f"kdraexp/{__version__} (python {platform.python_version()})".encode()
@@ -67,6 +68,7 @@ class _Status(msgspec.Struct):
 
 
 _STATUS = msgspec.json.Decoder(_Status)
+_EVENT = msgspec.json.Decoder(wire.WatchEvent)
 
 
 class KubeListClient:
@@ -97,6 +99,8 @@ class KubeListClient:
         self._page_size = page_size
         self._versions: dict[str, str] = {}
         """Per kind served under several versions, the one found served."""
+        self.list_versions: dict[str, str] = {}
+        """Per kind, the resourceVersion of its last completed list (where a watch starts)."""
 
     async def fetch(self, kind: Kind, reader: Reader) -> int:
         """Hand every object of *kind*, cluster-wide, to *reader* as pages arrive; return how many.
@@ -128,10 +132,11 @@ class KubeListClient:
     async def _list_pages(self, kind: Kind, version: str, reader: Reader, limit: int | None) -> int:
         token: str | None = None
         objects = 0
+        listed_at: str | None = None
         while True:
             code, body = await self._get(kind, version, limit, token)
             if code != 200:
-                error = _status_error(kind.plural, code, body)
+                error = status_error(kind.plural, code, body)
                 if error.reason == "Expired" and token:
                     raise _ContinueExpired()
                 raise error
@@ -147,10 +152,71 @@ class KubeListClient:
                 await feed(reader, items, self._clock)
             except ShapeError as error:
                 raise ListError(kind.plural, Reason.DECODE, code, _clip(str(error))) from None
-            token = decoded.metadata.continue_ if decoded.metadata is not None else None
-            del body, items, decoded  # not kept while the next page is fetched
+            meta = decoded.metadata
+            token = meta.continue_ if meta is not None else None
+            listed_at = listed_at or (meta.resource_version if meta is not None else None)
+            del body, items, decoded, meta  # not kept while the next page is fetched
             if not token:
+                if listed_at:
+                    self.list_versions[kind.plural] = listed_at
                 return objects
+
+    async def watch(
+        self,
+        kind: Kind,
+        resource_version: str | None,
+        handle: Callable[[str, msgspec.Raw], None],
+        *,
+        initial: bool,
+        timeout_seconds: int,
+        opened: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Follow *kind*'s changes from *resource_version*, handing each event to *handle*.
+
+        With *initial*, a streaming list: the server first sends every object as ``ADDED``,
+        then a bookmark annotated ``k8s.io/initial-events-end``.  *opened* is called once the
+        server has accepted the watch.  Ends when the server closes the watch (after about
+        *timeout_seconds*); an exception from *handle* ends it too.
+
+        :raises ListError: when the watch cannot be opened or breaks.
+        """
+        version = self._versions.get(kind.plural, kind.versions[0])
+        url = self._base.child(version, kind.plural).add("watch", "1")
+        url = url.add("allowWatchBookmarks", "true").add("timeoutSeconds", str(timeout_seconds))
+        if initial:
+            url = url.add("sendInitialEvents", "true").add("resourceVersionMatch", "NotOlderThan")
+            url = url.add("resourceVersion", resource_version or "")
+        elif resource_version:
+            url = url.add("resourceVersion", resource_version)
+
+        def line(data: bytes) -> None:
+            try:
+                event = _EVENT.decode(data)
+            except (msgspec.DecodeError, RecursionError) as error:
+                raise ListError(
+                    kind.plural, Reason.DECODE, 200, _decode_message(data, error)
+                ) from None
+            handle(event.type or "", event.object)
+
+        response, authorization = await self._open(kind, url, gzip=False)
+        try:
+            if response.code == 401 and self._credentials.after_unauthorized(authorization):
+                await read_body(response, self._limits.body)  # drained, so the connection is reused
+                response, authorization = await self._open(kind, url, gzip=False)
+            if response.code != 200:
+                body = await read_body(response, self._limits.body)
+                raise status_error(kind.plural, response.code, body)
+            opened()
+            await read_lines(response, self._limits.body, line)
+        except (CancelledError, ListError):
+            raise
+        except ResponseTooLarge as error:
+            raise ListError(kind.plural, Reason.TOO_LARGE, None, str(error), public=True) from None
+        except Exception as error:
+            if cancelled(Failure(error)):
+                raise CancelledError() from None
+            message = transport_message(error, self._server_name)
+            raise ListError(kind.plural, Reason.TRANSPORT, None, message) from None
 
     async def _get(
         self, kind: Kind, version: str, limit: int | None, token: str | None
@@ -167,21 +233,8 @@ class KubeListClient:
 
     async def _send(self, kind: Kind, url: DecodedURL) -> tuple[int, bytearray, str | None]:
         """One GET: the code, the body (bounded) and the Authorization it carried."""
-        headers = Headers(
-            {
-                b"Accept": [b"application/json"],
-                b"Accept-Encoding": [b"gzip"],
-                b"User-Agent": [USER_AGENT],
-            }
-        )
+        response, authorization = await self._open(kind, url, gzip=True)
         try:
-            authorization = await self._credentials.authorization()
-        except CredentialError as error:
-            raise ListError(kind.plural, Reason.CREDENTIALS, None, str(error)) from None
-        if authorization:
-            headers.setRawHeaders(b"Authorization", [authorization.encode("latin-1")])
-        try:
-            response = await self._agent.request(b"GET", url.to_uri().to_text().encode(), headers)
             body = await read_body(response, self._limits.body)
         except CancelledError:
             raise
@@ -194,8 +247,30 @@ class KubeListClient:
             raise ListError(kind.plural, Reason.TRANSPORT, None, message) from None
         return response.code, body, authorization
 
+    async def _open(self, kind: Kind, url: DecodedURL, gzip: bool) -> tuple[IResponse, str | None]:
+        """Send one authenticated GET; the response (its body not read) and its Authorization."""
+        headers = Headers({b"Accept": [b"application/json"], b"User-Agent": [USER_AGENT]})
+        if gzip:  # not for watches: a stream is not compressed
+            headers.setRawHeaders(b"Accept-Encoding", [b"gzip"])
+        try:
+            authorization = await self._credentials.authorization()
+        except CredentialError as error:
+            raise ListError(kind.plural, Reason.CREDENTIALS, None, str(error)) from None
+        if authorization:
+            headers.setRawHeaders(b"Authorization", [authorization.encode("latin-1")])
+        try:
+            response = await self._agent.request(b"GET", url.to_uri().to_text().encode(), headers)
+        except CancelledError:
+            raise
+        except Exception as error:
+            if cancelled(Failure(error)):
+                raise CancelledError() from None
+            message = transport_message(error, self._server_name)
+            raise ListError(kind.plural, Reason.TRANSPORT, None, message) from None
+        return response, authorization
 
-def _status_error(resource: str, code: int, body: bytes | bytearray) -> ListError:
+
+def status_error(resource: str, code: int, body: bytes | bytearray) -> ListError:
     """Turn an error response into a ListError, from its Kubernetes Status when it has one."""
     try:
         status = _STATUS.decode(body)

@@ -144,7 +144,7 @@ class KindReader:
         self._classes = classes
         self._context = context
         self._previous = previous
-        self._warm = warm if warm is not None else {}
+        self._warm = warm
         self._unwritten: tuple[Flat, ...] = ((),) * len(self._families)
         """The rows of an object another shard writes: none in every family."""
         self.restart()
@@ -171,7 +171,7 @@ class KindReader:
             if version and self._previous_skipped.get(key) == version:
                 self.skipped[key] = version
                 continue
-            old = self._previous.get(key) or self._warm.get(key)
+            old = self._previous.get(key) or (self._warm or {}).get(key)
             if (
                 old is not None
                 and version
@@ -189,8 +189,35 @@ class KindReader:
             if item.metadata is not None and item.metadata.uid == key:
                 item.metadata.uid = key  # one string for the identity and the rows
             entry = self.entries[key] = self._read(item, version, part is Part.WRITE)
-            self._warm[key] = entry  # kept even if this collection fails (a deadline)
+            if self._warm is not None:
+                self._warm[key] = entry  # kept even if this collection fails (a deadline)
             self.changed = True
+
+    def resync(self) -> None:
+        """Start listing again while keeping what is known: unchanged objects keep their entry."""
+        self._previous = self.entries
+        self.restart()
+
+    def apply(self, event: str, raw: msgspec.Raw) -> None:
+        """One watch event: ``ADDED`` or ``MODIFIED`` reads the object again, ``DELETED`` drops it.
+
+        :raises ShapeError: for an object not of the kind's shape.
+        """
+        key = identity(self._decode(_IDENTITY, raw).metadata)
+        dropped = self.entries.pop(key, None)
+        self.skipped.pop(key, None)
+        if event == "DELETED":
+            self.changed = self.changed or dropped is not None
+            return
+        self._previous = {}
+        self.page([raw])
+        if dropped is not None and key not in self.entries:
+            self.changed = True  # it moved to another shard
+
+    def reconfigure(self, classes: ClassIndex, context: Hashable) -> None:
+        """New DeviceClasses: the entries made with the old ones are stale (see :meth:`resync`)."""
+        self._classes = classes
+        self._context = context
 
     def _decode(self, decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw) -> Any:
         try:
@@ -357,11 +384,14 @@ class CollectionBuilder:
         self._context: Hashable = ()
         self._readers: dict[str, KindReader] = {}
 
-    def reader(self, kind: Kind) -> KindReader:
-        """What reads the pages of *kind* (made when its list starts)."""
+    def reader(self, kind: Kind, live: bool = False) -> KindReader:
+        """What reads the pages of *kind* (made when its list starts).
+
+        A *live* reader lives on, applying watch events (see :meth:`snapshot`).
+        """
         context = self._context if kind is RESOURCE_SLICES else None
         previous = self._store.entries.get(kind.plural, {})
-        warm = self._store.warm.setdefault(kind.plural, {})
+        warm = None if live else self._store.warm.setdefault(kind.plural, {})
         skipped = self._store.skipped.get(kind.plural, {})
         reader = KindReader(
             kind, self._selection, self._classes, context, previous, warm, self._shard, skipped
@@ -369,19 +399,28 @@ class CollectionBuilder:
         self._readers[kind.plural] = reader
         return reader
 
-    def classes_listed(self) -> None:
-        """The classes are in: devices are matched and claims priced against them from now on."""
+    def classes_listed(self) -> bool:
+        """The classes are in: devices are matched and claims priced against them from now on.
+
+        Return whether what devices are matched against changed (then the ResourceSlices'
+        entries, made with the old classes, must be read again).
+        """
         reader = self._readers.get(DEVICE_CLASSES.plural)
         entries: list[ClassEntry] = [e.facts for e in reader.entries.values()] if reader else []
         self._classes = ClassIndex(entries, self._matcher)
-        self._context = tuple((e.name, e.expressions) for e in entries)
+        context = tuple((e.name, e.expressions) for e in entries)
+        changed = context != self._context
+        self._context = context
+        slices = self._readers.get(RESOURCE_SLICES.plural)
+        if slices is not None:
+            slices.reconfigure(self._classes, context)
+        return changed
 
     async def finish(self, turns: Turns | None = None) -> Collection:
         """The lists are complete: keep them in the store and make the collection.
 
         *turns* lets the reactor answer meanwhile (a 64,000-device cluster takes a while).
         """
-        turns = turns or Turns.never()
         store = self._store
         for plural, reader in self._readers.items():
             previous = store.entries.get(plural, {})
@@ -390,6 +429,26 @@ class CollectionBuilder:
             store.entries[plural] = reader.entries
             store.skipped[plural] = reader.skipped
             store.warm.pop(plural, None)
+        return await self.collection(turns)
+
+    def snapshot(self, plurals: Iterable[str]) -> None:
+        """Keep the current entries of the readers of *plurals*, which events keep changing.
+
+        The readers of the other resources (being listed again) keep their last snapshot.
+        """
+        store = self._store
+        for plural in plurals:
+            reader = self._readers[plural]
+            previous = store.entries.get(plural, {})
+            if reader.changed_from(previous) or plural not in store.versions:
+                store.versions[plural] = store.versions.get(plural, 0) + 1
+            store.entries[plural] = dict(reader.entries)
+            reader.changed = False
+
+    async def collection(self, turns: Turns | None = None) -> Collection:
+        """The collection of the store's entries, with the cross-object families made."""
+        turns = turns or Turns.never()
+        store = self._store
         listed = sorted(self._readers)
         keys: dict[str, Hashable] = {
             family.name: (
@@ -404,8 +463,8 @@ class CollectionBuilder:
         problems: list[Problem] = []
         class_errors: dict[str, int] = {}
         messages: dict[str, str] = {}
-        for reader in self._readers.values():
-            for count, entry in enumerate(reader.entries.values()):
+        for plural in listed:
+            for count, entry in enumerate(store.entries.get(plural, {}).values()):
                 problems.extend(entry.problems)
                 for name, message in entry.class_errors:
                     class_errors[name] = class_errors.get(name, 0) + 1

@@ -68,6 +68,11 @@ class Gatherer:
         return self._flight()
 
     @property
+    def ready(self) -> bool:
+        """Whether a scrape can be answered (in list mode, always: it lists)."""
+        return True
+
+    @property
     def running(self) -> bool:
         """Whether a collection is in flight."""
         return self._flight.running

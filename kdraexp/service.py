@@ -32,6 +32,8 @@ from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.sharding import Shard
 from kdraexp.tls import KubeTLSPolicy, trust_root
 from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES, EndpointFactory, Limits
+from kdraexp.watching import WatchGatherer
+from kdraexp.watchstats import WatchStats
 from kdraexp.web import HANDLERS, ExporterApp, TelemetryApp
 
 log = Logger()
@@ -56,6 +58,10 @@ class Settings:
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     shard: Shard = attrs.Factory(Shard)
     """The part of the cluster this exporter writes (all of it by default)."""
+    mode: str = "list"
+    """``list``: every scrape lists; ``watch``: lists once, then follows the changes."""
+    max_staleness: float = 300.0
+    """In watch mode, seconds a failing watch's last state may still be served."""
 
 
 class KubeClientService(Service):
@@ -108,6 +114,23 @@ class GathererService(Service):
         """Cancel in-flight list calls."""
         super().stopService()
         self.gatherer.cancel()
+
+
+class WatchService(Service):
+    """Starts the watches with the exporter, and stops them with it."""
+
+    def __init__(self, gatherer: WatchGatherer) -> None:
+        self.gatherer = gatherer
+
+    def startService(self) -> None:
+        """Synchronise, then follow."""
+        super().startService()
+        self.gatherer.start()
+
+    def stopService(self) -> None:
+        """Drop the watches."""
+        super().stopService()
+        self.gatherer.stop()
 
 
 class ListeningService(StreamServerEndpointService):
@@ -205,15 +228,31 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
         log.warn("{warning}", warning=warning)
     stats = CollectionStats(settings.timeout, settings.shard)
     http_stats = HTTPStats()
-    gatherer = Gatherer(
-        source, reactor, settings.timeout, stats, settings.selection, settings.shard
-    )
-    GathererService(gatherer).setServiceParent(top)
+    collectors: list[Any] = [stats, http_stats]
+    gatherer: Gatherer | WatchGatherer
+    if settings.mode == "watch":
+        assert isinstance(source, KubeListClient)
+        watch_stats = WatchStats(stats)
+        collectors.append(watch_stats)
+        gatherer = WatchGatherer(
+            source, reactor, watch_stats, settings.selection, settings.max_staleness, settings.shard
+        )
+        WatchService(gatherer).setServiceParent(top)
+    else:
+        gatherer = Gatherer(
+            source, reactor, settings.timeout, stats, settings.selection, settings.shard
+        )
+        GathererService(gatherer).setServiceParent(top)
     if os.getpid() == 1:
         log.info("Running as PID 1: reaping orphaned processes every {period:g}s", period=PERIOD)
         OrphanReaper().setServiceParent(top)
     FrozenStartup().setServiceParent(top)
-    log.info("Starting kdraexp {version}, reading {origin}", version=__version__, origin=origin)
+    log.info(
+        "Starting kdraexp {version}, reading {origin} ({mode} mode)",
+        version=__version__,
+        origin=origin,
+        mode=settings.mode,
+    )
     if not settings.shard.whole:
         log.info(
             "Writing shard {index} of {total}",
@@ -228,7 +267,7 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
     ).setServiceParent(top)
     if settings.telemetry_listen:
         telemetry = BoundedSite(
-            TelemetryApp(registry(stats, http_stats)).app.resource(),
+            TelemetryApp(registry(*collectors)).app.resource(),
             "telemetry",
             http_stats,
             HANDLERS,

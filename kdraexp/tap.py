@@ -6,6 +6,7 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import IService
@@ -23,17 +24,20 @@ from kdraexp.tls import TLSConfigError
 from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES
 
 
-def _positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not 0 < number < math.inf:
-        raise ValueError(f"--timeout: expected seconds greater than 0, got {value!r}")
-    return number
+def _seconds(option: str) -> Callable[[str], float]:
+    """A coercer of *option*'s value: seconds, greater than 0."""
 
+    def coerce(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not 0 < number < math.inf:
+            raise ValueError(f"--{option}: expected seconds greater than 0, got {value!r}")
+        return number
 
-_positive_float.coerceDoc = "Seconds, greater than 0."  # type: ignore[attr-defined]
+    coerce.coerceDoc = "Seconds, greater than 0."  # type: ignore[attr-defined]
+    return coerce
 
 
 def _page_size(value: str) -> int:
@@ -85,7 +89,7 @@ class Options(usage.Options):
             "Where the exporter's own metrics and /healthz are served (the same forms); "
             "empty for nowhere.",
         ],
-        ["timeout", "t", 10.0, "Seconds one whole collection may take.", _positive_float],
+        ["timeout", "t", 10.0, "Seconds one whole collection may take.", _seconds("timeout")],
         ["page-size", None, 500, "Objects per list page (the limit parameter).", _page_size],
         [
             "max-response-bytes",
@@ -121,6 +125,19 @@ class Options(usage.Options):
             None,
             DEFAULT_DEVICE_CAPACITIES,
             "Regex of the capacity names kube_resourceslice_device_capacity reports.",
+        ],
+        [
+            "mode",
+            None,
+            "list",
+            "list: every scrape lists every object; watch: list once, then follow the changes.",
+        ],
+        [
+            "max-staleness",
+            None,
+            300.0,
+            "In watch mode, seconds a failing watch's last state may still be served.",
+            _seconds("max-staleness"),
         ],
         ["shard", None, None, "This exporter's shard, 0 to --total-shards minus 1."],
         ["total-shards", None, "1", "Shards the cluster is split over (see the README)."],
@@ -180,6 +197,10 @@ class Options(usage.Options):
         except SelectionError as error:
             raise usage.UsageError(str(error)) from None
         shard = self._shard()
+        if self["mode"] not in ("list", "watch"):
+            raise usage.UsageError(f"--mode {self['mode']!r}: expected list or watch")
+        if self["mode"] == "watch" and file is not None:
+            raise usage.UsageError("--mode watch reads a cluster: it cannot follow a --source file")
         self.settings = Settings(
             listen=self["listen"],
             telemetry_listen=self["telemetry-listen"],
@@ -189,6 +210,8 @@ class Options(usage.Options):
             file=file,
             selection=selection,
             shard=shard,
+            mode=self["mode"],
+            max_staleness=self["max-staleness"],
         )
 
     def _shard(self) -> Shard:

@@ -10,6 +10,7 @@ no cookie is kept.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -205,3 +206,78 @@ def cancelled(failure: Failure) -> bool:
         return True
     reasons = getattr(failure.value, "reasons", None) or ()
     return any(isinstance(reason, Failure) and cancelled(reason) for reason in reasons)
+
+
+class _Lines(Protocol):
+    """Delivers a streamed body (a watch) line by line, each line at most *limit* bytes."""
+
+    def __init__(self, limit: int, on_line: Callable[[bytes], None]) -> None:
+        self._limit = limit
+        self._on_line = on_line
+        self._partial = bytearray()
+        self._stopped = False
+        self.done: Deferred[None] = Deferred(canceller=self._cancel)
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._stopped:
+            return
+        start = 0
+        while not self._stopped:
+            end = data.find(b"\n", start)
+            if end < 0:
+                break
+            if self._partial:
+                self._partial += data[start:end]
+                line = bytes(self._partial)
+                self._partial = bytearray()
+            else:
+                line = data[start:end]
+            start = end + 1
+            if line.strip():
+                try:
+                    self._on_line(line)
+                except Exception as error:  # the handler refused the line: end the stream
+                    self._fail(error)
+                    return
+        self._partial += data[start:]
+        if len(self._partial) > self._limit:
+            self._fail(
+                ResponseTooLarge(f"a watch event is larger than --max-response-bytes={self._limit}")
+            )
+
+    def connectionLost(self, reason: Failure = Failure(ResponseDone())) -> None:  # noqa: B008
+        if self._stopped:
+            return
+        self._stopped = True
+        self._partial = bytearray()
+        if reason.check(ResponseDone, PotentialDataLoss):
+            self.done.callback(None)
+        else:
+            self.done.errback(reason)
+
+    def _fail(self, error: Exception) -> None:
+        self._stopped = True
+        self._partial = bytearray()
+        self._abort()
+        self.done.errback(error)
+
+    def _cancel(self, _: Deferred[None]) -> None:
+        self._stopped = True
+        self._partial = bytearray()
+        self._abort()
+
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.stopProducing()  # type: ignore[attr-defined]
+
+
+def read_lines(response: IResponse, limit: int, on_line: Callable[[bytes], None]) -> Deferred[None]:
+    """Hand each line of *response*'s body to *on_line* as it arrives; fire when it ends.
+
+    Cancelling drops the connection.  An exception from *on_line* ends the stream with it.
+
+    :raises ResponseTooLarge: for a line past *limit* bytes.
+    """
+    lines = _Lines(limit, on_line)
+    response.deliverBody(lines)
+    return lines.done

@@ -20,6 +20,7 @@ from zope.interface import implementer
 from kdraexp import exposition, rendering
 from kdraexp.gather import CollectionFailed, Gatherer
 from kdraexp.listing import ListError
+from kdraexp.watching import NotSynced, WatchGatherer
 
 LANDING_PAGE = b"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kdraexp</title></head>
@@ -28,7 +29,7 @@ LANDING_PAGE = b"""<!doctype html>
 <ul><li><a href="metrics">/metrics</a></li><li><a href="healthz">/healthz</a></li></ul>
 </body></html>
 """
-HANDLERS = {b"/": "index", b"/metrics": "metrics", b"/healthz": "healthz"}
+HANDLERS = {b"/": "index", b"/metrics": "metrics", b"/healthz": "healthz", b"/readyz": "readyz"}
 """The routes, as the HTTP request metrics name them."""
 
 
@@ -48,7 +49,7 @@ class ExporterApp:
 
     app = Klein()
 
-    def __init__(self, gatherer: Gatherer, clock: IReactorTime) -> None:
+    def __init__(self, gatherer: Gatherer | WatchGatherer, clock: IReactorTime) -> None:
         self._gatherer = gatherer
         self._renderer = rendering.Renderer(clock)
         """Keeps each family's text compressed, shared by every scrape until the family changes."""
@@ -62,6 +63,15 @@ class ExporterApp:
     def healthz(self, request: IRequest) -> bytes:
         """Liveness: the process answers.  Never touches the API server."""
         return _ok(request)
+
+    @app.route("/readyz", methods=["GET"])
+    def readyz(self, request: IRequest) -> bytes:
+        """Readiness: scrapes can be answered (in watch mode, once every resource is synced)."""
+        if self._gatherer.ready:
+            return _ok(request)
+        request.setResponseCode(503)
+        request.setHeader("Content-Type", "text/plain; charset=utf-8")
+        return b"not synchronised yet\n"
 
     @app.route("/metrics", methods=["GET"])
     async def metrics(self, request: IRequest) -> bytes:
@@ -79,6 +89,12 @@ class ExporterApp:
             request.setResponseCode(503)
             request.setHeader("Content-Type", "text/plain; charset=utf-8")
             return b"the exporter is stopping\n"
+        except NotSynced as waiting:
+            request.setResponseCode(503)
+            request.setHeader("Content-Type", "text/plain; charset=utf-8")
+            return "".join(
+                f"{resource} not synchronised yet\n" for resource in waiting.resources
+            ).encode()
         except CollectionFailed as failure:
             request.setResponseCode(500)
             request.setHeader("Content-Type", "text/plain; charset=utf-8")

@@ -271,3 +271,13 @@ class Identity(Wire):
     """The part of an object that says which it is and whether it changed."""
 
     metadata: ObjectMeta | None = None
+
+
+class WatchEvent(Wire):
+    """One line of a watch, its object (a Status for ``ERROR``) left undecoded.
+
+    The type is ``ADDED``, ``MODIFIED``, ``DELETED``, ``BOOKMARK`` or ``ERROR``.
+    """
+
+    type: str | None = None
+    object: msgspec.Raw = ABSENT

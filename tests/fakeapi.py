@@ -1,15 +1,17 @@
-"""A Klein fake of the Kubernetes API: the three DRA lists, paging, auth and faults on demand.
+"""A Klein fake of the Kubernetes API: the DRA lists and watches, paging, auth and faults.
 
 It answers as kube-apiserver does (``limit``/``continue``, ``Status`` bodies, 410 Expired for a
-stale continue token) and can be told to misbehave: fail a resource with any code, send HTML or
-garbage, hang, serve short or empty pages, or expire the next continue token.
+stale continue token; watches with bookmarks, streaming lists, ERROR 410 for a compacted
+version) and can be told to misbehave: fail a resource with any code, send HTML or garbage,
+hang, serve short or empty pages, expire the next continue token, refuse streaming lists.
 """
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import attrs
 from klein import Klein
@@ -81,6 +83,16 @@ class FakeKubeAPI:
         """Keep every answer until :meth:`release` (to make requests overlap in memory)."""
         self.held: list[Callable[[], None]] = []
         self.on_request: Callable[[Request], None] | None = None
+        self.version = 100
+        """The resourceVersion of the last change."""
+        self.history: list[tuple[int, str, str, dict[str, Any]]] = []
+        """(version, resource, event type, object) of every change, for watches to replay."""
+        self.compacted = 0
+        """Watches from a version below this one get an ERROR 410."""
+        self.streaming = True
+        """Whether watches may ask for the initial events (a streaming list)."""
+        self.watches: list[_Watch] = []
+        """The watches open now."""
 
     def add(self, plural: str, obj: dict[str, Any]) -> None:
         """Store an object (apiVersion and kind are filled in)."""
@@ -89,8 +101,44 @@ class FakeKubeAPI:
         )
 
     def lists(self, plural: str | None = None) -> list[Request]:
-        """The list requests received, of one resource or all."""
-        return [r for r in self.requests if plural is None or r.plural == plural]
+        """The list requests received (not watches), of one resource or all."""
+        return [
+            r
+            for r in self.requests
+            if (plural is None or r.plural == plural) and "watch" not in r.args
+        ]
+
+    def change(self, plural: str, event: str, obj: dict[str, Any]) -> None:
+        """ADDED, MODIFIED or DELETED: change the stored objects and tell the watches."""
+        self.version += 1
+        obj = {"apiVersion": "resource.k8s.io/v1", "kind": KINDS[plural], **obj}
+        obj["metadata"] = {**obj.get("metadata", {}), "resourceVersion": str(self.version)}
+        name = obj["metadata"].get("name")
+        namespace = obj["metadata"].get("namespace")
+        kept = [
+            o
+            for o in self.objects[plural]
+            if (o["metadata"].get("name"), o["metadata"].get("namespace")) != (name, namespace)
+        ]
+        self.objects[plural] = kept if event == "DELETED" else [*kept, obj]
+        self.history.append((self.version, plural, event, obj))
+        for watch in list(self.watches):
+            if watch.plural == plural:
+                watch.send(event, obj)
+
+    def bookmark(self) -> None:
+        """Send every open watch a bookmark of the current version."""
+        for watch in list(self.watches):
+            watch.send("BOOKMARK", _bookmark(watch.plural, self.version))
+
+    def close_watches(self) -> None:
+        """End every open watch, as the server does at a watch's timeoutSeconds."""
+        for watch in list(self.watches):
+            watch.close()
+
+    def compact(self) -> None:
+        """Forget history up to now: watches from an older version get an ERROR 410."""
+        self.compacted = self.version
 
     @app.route("/apis/resource.k8s.io/v1/<plural>", methods=["GET"])
     def list(self, request: IRequest, plural: str) -> bytes | Deferred[bytes]:
@@ -110,6 +158,13 @@ class FakeKubeAPI:
 
     def _list(self, request: IRequest, plural: str) -> bytes | Deferred[bytes]:
         args = {k.decode(): [v.decode() for v in vs] for k, vs in request.args.items()}
+        if "watch" in args and plural in self.objects and plural not in self.faults:
+            authorized = self.tokens is None or (
+                (request.getHeader("Authorization") or "").removeprefix("Bearer ") in self.tokens
+            )
+            if authorized:
+                self.requests.append(Request("GET", plural, args, None))
+                return self._watch(request, plural, args)
         header = request.getHeader("Authorization")
         seen = Request("GET", plural, args, header, request.getHeader("Accept-Encoding"))
         self.requests.append(seen)
@@ -162,7 +217,7 @@ class FakeKubeAPI:
         else:
             size = len(items) - start
         end = min(start + size, len(items))
-        metadata: dict[str, Any] = {"resourceVersion": "12345"}
+        metadata: dict[str, Any] = {"resourceVersion": str(self.version)}
         if end < len(items) or planned:
             metadata["continue"] = f"page:{end}"
         return self._answer(
@@ -176,6 +231,32 @@ class FakeKubeAPI:
             },
         )
 
+    def _watch(
+        self, request: IRequest, plural: str, args: dict[str, builtins.list[str]]
+    ) -> bytes | Deferred[bytes]:
+        initial = args.get("sendInitialEvents", ["false"])[0] == "true"
+        if initial and not self.streaming:
+            message = "sendInitialEvents is forbidden unless the WatchList feature gate is enabled"
+            return self._answer(request, 422, status(422, "Invalid", message))
+        request.setHeader("Content-Type", "application/json")
+        watch = _Watch(self, request, plural)
+        self.watches.append(watch)
+        start = int(args.get("resourceVersion", ["0"])[0] or 0)
+        if initial:
+            for obj in self.objects[plural]:
+                watch.send("ADDED", obj)
+            end = _bookmark(plural, self.version)
+            end["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+            watch.send("BOOKMARK", end)
+        elif start and start < self.compacted:
+            watch.send("ERROR", status(410, "Expired", f"too old resource version: {start}"))
+            watch.close()
+        else:
+            for version, resource, event, obj in self.history:
+                if resource == plural and version > start:
+                    watch.send(event, obj)
+        return watch.done
+
     @staticmethod
     def _answer(request: IRequest, code: int, body: Any) -> bytes:
         request.setResponseCode(code)
@@ -184,3 +265,36 @@ class FakeKubeAPI:
         if request.responseHeaders.getRawHeaders("Content-Type") is None:
             request.setHeader("Content-Type", "application/json")
         return json.dumps(body).encode()
+
+
+def _bookmark(plural: str, version: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": KINDS[plural],
+        "metadata": {"resourceVersion": str(version)},
+    }
+
+
+class _Watch:
+    """One open watch: events written as lines until it is closed."""
+
+    def __init__(self, api: FakeKubeAPI, request: IRequest, plural: str) -> None:
+        self._api = api
+        self._request = request
+        self.plural = plural
+        self.done: Deferred[bytes] = Deferred()
+        cast(Any, request).notifyFinish().addBoth(lambda _: self._forget())
+        request.write(b"")  # the headers now, as kube-apiserver sends them when a watch opens
+
+    def send(self, event: str, obj: dict[str, Any]) -> None:
+        if not self.done.called:
+            self._request.write(json.dumps({"type": event, "object": obj}).encode() + b"\n")
+
+    def close(self) -> None:
+        self._forget()
+        if not self.done.called:
+            self.done.callback(b"")
+
+    def _forget(self) -> None:
+        if self in self._api.watches:
+            self._api.watches.remove(self)

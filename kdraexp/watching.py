@@ -1,0 +1,417 @@
+"""Watch mode: each resource listed once, then followed; a scrape lists nothing.
+
+Each kind is synchronised by a streaming list where the server offers one (a watch with
+``sendInitialEvents``, complete at the bookmark annotated ``k8s.io/initial-events-end``), else
+by a paged list, and then followed by a watch from the resourceVersion reached.  Bookmarks keep
+that version fresh; a watch the server closes (its ``timeoutSeconds``) is opened again from it;
+a watch silent for :data:`IDLE` seconds is restarted; a 410 (the version was compacted away)
+lists the kind again.  Each event updates the object's entry at once (its rows, its facts); a
+scrape only puts the current entries together, and families whose lists did not change keep
+their rendered text.
+
+DeviceClasses and DeviceTaintRules are synchronised first: devices are matched with the
+classes.  When a class changes, the ResourceSlices are listed again, matched with the new ones.
+A resource not synchronised yet makes scrapes answer 503; one whose watch has failed for longer
+than ``--max-staleness`` makes them fail as a failed list does: no data older than that bound is
+served.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any
+
+import msgspec
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.task import deferLater
+from twisted.logger import Logger
+
+from kdraexp import wire
+from kdraexp.apiclient import KubeListClient, status_error
+from kdraexp.collection import Collection, CollectionBuilder, KindReader, Store
+from kdraexp.devicecel import Matcher
+from kdraexp.gather import FIRST, CollectionFailed
+from kdraexp.listing import DEVICE_CLASSES, RESOURCE_SLICES, Kind, ListError, Reason, ShapeError
+from kdraexp.selection import Selection
+from kdraexp.sharding import Shard
+from kdraexp.singleflight import SingleFlight
+from kdraexp.turns import Turns
+from kdraexp.watchstats import WatchStats
+
+log = Logger()
+
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+WATCH_SECONDS = (300, 360)
+"""The ``timeoutSeconds`` asked of the server, chosen in this range for each watch (so that the
+exporter's watches do not all end at once)."""
+IDLE = 150.0
+"""Seconds a watch may deliver nothing, not even a bookmark (the server sends one a minute),
+before it is restarted."""
+BACKOFF = (1.0, 30.0)
+"""Seconds waited after a failure: the first, then doubling up to the last."""
+_IDENTITY = msgspec.json.Decoder(wire.Identity)
+
+
+class NotSynced(Exception):
+    """Some resources have not been synchronised yet: no collection can be complete."""
+
+    def __init__(self, resources: list[str]) -> None:
+        super().__init__(", ".join(resources))
+        self.resources = resources
+
+
+class _Idle(Exception):
+    """The watch delivered nothing for IDLE seconds."""
+
+
+class KindWatch:
+    """Keeps one kind's reader current."""
+
+    def __init__(
+        self,
+        kind: Kind,
+        client: KubeListClient,
+        reader: KindReader,
+        clock: IReactorTime,
+        stats: WatchStats,
+        changed: Any,
+    ) -> None:
+        self.kind = kind
+        self._client = client
+        self._reader = reader
+        self._clock = clock
+        self._stats = stats
+        self._changed = changed
+        """Called after each event that changed the reader."""
+        self.synced = False
+        """The reader holds a complete and current state (not being listed again)."""
+        self.ever_synced = False
+        self.failing_since: float | None = None
+        self.error: ListError | None = None
+        self._version: str | None = None
+        self._streaming = True
+        """Whether to try a streaming list (until the server refuses one)."""
+        self._resync: str | None = "start"
+        """Why the kind must be listed again (None: it need not)."""
+        self._running: Deferred[None] | None = None
+        self._sync_started = 0.0
+        self._watching: Deferred[None] | None = None
+        self._idle: IDelayedCall | None = None
+
+    def start(self) -> None:
+        """Start following (until :meth:`stop`)."""
+        self._running = Deferred.fromCoroutine(self._run())
+
+    def stop(self) -> None:
+        """Stop following; the watch in flight is dropped."""
+        running, self._running = self._running, None
+        if running is not None:
+            running.cancel()
+
+    def relist(self, cause: str) -> None:
+        """List the kind again (its entries depend on something that changed), then follow."""
+        self._resync = cause
+        self._restart_watch()
+
+    def stale_for(self, now: float) -> float:
+        """Seconds this kind has been failing (0 while it is current)."""
+        return 0.0 if self.failing_since is None else now - self.failing_since
+
+    async def _run(self) -> None:
+        backoff = BACKOFF[0]
+        while True:
+            try:
+                if self._resync is not None:
+                    await self._sync(self._resync)
+                await self._follow()
+                backoff = BACKOFF[0]
+            except CancelledError:
+                if self._running is None:
+                    return  # stopped
+                self._stats.restarted(self.kind.plural)  # idle, or asked to list again
+            except (ListError, ShapeError) as raised:
+                error = _as_list_error(self.kind, raised)
+                if error.code == 410 or error.reason in ("Expired", "Gone"):
+                    self._resync = "expired"
+                    continue
+                self._failed(error)
+                await deferLater(self._clock, backoff, lambda: None)
+                backoff = min(backoff * 2, BACKOFF[1])
+
+    async def _sync(self, cause: str) -> None:
+        if cause != "start":
+            self._stats.relisted(self.kind.plural, cause)
+        self.synced = False
+        self._sync_started = self._clock.seconds()
+        self._stats.resyncing(self.kind.plural)
+        self._reader.resync()
+        if self._streaming:
+            try:
+                await self._stream_initial()
+            except ListError as error:
+                if error.code not in (400, 403, 422) or error.reason == "Forbidden":
+                    raise
+                log.info(
+                    "The API server offers no streaming list of {resource} ({error}): "
+                    "listing, then watching",
+                    resource=self.kind.plural,
+                    error=str(error),
+                )
+                self._streaming = False
+                self._reader.resync()
+        if not self._streaming:
+            await self._client.fetch(self.kind, self._reader)
+            self._version = self._client.list_versions.get(self.kind.plural)
+            self._synced()
+        self._resync = None
+
+    async def _stream_initial(self) -> None:
+        done = False
+
+        def event(kind: str, raw: msgspec.Raw) -> None:
+            nonlocal done
+            self._alive()
+            if kind == "BOOKMARK":
+                meta = _IDENTITY.decode(raw).metadata
+                self._version = (meta.resource_version if meta else None) or self._version
+                annotations = (meta.annotations if meta else None) or {}
+                if annotations.get(INITIAL_EVENTS_END) == "true":
+                    done = True
+                    self._synced()
+                return
+            if done:
+                self._apply(kind, raw)
+            else:
+                self._initial(kind, raw)
+
+        await self._watch(event, initial=True)
+        if not done:
+            raise ListError(
+                self.kind.plural,
+                Reason.TRANSPORT,
+                None,
+                "the streaming list ended before all objects were sent",
+            )
+
+    async def _follow(self) -> None:
+        def event(kind: str, raw: msgspec.Raw) -> None:
+            self._alive()
+            if kind == "BOOKMARK":
+                meta = _IDENTITY.decode(raw).metadata
+                self._version = (meta.resource_version if meta else None) or self._version
+                return
+            self._apply(kind, raw)
+
+        await self._watch(event, initial=False)
+
+    async def _watch(self, event: Any, initial: bool) -> None:
+        timeout = random.randint(*WATCH_SECONDS)
+        self._alive()
+        try:
+            self._watching = Deferred.fromCoroutine(
+                self._client.watch(
+                    self.kind,
+                    self._version,
+                    event,
+                    initial=initial,
+                    timeout_seconds=timeout,
+                    opened=self._opened,
+                )
+            )
+            await self._watching
+        finally:
+            self._watching = None
+            if self._idle is not None and self._idle.active():
+                self._idle.cancel()
+            self._idle = None
+
+    def _restart_watch(self) -> None:
+        if self._watching is not None:
+            self._watching.cancel()
+
+    def _alive(self) -> None:
+        """Something arrived: the watch is not idle."""
+        if self._idle is not None and self._idle.active():
+            self._idle.reset(IDLE)
+        else:
+            self._idle = self._clock.callLater(IDLE, self._restart_watch)
+
+    def _initial(self, kind: str, raw: msgspec.Raw) -> None:
+        if kind == "ERROR":
+            raise _status(self.kind, raw)
+        self._reader.page([raw])
+        self._stats.event(self.kind.plural, kind, self._clock.seconds())
+
+    def _apply(self, kind: str, raw: msgspec.Raw) -> None:
+        if kind == "ERROR":
+            raise _status(self.kind, raw)
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            return
+        self._reader.apply(kind, raw)
+        self._version = _version_of(raw) or self._version
+        self._stats.event(self.kind.plural, kind, self._clock.seconds())
+        if self._reader.changed:
+            self._changed(self.kind)
+
+    def _opened(self) -> None:
+        """The server accepted the watch: whatever failed before works again."""
+        if self.failing_since is not None:
+            log.info("Watching {resource} again", resource=self.kind.plural)
+        self.failing_since = None
+        self.error = None
+
+    def _synced(self) -> None:
+        self.synced = True
+        self.ever_synced = True
+        self.failing_since = None
+        self.error = None
+        objects = len(self._reader.entries) + len(self._reader.skipped)
+        took = self._clock.seconds() - self._sync_started
+        self._stats.synced(self.kind.plural, objects, took)
+        self._changed(self.kind)
+
+    def _failed(self, error: ListError) -> None:
+        if self.failing_since is None:
+            self.failing_since = self._clock.seconds()
+        self.error = error
+        self._stats.failed(self.kind.plural, error.reason)
+        log.error("Error watching {resource}: {error}", resource=self.kind.plural, error=str(error))
+
+
+class WatchGatherer:
+    """Collections of what the watches hold, shared by concurrent scrapes."""
+
+    def __init__(
+        self,
+        client: KubeListClient,
+        clock: IReactorTime,
+        stats: WatchStats,
+        selection: Selection,
+        max_staleness: float,
+        shard: Shard = Shard(),  # noqa: B008 - frozen
+    ) -> None:
+        self._clock = clock
+        self._stats = stats
+        self._selection = selection
+        self._max_staleness = max_staleness
+        self._builder = CollectionBuilder(selection, Matcher(), Store(), shard)
+        self._watches: dict[str, KindWatch] = {}
+        self._rest_started = False
+        """Whether the kinds after the first have been started."""
+        for kind in selection.kinds:
+            reader = self._builder.reader(kind, live=True)
+            self._watches[kind.plural] = KindWatch(
+                kind, client, reader, clock, stats, self._changed
+            )
+        self._flight: SingleFlight[Collection] = SingleFlight(
+            lambda: Deferred.fromCoroutine(self._collect())
+        )
+
+    @property
+    def ready(self) -> bool:
+        """Whether every resource has been synchronised once."""
+        return all(watch.ever_synced for watch in self._watches.values())
+
+    def not_synced(self) -> list[str]:
+        """The resources not synchronised yet."""
+        return sorted(p for p, watch in self._watches.items() if not watch.ever_synced)
+
+    def start(self) -> None:
+        """Synchronise the classes (and taint rules), then the rest."""
+        for kind in self._first():
+            self._watches[kind.plural].start()
+        if not self._first():
+            self._start_rest()
+
+    def stop(self) -> None:
+        """Stop every watch."""
+        for watch in self._watches.values():
+            watch.stop()
+        self._flight.cancel()
+
+    def gather(self) -> Deferred[Collection]:
+        """A collection of the current state (503 until synchronised, 500 past staleness)."""
+        return self._flight()
+
+    def _first(self) -> list[Kind]:
+        return [kind for kind in self._selection.kinds if kind in FIRST]
+
+    def _start_rest(self) -> None:
+        for kind in self._selection.kinds:
+            if kind not in FIRST:
+                self._watches[kind.plural].start()
+
+    def _changed(self, kind: Kind) -> None:
+        """A watch's reader changed (or synchronised)."""
+        if kind is not DEVICE_CLASSES:
+            if kind in FIRST and self._first_synced_now():
+                self._start_rest()
+            return
+        if not self._watches[kind.plural].synced:
+            return
+        first_time = self._first_synced_now()
+        if self._builder.classes_listed() and not first_time:
+            slices = self._watches.get(RESOURCE_SLICES.plural)
+            if slices is not None and slices.ever_synced:
+                slices.relist("classes")
+        if first_time:
+            self._start_rest()
+
+    def _first_synced_now(self) -> bool:
+        """Whether the first kinds are all synchronised and the rest not started yet."""
+        if self._rest_started:
+            return False
+        if all(self._watches[k.plural].ever_synced for k in self._first()):
+            self._rest_started = True
+            return True
+        return False
+
+    async def _collect(self) -> Collection:
+        missing = self.not_synced()
+        if missing:
+            raise NotSynced(missing)
+        now = self._clock.seconds()
+        stale = [
+            watch.error
+            for watch in self._watches.values()
+            if watch.error is not None and watch.stale_for(now) > self._max_staleness
+        ]
+        if stale:
+            raise CollectionFailed(tuple(_stale(e, self._max_staleness) for e in stale))
+        current = [plural for plural, watch in self._watches.items() if watch.synced]
+        self._builder.snapshot(current)
+        return await self._builder.collection(Turns(self._clock))
+
+
+def _stale(error: ListError, bound: float) -> ListError:
+    return ListError(
+        error.resource,
+        error.reason,
+        error.code,
+        f"the watch has failed for more than --max-staleness={bound:g}s",
+        public=True,
+    )
+
+
+def _as_list_error(kind: Kind, raised: Exception) -> ListError:
+    if isinstance(raised, ListError):
+        return raised
+    return ListError(kind.plural, Reason.DECODE, None, str(raised))
+
+
+def _status(kind: Kind, raw: msgspec.Raw) -> ListError:
+    """An ERROR event's Status as a ListError (410 for a compacted version)."""
+    code = 500
+    with contextlib.suppress(msgspec.DecodeError, AttributeError, TypeError, ValueError):
+        code = int(msgspec.json.decode(raw).get("code", 500))
+    return status_error(kind.plural, code, bytes(raw))
+
+
+def _version_of(raw: msgspec.Raw) -> str | None:
+    try:
+        meta = _IDENTITY.decode(raw).metadata
+    except msgspec.DecodeError:
+        return None
+    return meta.resource_version if meta else None

@@ -1,0 +1,94 @@
+"""The watch mode's own metrics: synchronised or not, events, re-lists, restarts, freshness.
+
+A watch's failures are also counted in ``kube_dra_exporter_list_errors_total`` (a watch lists,
+then follows), so that one alert covers both modes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from kdraexp.selfmetrics import CollectionStats
+
+
+class WatchStats(Collector):
+    """Per resource: synchronised, events by type, re-lists by cause, restarts, last event."""
+
+    def __init__(self, collections: CollectionStats) -> None:
+        self._collections = collections
+        self._synced: dict[str, bool] = {}
+        self._events: dict[tuple[str, str], int] = {}
+        self._relists: dict[tuple[str, str], int] = {}
+        self._restarts: dict[str, int] = {}
+        self._last_event: dict[str, float] = {}
+
+    def synced(self, resource: str, objects: int, seconds: float) -> None:
+        """The resource was synchronised: *objects* read in *seconds*."""
+        self._synced[resource] = True
+        self._collections.listed(resource, objects, seconds)
+
+    def resyncing(self, resource: str) -> None:
+        """The resource is being listed again."""
+        self._synced[resource] = False
+
+    def event(self, resource: str, kind: str, at: float) -> None:
+        """An event of *kind* (ADDED, MODIFIED, DELETED) arrived at *at*."""
+        key = (resource, kind)
+        self._events[key] = self._events.get(key, 0) + 1
+        self._last_event[resource] = at
+
+    def relisted(self, resource: str, cause: str) -> None:
+        """The resource is listed again (``expired``: a 410; ``classes``: the classes changed)."""
+        key = (resource, cause)
+        self._relists[key] = self._relists.get(key, 0) + 1
+
+    def restarted(self, resource: str) -> None:
+        """A watch was opened again (it went idle, or was interrupted on purpose)."""
+        self._restarts[resource] = self._restarts.get(resource, 0) + 1
+
+    def failed(self, resource: str, reason: str) -> None:
+        """A watch or its list failed."""
+        self._synced.setdefault(resource, False)
+        self._collections.failed(resource, reason)
+
+    def collect(self) -> Iterator[Metric]:
+        """The families."""
+        synced = GaugeMetricFamily(
+            "kube_dra_exporter_watch_synced",
+            "1 once the resource has been synchronised and is followed, else 0.",
+            labels=["resource"],
+        )
+        for resource, value in sorted(self._synced.items()):
+            synced.add_metric([resource], 1.0 if value else 0.0)
+        events = CounterMetricFamily(
+            "kube_dra_exporter_watch_events",
+            "Watch events received, by resource and type.",
+            labels=["resource", "type"],
+        )
+        for (resource, kind), count in sorted(self._events.items()):
+            events.add_metric([resource, kind], count)
+        relists = CounterMetricFamily(
+            "kube_dra_exporter_watch_relists",
+            "Times a resource was listed again, by cause (expired: a 410; classes: new classes).",
+            labels=["resource", "cause"],
+        )
+        for (resource, cause), count in sorted(self._relists.items()):
+            relists.add_metric([resource, cause], count)
+        restarts = CounterMetricFamily(
+            "kube_dra_exporter_watch_restarts",
+            "Watches opened again after going idle or being interrupted.",
+            labels=["resource"],
+        )
+        for resource, count in sorted(self._restarts.items()):
+            restarts.add_metric([resource], count)
+        last = GaugeMetricFamily(
+            "kube_dra_exporter_watch_last_event_timestamp_seconds",
+            "Unix time of the last event received for the resource.",
+            labels=["resource"],
+        )
+        for resource, at in sorted(self._last_event.items()):
+            last.add_metric([resource], at)
+        yield from (synced, events, relists, restarts, last)

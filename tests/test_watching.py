@@ -1,0 +1,219 @@
+"""Watch mode against the fake API in memory: synchronised once, then followed event by event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from twisted.internet.task import Clock
+
+from kdraexp.gather import CollectionFailed
+from kdraexp.selection import select
+from kdraexp.selfmetrics import CollectionStats, registry
+from kdraexp.watching import IDLE, NotSynced, WatchGatherer
+from kdraexp.watchstats import WatchStats
+from tests.collect import text
+from tests.conftest import failure_of, in_memory_client, result_of
+from tests.fakeapi import FakeKubeAPI, Fault, status
+from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_SLICE, device_class
+
+
+class Watched:
+    """The watch gatherer over a fake API, and the means to move things along."""
+
+    def __init__(self, fake: FakeKubeAPI, clock: Clock, staleness: float = 300.0) -> None:
+        self.fake = fake
+        self.clock = clock
+        self.client, self.agent = in_memory_client(fake, clock)
+        self.collections = CollectionStats()
+        self.stats = WatchStats(self.collections)
+        self.gatherer = WatchGatherer(self.client, clock, self.stats, select(), staleness)
+
+    def settle(self) -> None:
+        for _ in range(50):
+            self.agent.flush()
+            self.clock.advance(0)
+
+    def text(self) -> str:
+        pending = self.gatherer.gather()
+        self.settle()
+        return text(result_of(pending))
+
+    def metric(self, name: str, labels: dict[str, str]) -> float | None:
+        value = registry(self.stats, self.collections).get_sample_value(name, labels)
+        return value
+
+
+def seed(fake: FakeKubeAPI) -> None:
+    fake.add("deviceclasses", SEED_CLASS)
+    fake.add("resourceslices", SEED_SLICE)
+    fake.add("resourceclaims", SEED_CLAIM)
+
+
+@pytest.fixture
+def watched(fake: FakeKubeAPI, clock: Clock) -> Watched:
+    seed(fake)
+    return Watched(fake, clock)
+
+
+def claim(name: str, **status_: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"}, "status": status_}
+
+
+def test_streaming_sync_then_events(watched: Watched) -> None:
+    """Synchronised by a streaming list; an added, changed, deleted object shows at once."""
+    pending = watched.gatherer.gather()
+    assert isinstance(failure_of(pending).value, NotSynced)
+    watched.gatherer.start()
+    watched.settle()
+    assert watched.gatherer.ready
+    lists = watched.fake.lists()
+    assert lists == []  # streaming lists, no plain list at all
+    first = watched.text()
+    assert "kube_resourceclaim_status_reserved_total{" in first
+    watched.fake.change("resourceclaims", "ADDED", claim("new"))
+    watched.settle()
+    assert 'resourceclaim_name="new"' in watched.text()
+    watched.fake.change("resourceclaims", "DELETED", claim("new"))
+    watched.settle()
+    after = watched.text()
+    assert 'resourceclaim_name="new"' not in after
+    assert (
+        watched.metric(
+            "kube_dra_exporter_watch_events_total",
+            {"resource": "resourceclaims", "type": "DELETED"},
+        )
+        == 1
+    )
+    assert watched.fake.lists() == []  # scrapes list nothing
+
+
+def test_scrape_without_changes_makes_no_request(watched: Watched) -> None:
+    """Once synchronised, scrapes cost the API server nothing."""
+    watched.gatherer.start()
+    watched.settle()
+    watched.text()
+    before = len(watched.fake.requests)
+    for _ in range(5):
+        watched.text()
+    assert len(watched.fake.requests) == before
+
+
+def test_list_then_watch_without_streaming(watched: Watched) -> None:
+    """A server refusing streaming lists: a paged list, then a watch from its version."""
+    watched.fake.streaming = False
+    watched.gatherer.start()
+    watched.settle()
+    assert watched.gatherer.ready
+    assert {r.plural for r in watched.fake.lists()} == {
+        "deviceclasses",
+        "resourceslices",
+        "resourceclaims",
+    }
+    watched.fake.change("resourceclaims", "ADDED", claim("late"))
+    watched.settle()
+    assert 'resourceclaim_name="late"' in watched.text()
+
+
+def test_closed_watch_resumes_compacted_one_relists(watched: Watched) -> None:
+    """A watch the server ends resumes from its version; one too old (410) lists again."""
+    watched.gatherer.start()
+    watched.settle()
+    watched.fake.close_watches()
+    watched.fake.change("resourceclaims", "ADDED", claim("while-closed"))
+    watched.settle()
+    assert 'resourceclaim_name="while-closed"' in watched.text()
+    assert (
+        watched.metric(
+            "kube_dra_exporter_watch_relists_total",
+            {"resource": "resourceclaims", "cause": "expired"},
+        )
+        is None
+    )
+    watched.fake.close_watches()
+    watched.fake.change("resourceclaims", "ADDED", claim("after-compaction"))
+    watched.fake.compact()
+    watched.settle()
+    assert 'resourceclaim_name="after-compaction"' in watched.text()
+    assert (
+        watched.metric(
+            "kube_dra_exporter_watch_relists_total",
+            {"resource": "resourceclaims", "cause": "expired"},
+        )
+        == 1
+    )
+
+
+def test_idle_watch_restarted(watched: Watched) -> None:
+    """A watch that delivers nothing (not even bookmarks) is opened again."""
+    watched.gatherer.start()
+    watched.settle()
+    watches = len([r for r in watched.fake.requests if "watch" in r.args])
+    watched.clock.advance(IDLE + 1)
+    watched.settle()
+    assert len([r for r in watched.fake.requests if "watch" in r.args]) > watches
+    assert watched.metric("kube_dra_exporter_watch_restarts_total", {"resource": "resourceclaims"})
+    watched.fake.bookmark()  # bookmarks keep a watch alive
+    watched.settle()
+    assert watched.gatherer.ready
+
+
+def test_new_class_relists_slices(watched: Watched) -> None:
+    """A new DeviceClass: the slices are listed again and matched against it."""
+    watched.gatherer.start()
+    watched.settle()
+    before = watched.text()
+    assert 'deviceclass_name="everything"' not in before
+    watched.fake.change("deviceclasses", "ADDED", device_class("everything", "1"))
+    watched.settle()
+    after = watched.text()
+    assert "kube_resourceslice_device_class{" in after
+    assert 'deviceclass_name="everything"' in after
+    assert (
+        watched.metric(
+            "kube_dra_exporter_watch_relists_total",
+            {"resource": "resourceslices", "cause": "classes"},
+        )
+        == 1
+    )
+
+
+def test_stale_past_the_bound_fails(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A watch failing for longer than --max-staleness fails scrapes; before that they go on."""
+    seed(fake)
+    watched = Watched(fake, clock, staleness=60)
+    watched.gatherer.start()
+    watched.settle()
+    fake.faults["resourceclaims"] = Fault(403, status(403, "Forbidden", "no"))
+    fake.close_watches()
+    watched.settle()
+    assert "kube_resourceclaim" in watched.text()  # the last state, within the bound
+    clock.advance(61)
+    watched.settle()
+    pending = watched.gatherer.gather()
+    watched.settle()
+    failure = failure_of(pending).value
+    assert isinstance(failure, CollectionFailed)
+    assert [(e.resource, e.reason) for e in failure.errors] == [("resourceclaims", "Forbidden")]
+    assert watched.metric(
+        "kube_dra_exporter_list_errors_total", {"resource": "resourceclaims", "reason": "Forbidden"}
+    )
+    del fake.faults["resourceclaims"]
+    clock.advance(60)
+    watched.settle()
+    assert "kube_resourceclaim" in watched.text()
+
+
+def test_rbac_without_watch_is_said(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A 403 on the watch: the scrape stays 503 and the reason is counted and logged."""
+    seed(fake)
+    fake.faults["deviceclasses"] = Fault(403, status(403, "Forbidden", "cannot watch"))
+    watched = Watched(fake, clock)
+    watched.gatherer.start()
+    watched.settle()
+    pending = watched.gatherer.gather()
+    watched.settle()
+    assert isinstance(failure_of(pending).value, NotSynced)
+    assert watched.metric(
+        "kube_dra_exporter_list_errors_total", {"resource": "deviceclasses", "reason": "Forbidden"}
+    )
