@@ -107,11 +107,7 @@ class KubeListClient:
 
         :raises ListError: when the list cannot be completed.
         """
-        versions = list(kind.versions)
-        known = self._versions.get(kind.plural)
-        if known in versions:
-            versions.remove(known)
-            versions.insert(0, known)
+        versions = self._versions_of(kind)
         for version in versions:
             try:
                 return await self._list(kind, version, reader)
@@ -119,6 +115,15 @@ class KubeListClient:
                 if error.code != 404 or version == versions[-1]:
                     raise
         raise AssertionError("a kind has at least one version")
+
+    def _versions_of(self, kind: Kind) -> list[str]:
+        """The versions to try for *kind*: the one found served first."""
+        versions = list(kind.versions)
+        known = self._versions.get(kind.plural)
+        if known in versions:
+            versions.remove(known)
+            versions.insert(0, known)
+        return versions
 
     async def _list(self, kind: Kind, version: str, reader: Reader) -> int:
         try:
@@ -180,15 +185,33 @@ class KubeListClient:
 
         :raises ListError: when the watch cannot be opened or breaks.
         """
-        version = self._versions.get(kind.plural, kind.versions[0])
-        url = self._base.child(version, kind.plural).add("watch", "1")
-        url = url.add("allowWatchBookmarks", "true").add("timeoutSeconds", str(timeout_seconds))
-        if initial:
-            url = url.add("sendInitialEvents", "true").add("resourceVersionMatch", "NotOlderThan")
-            url = url.add("resourceVersion", resource_version or "")
-        elif resource_version:
-            url = url.add("resourceVersion", resource_version)
+        versions = self._versions_of(kind)
+        for version in versions:
+            url = self._base.child(version, kind.plural).add("watch", "1")
+            url = url.add("allowWatchBookmarks", "true")
+            url = url.add("timeoutSeconds", str(timeout_seconds))
+            if initial:
+                url = url.add("sendInitialEvents", "true")
+                url = url.add("resourceVersionMatch", "NotOlderThan")
+                url = url.add("resourceVersion", resource_version or "")
+            elif resource_version:
+                url = url.add("resourceVersion", resource_version)
+            try:
+                await self._watch(kind, url, handle, opened)
+            except ListError as error:
+                if error.code != 404 or version == versions[-1]:
+                    raise
+                continue
+            self._versions[kind.plural] = version
+            return
 
+    async def _watch(
+        self,
+        kind: Kind,
+        url: DecodedURL,
+        handle: Callable[[str, msgspec.Raw], None],
+        opened: Callable[[], None],
+    ) -> None:
         def line(data: bytes) -> None:
             try:
                 event = _EVENT.decode(data)

@@ -57,9 +57,10 @@ _IDENTITY = msgspec.json.Decoder(wire.Identity)
 class NotSynced(Exception):
     """Some resources have not been synchronised yet: no collection can be complete."""
 
-    def __init__(self, resources: list[str]) -> None:
-        super().__init__(", ".join(resources))
-        self.resources = resources
+    def __init__(self, waiting: dict[str, ListError | None]) -> None:
+        super().__init__(", ".join(waiting))
+        self.waiting = waiting
+        """Each resource not synchronised, with what failed last (None: nothing yet)."""
 
 
 class _Idle(Exception):
@@ -165,7 +166,6 @@ class KindWatch:
             await self._client.fetch(self.kind, self._reader)
             self._version = self._client.list_versions.get(self.kind.plural)
             self._synced()
-        self._resync = None
 
     async def _stream_initial(self) -> None:
         done = False
@@ -207,7 +207,13 @@ class KindWatch:
         await self._watch(event, initial=False)
 
     async def _watch(self, event: Any, initial: bool) -> None:
-        timeout = random.randint(*WATCH_SECONDS)
+        timeout = random.randint(*WATCH_SECONDS)  # jitter, not secrecy
+        log.debug(
+            "Watching {resource} from {version} ({how})",
+            resource=self.kind.plural,
+            version=self._version or "now",
+            how="a streaming list" if initial else "changes",
+        )
         self._alive()
         try:
             self._watching = Deferred.fromCoroutine(
@@ -263,6 +269,7 @@ class KindWatch:
         self.error = None
 
     def _synced(self) -> None:
+        self._resync = None  # from now on a broken watch resumes from its version
         self.synced = True
         self.ever_synced = True
         self.failing_since = None
@@ -314,9 +321,13 @@ class WatchGatherer:
         """Whether every resource has been synchronised once."""
         return all(watch.ever_synced for watch in self._watches.values())
 
-    def not_synced(self) -> list[str]:
-        """The resources not synchronised yet."""
-        return sorted(p for p, watch in self._watches.items() if not watch.ever_synced)
+    def not_synced(self) -> dict[str, ListError | None]:
+        """The resources not synchronised yet, with what failed last."""
+        return {
+            plural: watch.error
+            for plural, watch in sorted(self._watches.items())
+            if not watch.ever_synced
+        }
 
     def start(self) -> None:
         """Synchronise the classes (and taint rules), then the rest."""

@@ -93,7 +93,10 @@ class ExporterApp:
             request.setResponseCode(503)
             request.setHeader("Content-Type", "text/plain; charset=utf-8")
             return "".join(
-                f"{resource} not synchronised yet\n" for resource in waiting.resources
+                f"{resource} not synchronised yet"
+                + (f" ({failure_line(error)})" if error is not None else "")
+                + "\n"
+                for resource, error in waiting.waiting.items()
             ).encode()
         except CollectionFailed as failure:
             request.setResponseCode(500)

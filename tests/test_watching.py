@@ -213,7 +213,10 @@ def test_rbac_without_watch_is_said(fake: FakeKubeAPI, clock: Clock) -> None:
     watched.settle()
     pending = watched.gatherer.gather()
     watched.settle()
-    assert isinstance(failure_of(pending).value, NotSynced)
+    waiting = failure_of(pending).value
+    assert isinstance(waiting, NotSynced)
+    refused = waiting.waiting["deviceclasses"]
+    assert refused is not None and (refused.code, refused.reason) == (403, "Forbidden")
     assert watched.metric(
         "kube_dra_exporter_list_errors_total", {"resource": "deviceclasses", "reason": "Forbidden"}
     )

@@ -92,6 +92,21 @@ class ControlPlane:
     port: int
     directory: Path
     processes: list[subprocess.Popen[bytes]]
+    apiserver_args: list[str]
+
+    def restart_apiserver(self) -> None:
+        """Kill kube-apiserver and start it again on the same port and etcd; wait until ready.
+
+        Killed, not stopped: its graceful shutdown waits for open watches to end.
+        """
+        server = self.processes[-1]
+        server.kill()
+        server.wait(timeout=30)
+        with (self.directory / "kube-apiserver.log").open("ab") as log:
+            self.processes[-1] = subprocess.Popen(
+                self.apiserver_args, stdout=log, stderr=subprocess.STDOUT
+            )
+        _wait_ready(self)
 
     def stop(self) -> None:
         for process in reversed(self.processes):
@@ -104,8 +119,11 @@ class ControlPlane:
                 process.wait()
 
 
-def start(directory: Path) -> ControlPlane:
-    """Start etcd and kube-apiserver with their files in *directory*; wait until ready."""
+def start(directory: Path, extra_args: tuple[str, ...] = ()) -> ControlPlane:
+    """Start etcd and kube-apiserver with their files in *directory*; wait until ready.
+
+    *extra_args* go to kube-apiserver (a short ``--etcd-compaction-interval``, say).
+    """
     bin_dir = tools.control_plane()
     ca = trustme.CA()
     serving = ca.issue_cert("127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc")
@@ -148,38 +166,47 @@ def start(directory: Path) -> ControlPlane:
         )
     )
     apiserver_log = (directory / "kube-apiserver.log").open("wb")
+    apiserver_args = [
+        str(bin_dir / "kube-apiserver"),
+        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--tls-cert-file={directory / 'serving.crt'}",
+        f"--tls-private-key-file={directory / 'serving.key'}",
+        f"--cert-dir={directory / 'certs'}",
+        f"--token-auth-file={directory / 'tokens.csv'}",
+        "--authorization-mode=RBAC",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-key-file={directory / 'sa.pub'}",
+        f"--service-account-signing-key-file={directory / 'sa.key'}",
+        "--service-cluster-ip-range=10.0.0.0/24",
+        "--disable-admission-plugins=ServiceAccount",
+        # DeviceTaintRule is beta but off in 1.36: served as v1beta2 when asked for.
+        "--feature-gates=DRADeviceTaintRules=true",
+        "--runtime-config=resource.k8s.io/v1beta2=true",
+        "--profiling=false",
+        *extra_args,
+    ]
     processes.append(
-        subprocess.Popen(
-            [
-                str(bin_dir / "kube-apiserver"),
-                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--tls-cert-file={directory / 'serving.crt'}",
-                f"--tls-private-key-file={directory / 'serving.key'}",
-                f"--cert-dir={directory / 'certs'}",
-                f"--token-auth-file={directory / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={directory / 'sa.pub'}",
-                f"--service-account-signing-key-file={directory / 'sa.key'}",
-                "--service-cluster-ip-range=10.0.0.0/24",
-                "--disable-admission-plugins=ServiceAccount",
-                # DeviceTaintRule is beta but off in 1.36: served as v1beta2 when asked for.
-                "--feature-gates=DRADeviceTaintRules=true",
-                "--runtime-config=resource.k8s.io/v1beta2=true",
-                "--profiling=false",
-            ],
-            stdout=apiserver_log,
-            stderr=subprocess.STDOUT,
-        )
+        subprocess.Popen(apiserver_args, stdout=apiserver_log, stderr=subprocess.STDOUT)
     )
     etcd_log.close()
     apiserver_log.close()
     plane = ControlPlane(
-        Kube(f"https://127.0.0.1:{port}", ca.cert_pem.bytes()), port, directory, processes
+        Kube(f"https://127.0.0.1:{port}", ca.cert_pem.bytes()),
+        port,
+        directory,
+        processes,
+        apiserver_args,
     )
+    _wait_ready(plane)
+    return plane
+
+
+def _wait_ready(plane: ControlPlane) -> None:
+    processes = plane.processes
+    directory = plane.directory
     deadline = time.monotonic() + READY_TIMEOUT
     while True:
         for process in processes:
@@ -197,4 +224,3 @@ def start(directory: Path) -> ControlPlane:
             plane.stop()
             raise RuntimeError(f"kube-apiserver not ready within {READY_TIMEOUT:g}s")
         time.sleep(0.5)
-    return plane

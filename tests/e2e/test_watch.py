@@ -1,0 +1,306 @@
+"""Watch mode and sharding against a real kube-apiserver.
+
+On the session's API server (watch cache on: streaming lists): a watching exporter writes what a
+listing one writes, and follows creations, changes and deletions; two shards write together what
+one exporter writes. On a second API server of this module's own (watch cache off, so that a
+watch from a compacted version gets a 410, and a short etcd compaction interval): a restart of
+the API server is survived, a compaction while the exporter is cut off forces a re-list that
+loses nothing, and an identity that may list but not watch is told so.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e import controlplane, dataset
+from tests.e2e.conftest import (
+    CHART_NAMESPACE,
+    RESOURCES,
+    Exporter,
+    ensure_namespace,
+    mint_token,
+    scrape,
+    wait_until,
+    write_kubeconfig,
+)
+from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Kube
+from tests.e2e.proxy import Proxy
+
+pytestmark = pytest.mark.slow
+COMPACTION = 3
+"""Seconds between etcd compactions on this module's API server."""
+DRA = re.compile(r"^kube_(resourceclaim|resourceslice|resourcepool|deviceclass|devicetaintrule)_")
+
+
+def dra_lines(text: str) -> set[str]:
+    """The DRA samples of an exposition."""
+    return {line for line in text.splitlines() if DRA.match(line)}
+
+
+def ready(exporter: Exporter) -> bool:
+    try:
+        return scrape(exporter.port, "/readyz")[0] == 200
+    except OSError:
+        return False
+
+
+def metrics(exporter: Exporter) -> set[str] | None:
+    code, text = exporter.scrape()
+    return dra_lines(text) if code == 200 else None
+
+
+def start(
+    directory: Path, kube: Kube, token: str, *args: str, server: str | None = None
+) -> Exporter:
+    directory.mkdir(parents=True, exist_ok=True)
+    config = write_kubeconfig(directory / "kubeconfig", kube, token)
+    if server is not None:
+        config.write_text(config.read_text().replace(kube.server, server))
+    return Exporter(directory / "run", list(args), {"KUBECONFIG": str(config)})
+
+
+@pytest.fixture(scope="module")
+def listing(
+    kube: Kube, dra_objects: None, family_claims: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Exporter]:
+    """An exporter in list mode over the session's cluster: the reference."""
+    exporter = start(
+        tmp_path_factory.mktemp("list"), kube, ADMIN_TOKEN, "--resources", ",".join(RESOURCES)
+    )
+    yield exporter
+    assert exporter.stop() == 0
+
+
+def test_watch_writes_what_list_writes_and_follows(
+    kube: Kube, listing: Exporter, tmp_path: Path
+) -> None:
+    """Synchronised by streaming lists, it writes the list's samples, then follows changes."""
+    watching = start(
+        tmp_path, kube, ADMIN_TOKEN, "--mode", "watch", "--resources", ",".join(RESOURCES)
+    )
+    try:
+        wait_until(lambda: ready(watching), 60, "the watching exporter synchronised")
+        assert wait_until(lambda: metrics(watching), 30) == metrics(listing)
+        assert "kube_dra_exporter_watch_relists_total{" not in watching.telemetry()
+        ensure_namespace(kube, "watching")
+        dataset.create_claim(kube, "followed", "watching", [("node-a", "gpu-1")], [])
+        wait_until(
+            lambda: _has(watching, 'resourceclaim_name="followed"', 'device_name="gpu-1"'),
+            30,
+            "the new claim and its allocation",
+        )
+        kube.delete(f"{dataset.V1}/namespaces/watching/resourceclaims/followed")
+        wait_until(lambda: not _has(watching, 'resourceclaim_name="followed"'), 30, "deletion")
+        assert wait_until(lambda: metrics(watching), 30) == metrics(listing)
+        lists_before = _dra_lists(kube)
+        for _ in range(3):
+            assert watching.scrape()[0] == 200
+        assert _dra_lists(kube) == lists_before  # a scrape costs the API server nothing
+    finally:
+        assert watching.stop() == 0
+
+
+def test_two_shards_write_what_one_writes(kube: Kube, listing: Exporter, tmp_path: Path) -> None:
+    """Two shards (one listing, one watching) write, together, exactly the unsharded samples."""
+    shards = [
+        start(
+            tmp_path / "0",
+            kube,
+            ADMIN_TOKEN,
+            "--shard",
+            "0",
+            "--total-shards",
+            "2",
+            "--resources",
+            ",".join(RESOURCES),
+        ),
+        start(
+            tmp_path / "1",
+            kube,
+            ADMIN_TOKEN,
+            "--shard",
+            "1",
+            "--total-shards",
+            "2",
+            "--mode",
+            "watch",
+            "--resources",
+            ",".join(RESOURCES),
+        ),
+    ]
+    try:
+        wait_until(lambda: all(ready(s) for s in shards), 60, "both shards ready")
+        parts = [wait_until(lambda s=s: metrics(s), 30) for s in shards]  # type: ignore[misc]
+        whole = metrics(listing)
+        assert parts[0] and parts[1] and not parts[0] & parts[1]
+        assert parts[0] | parts[1] == whole
+        assert "kube_dra_exporter_total_shards 2.0" in shards[1].telemetry()
+    finally:
+        for shard in shards:
+            assert shard.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """An API server of this module's own: no watch cache, etcd compacted every few seconds."""
+    started = controlplane.start(
+        tmp_path_factory.mktemp("watch-plane"),
+        ("--watch-cache=false", f"--etcd-compaction-interval={COMPACTION}s"),
+    )
+    try:
+        ensure_namespace(started.kube, dataset.NAMESPACE)
+        dataset.create_all(started.kube)
+        yield started
+    finally:
+        started.stop()
+
+
+def test_restart_of_the_api_server(plane: ControlPlane, tmp_path: Path) -> None:
+    """The API server restarts: the watches come back and changes after it show."""
+    kube = plane.kube
+    watching = start(tmp_path / "watch", kube, ADMIN_TOKEN, "--mode", "watch")
+    try:
+        wait_until(lambda: ready(watching), 60, "synchronised (by list and watch: no cache)")
+        plane.restart_apiserver()
+        ensure_namespace(kube, "after-restart")
+        dataset.create_claim(kube, "after", "after-restart", [("node-b", "gpu-0")], ["p"])
+        wait_until(lambda: _has(watching, 'resourceclaim_name="after"'), 60, "the new claim")
+        listing = start(tmp_path / "list", kube, ADMIN_TOKEN)
+        try:
+            assert wait_until(lambda: metrics(listing), 30) == metrics(watching)
+        finally:
+            assert listing.stop() == 0
+    finally:
+        assert watching.stop() == 0
+
+
+def test_compaction_relists_without_loss(plane: ControlPlane, tmp_path: Path) -> None:
+    """Cut off while objects change and etcd compacts: a 410, a re-list, nothing lost."""
+    kube = plane.kube
+    proxy = Proxy(plane.port)
+    watching = start(
+        tmp_path / "watch",
+        kube,
+        ADMIN_TOKEN,
+        "--mode",
+        "watch",
+        server=f"https://127.0.0.1:{proxy.port}",
+    )
+    try:
+        wait_until(lambda: ready(watching), 60, "synchronised")
+        version = kube.get(f"{dataset.V1}/resourceclaims")["metadata"]["resourceVersion"]
+        proxy.cut()
+        ensure_namespace(kube, "compacted")
+        dataset.create_claim(kube, "while-cut", "compacted", [("node-a", "gpu-0")], [])
+        kube.delete(f"{dataset.V1}/namespaces/compacted/resourceclaims/while-cut")
+        dataset.create_claim(kube, "kept", "compacted", [], [])
+        wait_until(lambda: _compacted(kube, version), 60, "etcd compacting the changes away")
+        proxy.restore()
+        wait_until(
+            lambda: _has(watching, 'resourceclaim_name="kept"'), 90, "the change after a re-list"
+        )
+        telemetry = watching.telemetry()
+        assert (
+            'kube_dra_exporter_watch_relists_total{cause="expired",resource="resourceclaims"}'
+            in telemetry
+        )
+        listing = start(tmp_path / "list", kube, ADMIN_TOKEN)
+        try:
+            assert wait_until(lambda: metrics(listing), 30) == metrics(watching)
+        finally:
+            assert listing.stop() == 0
+    finally:
+        assert watching.stop() == 0
+        proxy.close()
+
+
+def test_identity_without_watch(plane: ControlPlane, tmp_path: Path) -> None:
+    """An identity that may list but not watch: 503 saying 403 Forbidden, and the log says so."""
+    kube = plane.kube
+    ensure_namespace(kube, CHART_NAMESPACE)
+    kube.create(
+        f"/api/v1/namespaces/{CHART_NAMESPACE}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "list-only"}},
+    )
+    kube.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "list-only"},
+            "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["list"]}],
+        },
+    )
+    kube.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "list-only"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "list-only",
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": "list-only", "namespace": CHART_NAMESPACE}
+            ],
+        },
+    )
+    watching = start(tmp_path, kube, mint_token(kube, "list-only"), "--mode", "watch")
+    try:
+
+        def refused() -> str | None:
+            code, text = watching.scrape()
+            return text if code == 503 and "403 Forbidden" in text else None
+
+        text = wait_until(refused, 30, "a 503 naming the refusal")
+        assert (
+            "deviceclasses not synchronised yet (list deviceclasses failed: 403 Forbidden)" in text
+        )
+        assert "Error watching deviceclasses" in watching.log()
+    finally:
+        assert watching.stop() == 0
+
+
+def _has(exporter: Exporter, *fragments: str) -> bool:
+    code, text = exporter.scrape()
+    return code == 200 and any(all(f in line for f in fragments) for line in text.splitlines())
+
+
+def _dra_lists(kube: Kube) -> float:
+    """LIST requests for resource.k8s.io the API server has answered so far."""
+    total = 0.0
+    for family in text_string_to_metric_families(kube.get("/metrics")):
+        for sample in family.samples:
+            if (
+                sample.name == "apiserver_request_total"
+                and sample.labels.get("verb") == "LIST"
+                and sample.labels.get("group") == "resource.k8s.io"
+            ):
+                total += sample.value
+    return total
+
+
+def _compacted(kube: Kube, version: str) -> bool:
+    """Whether a watch of resourceclaims from *version* is refused as compacted (410)."""
+    request = urllib.request.Request(
+        f"{kube.server}{dataset.V1}/resourceclaims?watch=1&timeoutSeconds=1"
+        f"&resourceVersion={version}",
+        headers={"Authorization": f"Bearer {kube.token}"},
+    )
+    context = ssl.create_default_context(cadata=kube.ca_pem.decode())
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as response:
+            body = response.read()
+    except urllib.error.HTTPError as error:
+        return bool(error.code == 410)
+    return b'"code":410' in body
