@@ -57,6 +57,7 @@ DEFAULT_ARGS = [
     "--log-level=info",
     "--log-format=json",
     "--max-response-bytes=256Mi",
+    "--mode=list",
     "--timeout=10",
     "--page-size=500",
     "--resources=resourceclaims,resourceslices,deviceclasses",
@@ -70,8 +71,8 @@ def test_defaults_and_probes() -> None:
     assert "NetworkPolicy" not in kinds(docs) and "PodDisruptionBudget" not in kinds(docs)
     main = container(docs)
     assert main["args"] == DEFAULT_ARGS and "command" not in main
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert main[probe]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert main[probe]["httpGet"] == {"path": path, "port": "http", "scheme": "HTTP"}
         assert main[probe]["timeoutSeconds"] <= main[probe]["periodSeconds"]
     assert main["ports"] == [
         {"containerPort": 8080, "name": "http", "protocol": "TCP"},
@@ -385,7 +386,7 @@ def test_exporter_options_become_args() -> None:
         "extraArgs": ["--metric-allowlist", "x y"],
     }
     assert container(render(values))["args"] == [
-        *DEFAULT_ARGS[:5],
+        *DEFAULT_ARGS[:6],
         "--timeout=25",
         "--page-size=1000",
         "--resources=resourceslices,deviceclasses,devicetaintrules",
@@ -397,6 +398,35 @@ def test_exporter_options_become_args() -> None:
         "--metric-allowlist",
         "x y",
     ]
+
+
+def test_watch_mode_and_sharding() -> None:
+    """Watch mode adds watch to the ClusterRole; sharding makes pods that shard by their name."""
+    docs = render(
+        {
+            "exporter": {"mode": "watch", "maxStaleness": 120},
+            "sharding": {"enabled": True, "replicas": 3},
+        }
+    )
+    assert "Deployment" not in kinds(docs)
+    statefulset = resource(docs, "StatefulSet")
+    assert statefulset["spec"]["replicas"] == 3
+    assert statefulset["spec"]["podManagementPolicy"] == "Parallel"
+    assert statefulset["spec"]["serviceName"] == resource(docs, "Service")["metadata"]["name"]
+    main = statefulset["spec"]["template"]["spec"]["containers"][0]
+    assert main["args"][5:10] == [
+        "--mode=watch",
+        "--max-staleness=120",
+        "--pod=$(POD_NAME)",
+        "--total-shards=3",
+        "--timeout=10",
+    ]
+    assert main["env"][0] == {
+        "name": "POD_NAME",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+    }
+    assert resource(docs, "ClusterRole")["rules"][0]["verbs"] == ["list", "watch"]
+    assert resource(render(), "ClusterRole")["rules"][0]["verbs"] == ["list"]
 
 
 def test_cluster_role_follows_resources() -> None:

@@ -20,6 +20,7 @@ PATHS = {
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
     "Service": "/api/v1/namespaces/{ns}/services",
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "StatefulSet": "/apis/apps/v1/namespaces/{ns}/statefulsets",
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
     "NetworkPolicy": "/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies",
@@ -66,6 +67,15 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], bool]] = {
             "prometheus": {"servicemonitor": {"enabled": True}},
             "prometheusRule": {"enabled": True, "namespace": "monitoring"},
             "dashboards": {"enabled": True, "namespace": "monitoring", "folder": "GPU"},
+        },
+        False,
+    ),
+    "sharded-watch": (
+        {
+            "exporter": {"mode": "watch"},
+            "sharding": {"enabled": True, "replicas": 4},
+            "podDisruptionBudget": {"enabled": True},
+            "prometheus": {"servicemonitor": {"enabled": True}},
         },
         False,
     ),

@@ -107,6 +107,14 @@ image.repository, or [registry/][namespace/]name; then :tag@digest, :tag, @diges
 - {{ printf "--log-level=%s" $e.logLevel | quote }}
 - {{ printf "--log-format=%s" $e.logFormat | quote }}
 - {{ printf "--max-response-bytes=%v" $e.maxResponseBytes | quote }}
+- {{ printf "--mode=%s" $e.mode | quote }}
+{{- if eq $e.mode "watch" }}
+- {{ printf "--max-staleness=%v" $e.maxStaleness | quote }}
+{{- end }}
+{{- if .Values.sharding.enabled }}
+- "--pod=$(POD_NAME)"
+- {{ printf "--total-shards=%v" .Values.sharding.replicas | quote }}
+{{- end }}
 - {{ printf "--timeout=%v" $e.timeout | quote }}
 - {{ printf "--page-size=%v" $e.pageSize | quote }}
 - {{ printf "--resources=%s" (join "," $e.resources) | quote }}
