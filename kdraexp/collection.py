@@ -4,14 +4,18 @@ A collection lists every object, as the original does, but an object whose ``res
 has not changed since the last collection keeps the rows it gave then: in a cluster where little
 changes between scrapes, a scrape costs the lists and their decoding, not the families.  Rows are
 kept per object (kube-state-metrics' model); the families that need every object at once (pools,
-device states, cost) are recomputed when one of the lists they read changed.
+device states, cost) are made again for what changed (:mod:`kdraexp.clusterrows`).
 
 Each family's output has a *key*, the versions of the lists it reads: equal keys, equal rows, so
-a writer may reuse what it wrote for that key (:mod:`kdraexp.exposition` keeps it compressed).
+a writer may reuse what it wrote for that key; and its rows come in blocks (:mod:`kdraexp.rows`),
+so a writer may reuse what it wrote for the blocks a change did not touch
+(:mod:`kdraexp.rendering` keeps both compressed).
 """
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -19,6 +23,7 @@ import msgspec
 
 from kdraexp import wire
 from kdraexp.classindex import ClassEntry, ClassIndex
+from kdraexp.clusterrows import ClusterRows, Laid
 from kdraexp.context import Context, Options
 from kdraexp.devicecel import Matcher
 from kdraexp.families import VIEWS
@@ -33,6 +38,7 @@ from kdraexp.listing import (
     ShapeError,
 )
 from kdraexp.problems import Problem, Problems
+from kdraexp.rows import BLOCK_OBJECTS, Block, Flat, block_ends, blocks, expand, flatten
 from kdraexp.selection import Selection
 from kdraexp.sharding import Part, Shard
 from kdraexp.turns import Turns
@@ -53,38 +59,13 @@ class Entry(msgspec.Struct, gc=False):
     """(class, reason) for each device whose match with a class could not be decided."""
 
 
-Flat = tuple[Any, ...]
-"""Rows of one family laid end to end in one tuple: a collection keeps a few hundred thousand
-rows, and one tuple instead of one per row saves a fifth of the memory they take."""
-
-
-def flatten(rows: Iterator[Row] | Any) -> Flat:
-    """Rows, each label set once (the first value wins), laid end to end."""
-    found = tuple(rows)
-    if len(found) < 2:
-        return found[0] if found else ()
-    seen: set[tuple[Any, ...]] = set()
-    flat: list[Any] = []
-    for row in found:
-        labels = row[:-1]
-        if labels not in seen:
-            seen.add(labels)
-            flat.extend(row)
-    return tuple(flat)
-
-
-async def flatten_slowly(rows: Iterable[Row], turns: Turns) -> Flat:
-    """:func:`flatten` for tens of thousands of rows, giving the reactor its turns."""
-    seen: set[tuple[Any, ...]] = set()
-    flat: list[Any] = []
-    for count, row in enumerate(rows):
-        labels = row[:-1]
-        if labels not in seen:
-            seen.add(labels)
-            flat.extend(row)
-        if count % 1024 == 1023:
-            await turns.take()
-    return tuple(flat)
+CLUSTER_NEEDS = frozenset({DEVICE_TAINT_RULES.plural})
+"""What every cross-object family's key includes besides its needs: taint rules change device
+states, though a family is written without them."""
+_ROWS = operator.attrgetter("rows")
+_FACTS = operator.attrgetter("facts")
+_PROBLEMS = operator.attrgetter("problems")
+_CLASS_ERRORS = operator.attrgetter("class_errors")
 
 
 def row_families(selection: Selection, kind: Kind) -> list[Family]:
@@ -98,12 +79,6 @@ def row_families(selection: Selection, kind: Kind) -> list[Family]:
         for family in selection.families
         if family.reads is kind and not (family.current_generation and kind is RESOURCE_SLICES)
     ]
-
-
-def expand(flat: Flat, width: int) -> Iterator[Row]:
-    """The rows of *flat*, each *width* long."""
-    for start in range(0, len(flat), width):
-        yield flat[start : start + width]
 
 
 _IDENTITY = msgspec.json.Decoder(wire.Identity)
@@ -155,6 +130,7 @@ class KindReader:
         self.skipped: dict[str, str] = {}
         """Objects of other shards, by version: not decoded again while unchanged."""
         self.changed = False
+        self.relisted = False
 
     def page(self, items: list[msgspec.Raw]) -> None:
         """Read one page: each new or changed object once, for all the families of its kind.
@@ -197,6 +173,8 @@ class KindReader:
         """Start listing again while keeping what is known: unchanged objects keep their entry."""
         self._previous = self.entries
         self.restart()
+        self.relisted = True
+        """Objects may have gone without an event: :meth:`CollectionBuilder.snapshot` looks."""
 
     def apply(self, event: str, raw: msgspec.Raw) -> None:
         """One watch event: ``ADDED`` or ``MODIFIED`` reads the object again, ``DELETED`` drops it.
@@ -204,14 +182,19 @@ class KindReader:
         :raises ShapeError: for an object not of the kind's shape.
         """
         key = identity(self._decode(_IDENTITY, raw).metadata)
-        dropped = self.entries.pop(key, None)
         self.skipped.pop(key, None)
         if event == "DELETED":
-            self.changed = self.changed or dropped is not None
+            self.changed = self.changed or self.entries.pop(key, None) is not None
             return
         self._previous = {}
-        self.page([raw])
-        if dropped is not None and key not in self.entries:
+        entries, self.entries = self.entries, {}
+        try:
+            self.page([raw])
+        finally:
+            read, self.entries = self.entries, entries
+        if key in read:
+            entries[key] = read[key]  # a changed object keeps its place (and its block's)
+        elif entries.pop(key, None) is not None:
             self.changed = True  # it moved to another shard
 
     def reconfigure(self, classes: ClassIndex, context: Hashable) -> None:
@@ -280,9 +263,9 @@ class Store:
         """Per resource, entries read by collections that did not complete (a deadline cut them
         short): the next collection reuses them, so a cluster too big to read at once within
         the deadline is read over a few."""
-        self.cluster_key: Hashable = None
-        self.cluster_rows: dict[str, Flat] = {}
-        self.cluster_problems: tuple[Problem, ...] = ()
+        self.cluster = ClusterRows()
+        self.last: tuple[Hashable, Collection] | None = None
+        """The last collection made, with the versions it was made of."""
 
 
 class Collection:
@@ -293,6 +276,7 @@ class Collection:
         "_cluster",
         "_entries",
         "_keys",
+        "_partitions",
         "_slots",
         "class_error_messages",
         "class_errors",
@@ -305,7 +289,7 @@ class Collection:
         selection: Selection,
         entries: dict[str, dict[str, Entry]],
         keys: dict[str, Hashable],
-        cluster: dict[str, Flat],
+        cluster: Mapping[str, Laid],
         problems: list[Problem],
         class_errors: dict[str, int],
         class_error_messages: dict[str, str],
@@ -318,6 +302,8 @@ class Collection:
         self.class_errors = class_errors
         """Per class, devices whose match could not be decided."""
         self.class_error_messages = class_error_messages
+        self._partitions: dict[str, tuple[list[tuple[Flat, ...]], list[int]]] = {}
+        """Per kind, its entries' rows and where their blocks end (alike for its families)."""
         self._slots = {
             family.name: slot
             for kind in {f.reads for f in selection.families if isinstance(f.reads, Kind)}
@@ -329,9 +315,9 @@ class Collection:
         """A collection of the given rows (for code that builds rows itself, and tests)."""
         families = tuple(family for family, _ in given)
         selection = Selection(frozenset(), families, Options())
-        rows = {family.name: flatten(rows) for family, rows in given}
-        keys: dict[str, Hashable] = {name: ("given", id(found)) for name, found in rows.items()}
-        return cls(selection, {}, keys, rows, [], {}, {})
+        laid = {family.name: Laid({0: flatten(rows)}, {}) for family, rows in given}
+        keys: dict[str, Hashable] = {name: ("given", id(found)) for name, found in laid.items()}
+        return cls(selection, {}, keys, laid, [], {}, {})
 
     def key(self, family: Family) -> Hashable:
         """Equal for two collections whose rows of *family* are equal."""
@@ -340,23 +326,41 @@ class Collection:
     def rows(self, family: Family) -> Iterator[Row]:
         """The rows of one family, made as they are read (a family may have 160,000)."""
         width = len(family.labels) + 1
-        if family.reads is CLUSTER or family.name in self._cluster:
-            yield from expand(self._cluster.get(family.name, ()), width)
-            return
-        entries = self._entries.get(family.reads.plural, {})  # type: ignore[union-attr]
-        name = family.name
-        if family.current_generation:
-            slices = [entry.facts for entry in entries.values()]
-            for facts in ClusterIndex.current(slices):
-                for owner, flat in facts.rows:
-                    if owner == name:
-                        yield from expand(flat, width)
-            return
-        slot = self._slots[name]
-        for entry in entries.values():
-            flat = entry.rows[slot]
-            if flat:  # most objects have no rows in most families: skip them cheaply
+        for block in self.blocks(family):
+            for flat in block:
                 yield from expand(flat, width)
+
+    def blocks(self, family: Family) -> Iterator[Block]:
+        """The rows of one family in blocks: equal blocks, equal rows (see :data:`Block`)."""
+        laid = self._cluster.get(family.name)
+        if laid is not None or family.reads is CLUSTER:
+            yield from blocks(laid.flats, laid.ends) if laid is not None else ()
+            return
+        plural = family.reads.plural  # type: ignore[union-attr]
+        if family.current_generation:
+            entries = self._entries.get(plural, {})
+            slices = [entry.facts for entry in entries.values()]
+            flats = [
+                flat
+                for facts in ClusterIndex.current(slices)
+                for owner, flat in facts.rows
+                if owner == family.name
+            ]
+            for start in range(0, len(flats), BLOCK_OBJECTS):
+                yield tuple(flats[start : start + BLOCK_OBJECTS])
+            return
+        rows, ends = self._partition(plural)
+        slot = operator.itemgetter(self._slots[family.name])
+        yield from blocks(list(map(slot, rows)), ends)
+
+    def _partition(self, plural: str) -> tuple[list[tuple[Flat, ...]], list[int]]:
+        """The kind's entries' rows, and where its blocks end (the same for all its families)."""
+        found = self._partitions.get(plural)
+        if found is None:
+            entries = self._entries.get(plural, {})
+            rows = list(map(_ROWS, entries.values()))
+            found = self._partitions[plural] = (rows, block_ends(entries, len(rows)))
+        return found
 
     def families(self) -> Iterator[tuple[Family, list[Row]]]:
         """Each family that has rows, with its rows, in the order written."""
@@ -440,22 +444,29 @@ class CollectionBuilder:
         for plural in plurals:
             reader = self._readers[plural]
             previous = store.entries.get(plural, {})
-            if reader.changed_from(previous) or plural not in store.versions:
+            # An event sets changed; only a list made again can drop objects without one.
+            moved = reader.changed or (reader.relisted and reader.changed_from(previous))
+            if moved or plural not in store.versions:
                 store.versions[plural] = store.versions.get(plural, 0) + 1
-            store.entries[plural] = dict(reader.entries)
-            reader.changed = False
+                store.entries[plural] = dict(reader.entries)
+            reader.changed = reader.relisted = False
 
     async def collection(self, turns: Turns | None = None) -> Collection:
         """The collection of the store's entries, with the cross-object families made."""
         turns = turns or Turns.never()
         store = self._store
         listed = sorted(self._readers)
+        made_of = tuple((name, store.versions.get(name, 0)) for name in listed)
+        if store.last is not None and store.last[0] == made_of:
+            return store.last[1]  # nothing changed: a calm cluster's scrape costs nothing here
         keys: dict[str, Hashable] = {
             family.name: (
                 id(store),
                 *(
                     store.versions.get(name, 0)
-                    for name in (listed if family.reads is CLUSTER else sorted(family.needs))
+                    for name in sorted(
+                        family.needs | CLUSTER_NEEDS if family.reads is CLUSTER else family.needs
+                    )
                 ),
             )
             for family in self._selection.families
@@ -464,41 +475,45 @@ class CollectionBuilder:
         class_errors: dict[str, int] = {}
         messages: dict[str, str] = {}
         for plural in listed:
-            for count, entry in enumerate(store.entries.get(plural, {}).values()):
-                problems.extend(entry.problems)
-                for name, message in entry.class_errors:
-                    class_errors[name] = class_errors.get(name, 0) + 1
-                    messages.setdefault(name, message)
-                if count % 4096 == 0:
-                    await turns.take()
+            entries = store.entries.get(plural, {}).values()
+            problems.extend(itertools.chain.from_iterable(map(_PROBLEMS, entries)))  # in C
+            for name, message in itertools.chain.from_iterable(map(_CLASS_ERRORS, entries)):
+                class_errors[name] = class_errors.get(name, 0) + 1
+                messages.setdefault(name, message)
+            await turns.take()
         await self._cluster(keys, turns)
-        problems.extend(store.cluster_problems)
-        return Collection(
+        for laid in store.cluster.laid.values():
+            for found in laid.problems.values():
+                problems.extend(found)
+        collection = Collection(
             self._selection,
             dict(store.entries),
             keys,
-            store.cluster_rows,
+            dict(store.cluster.laid),
             problems,
             class_errors,
             messages,
         )
+        store.last = (made_of, collection)
+        return collection
 
     async def _cluster(self, keys: dict[str, Hashable], turns: Turns) -> None:
-        """Recompute the cross-object families when a list they read changed."""
+        """Make again the cross-object families' rows that a change touched."""
         store = self._store
-        cluster = [f for f in self._selection.families if f.reads is CLUSTER]
-        key = tuple(keys[f.name] for f in cluster)
-        if key == store.cluster_key:
-            return
-        problems = Problems()
-        index = await ClusterIndex.build(
-            [e.facts for e in store.entries.get(RESOURCE_SLICES.plural, {}).values()],
-            [e.facts for e in store.entries.get(RESOURCE_CLAIMS.plural, {}).values()],
+        versions = store.versions
+        entries = store.entries
+        claims = entries.get(RESOURCE_CLAIMS.plural, {})
+        await store.cluster.update(
+            [f for f in self._selection.families if f.reads is CLUSTER],
+            keys,
+            (
+                versions.get(RESOURCE_SLICES.plural, 0),
+                versions.get(DEVICE_CLASSES.plural, 0),
+                versions.get(DEVICE_TAINT_RULES.plural, 0),
+            ),
+            list(map(_FACTS, entries.get(RESOURCE_SLICES.plural, {}).values())),
+            dict(zip(claims, map(_FACTS, claims.values()), strict=True)),
             self._classes.costs,
-            problems,
-            [e.facts for e in store.entries.get(DEVICE_TAINT_RULES.plural, {}).values()],
+            [e.facts for e in entries.get(DEVICE_TAINT_RULES.plural, {}).values()],
             turns,
         )
-        store.cluster_rows = {f.name: await flatten_slowly(f.rows(index), turns) for f in cluster}
-        store.cluster_problems = tuple(problems.found)
-        store.cluster_key = key

@@ -55,6 +55,12 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
+def header(family: Family) -> bytes:
+    """A family's ``# HELP`` and ``# TYPE`` lines."""
+    name = family.name
+    return f"# HELP {name} {_escape_help(family.help)}\n# TYPE {name} {family.type}\n".encode()
+
+
 def encode_family(family: Family, rows: Iterable[Row]) -> Iterator[bytes]:
     """One family's exposition in chunks of at most LINES_PER_CHUNK samples.
 
@@ -63,6 +69,20 @@ def encode_family(family: Family, rows: Iterable[Row]) -> Iterator[bytes]:
     the lines of one of the original's families are gathered to be sorted, an empty chunk comes
     every LINES_PER_CHUNK lines: a point where the caller may give the reactor a turn.
     """
+    yield header(family)
+    written: Iterable[str] = lines(family, rows)
+    if family.original:
+        gathered = []
+        for line in written:
+            gathered.append(line)
+            if len(gathered) % LINES_PER_CHUNK == 0:
+                yield b""
+        written = sorted(gathered)  # samples sorted by labels, as the original writes them
+    yield from chunks(written)
+
+
+def lines(family: Family, rows: Iterable[Row]) -> Iterator[str]:
+    """One sample line per row, in the rows' order."""
     formatted: dict[float, str] = {}
 
     def value(number: float) -> str:
@@ -71,23 +91,19 @@ def encode_family(family: Family, rows: Iterable[Row]) -> Iterator[bytes]:
             text = formatted[number] = format_value(number) + "\n"
         return text
 
-    name = family.name
-    lines = [f"# HELP {name} {_escape_help(family.help)}\n# TYPE {name} {family.type}\n"]
     prefix = family.line_prefix
-    written: Iterable[str] = (prefix(row) + value(row[-1]) for row in rows)
-    if family.original:
-        gathered = []
-        for line in written:
-            gathered.append(line)
-            if len(gathered) % LINES_PER_CHUNK == 0:
-                yield b""
-        written = sorted(gathered)  # samples sorted by labels, as the original writes them
+    return (prefix(row) + value(row[-1]) for row in rows)
+
+
+def chunks(written: Iterable[str]) -> Iterator[bytes]:
+    """Lines joined LINES_PER_CHUNK at a time (the last chunk may be empty)."""
+    gathered: list[str] = []
     for line in written:
-        lines.append(line)
-        if len(lines) >= LINES_PER_CHUNK:
-            yield "".join(lines).encode()
-            lines = []
-    yield "".join(lines).encode()
+        gathered.append(line)
+        if len(gathered) >= LINES_PER_CHUNK:
+            yield "".join(gathered).encode()
+            gathered = []
+    yield "".join(gathered).encode()
 
 
 def encode_collection(collection: Collection) -> Iterator[bytes]:

@@ -8,6 +8,7 @@ are complete.  A pool is ``(driver, pool)``; its current generation is the highe
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -135,6 +136,33 @@ class Pool:
                     self.totals.setdefault((counter_set, counter), value)
 
 
+class Pools:
+    """The pools of a list of slices, and their devices: kept while the slices do not change."""
+
+    def __init__(self) -> None:
+        self.pools: dict[tuple[str, str], Pool] = {}
+        self.devices: dict[tuple[str, str, str], DeviceFacts] = {}
+
+    @classmethod
+    async def build(cls, slices: list[SliceFacts], turns: Turns) -> Pools:
+        """Group *slices* by pool, keeping each pool's current generation."""
+        made = cls()
+        for facts in slices:
+            key = (facts.driver, facts.pool)
+            pool = made.pools.get(key)
+            if pool is None:
+                pool = made.pools[key] = Pool(*key)
+            pool.slices.append(facts)
+        await turns.take()
+        for count, pool in enumerate(made.pools.values()):
+            pool.settle()
+            for device in pool.devices:
+                made.devices.setdefault((pool.driver, pool.name, device.name), device)
+            if count % 256 == 0:
+                await turns.take()
+        return made
+
+
 class ClusterIndex:
     """The join of one collection's slices and claims.
 
@@ -155,7 +183,8 @@ class ClusterIndex:
         self.costs = costs
         self.problems = problems
         self.rules = [rule for rule in rules or () if rule is not None]
-        self.allocated: set[tuple[str, str, str]] = set()
+        self.allocated: dict[tuple[str, str, str], int] = {}
+        """The devices allocated (adminAccess aside), with the number of claims allocated each."""
 
     @classmethod
     async def build(
@@ -166,41 +195,55 @@ class ClusterIndex:
         problems: Problems,
         rules: list[RuleFacts] | None = None,
         turns: Turns | None = None,
+        pools: Pools | None = None,
     ) -> ClusterIndex:
-        """Join *slices* and *claims*, yielding to the reactor between steps."""
+        """Join *slices* and *claims*, yielding to the reactor between steps.
+
+        *pools*, made of the same slices before, are used again (what claims consume is not).
+        """
         turns = turns or Turns.never()
         index = cls(claims, costs, problems, rules)
-        for facts in slices:
-            key = (facts.driver, facts.pool)
-            pool = index.pools.get(key)
-            if pool is None:
-                pool = index.pools[key] = Pool(*key)
-            pool.slices.append(facts)
-        await turns.take()
-        for count, pool in enumerate(index.pools.values()):
-            pool.settle()
-            for device in pool.devices:
-                index.devices.setdefault((pool.driver, pool.name, device.name), device)
-            if count % 256 == 0:
-                await turns.take()
+        if pools is None:
+            pools = await Pools.build(slices, turns)
+        index.pools, index.devices = pools.pools, pools.devices
         for count, claim in enumerate(claims):
-            index.allocated.update(
-                (result.driver, result.pool, result.device)
-                for result in claim.results
-                if not result.admin
-            )
+            index.allocate(claim, 1)
             if count % 1024 == 0:
                 await turns.take()
         for count, pool in enumerate(index.pools.values()):
-            for device in pool.devices:
-                if (pool.driver, pool.name, device.name) in index.allocated:
-                    for counter_set, counters in device.consumes:
-                        for counter, value in counters.items():
-                            key = (counter_set, counter)
-                            pool.consumed[key] = pool.consumed.get(key, 0.0) + value
+            index.consume(pool)
             if count % 256 == 0:
                 await turns.take()
         return index
+
+    def allocate(self, claim: ClaimFacts, by: int) -> set[tuple[str, str]]:
+        """Count the devices *claim* was allocated (*by* 1) or no longer is (-1); its pools."""
+        pools = set()
+        for result in claim.results:
+            if result.admin:
+                continue
+            key = (result.driver, result.pool, result.device)
+            count = self.allocated.get(key, 0) + by
+            if count > 0:
+                self.allocated[key] = count
+            else:
+                self.allocated.pop(key, None)
+            pools.add((result.driver, result.pool))
+        return pools
+
+    def consume(self, pool: Pool) -> None:
+        """Add up what the pool's allocated devices consume of its counters."""
+        pool.consumed = {}
+        for device in pool.devices:
+            if (pool.driver, pool.name, device.name) in self.allocated:
+                for counter_set, counters in device.consumes:
+                    for counter, value in counters.items():
+                        key = (counter_set, counter)
+                        pool.consumed[key] = pool.consumed.get(key, 0.0) + value
+
+    def view(self) -> ClusterIndex:
+        """A copy sharing everything, whose pools or claims may be narrowed to one at a time."""
+        return copy.copy(self)
 
     @staticmethod
     def current(slices: list[SliceFacts]) -> Iterator[SliceFacts]:

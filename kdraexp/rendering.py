@@ -1,12 +1,12 @@
-"""Each family's text, kept compressed and reused until the family's rows change.
+"""Each family's text, kept compressed and reused until the rows it was made of change.
 
 A family's rows change only when a list it reads changes (:meth:`Collection.key`), so its text is
-deflated once, as a segment of its own, and every later scrape, of this collection or the next
-ones, sends the same bytes.  The gzip body is one gzip member: its header, every family's
-segment (each a raw deflate stream ending with a sync flush, so they follow one another), the
-scrape's own tail (the exporter's metrics) with the final block, and the trailer, whose CRC-32
-is combined from the segments' without their text.  A plain body inflates the same segments as it
-is written.
+kept deflated and every later scrape sends the same bytes.  When its rows change, only the blocks
+of rows a change touched (:mod:`kdraexp.rows`) are written again: each block is deflated on its
+own as a raw deflate stream ending with a sync flush, so blocks and families follow one another.
+The gzip body is one gzip member: its header, every family's blocks, the scrape's own tail (the
+exporter's metrics) with the final block, and the trailer, whose CRC-32 is combined from the
+blocks' without their text.  A plain body inflates the same blocks as it is written.
 
 Nothing is written at once: a body is a sequence of pieces of at most :data:`PIECE` bytes, made as
 the connection drains, so forty concurrent scrapes hold forty pieces, not forty bodies.
@@ -14,19 +14,25 @@ the connection drains, so forty concurrent scrapes hold forty pieces, not forty 
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import operator
+import re
 import struct
 import zlib
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Any
 
 import attrs
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
+from kdraexp import exposition
 from kdraexp.collection import Collection
 from kdraexp.exposition import encode_family
-from kdraexp.family import Family
+from kdraexp.family import Family, Row
+from kdraexp.rows import BLOCK_MASK, MAX_BLOCK_ROWS, Block, expand, rows_of
 from kdraexp.turns import Turns
 
 GZIP_LEVEL = 1
@@ -40,6 +46,18 @@ GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 """A gzip member's header: deflate, no name, no time, unknown system."""
 _RAW = -zlib.MAX_WBITS
 """wbits for a raw deflate stream (no zlib or gzip framing)."""
+SORTED_RUN = 4096
+"""Rows sorted at a time before the runs are merged (at 32,000 rows a sort in one go holds the
+reactor for tens of milliseconds)."""
+BLOCK_WINDOW_BITS = 13
+BLOCK_MEMORY_LEVEL = 6
+"""A block's compressor: an 8 KiB window and smaller tables.  A block is a few KiB of text, so
+it compresses as well, and the compressor is made five times faster (a first scrape makes
+thousands)."""
+
+
+Kept = tuple[Block, "Segment", int]
+"""A block written, its segment and the hash of its length and first flat."""
 
 
 @attrs.frozen
@@ -47,11 +65,14 @@ class Segment:
     """One family's text, deflated, flushed to a byte boundary but not finished."""
 
     key: Hashable
-    data: bytes
+    data: tuple[bytes, ...]
+    """The deflated text, in parts (a family's blocks, kept as they are, not joined)."""
     crc: int
     """CRC-32 of the text."""
     size: int
     """Length of the text."""
+    zeros: int = -1
+    """CRC-32 of as many zero bytes as the text has (for :func:`crc32_combine`), or -1."""
 
 
 class Renderer:
@@ -61,9 +82,16 @@ class Renderer:
         self._turns = Turns(clock)
         """One budget for all rendering: thirty families of 10 ms each are 300 ms too."""
         self._segments: dict[str, Segment] = {}
+        self._blocks: dict[str, tuple[dict[int, Kept], dict[int, Kept]]] = {}
+        """Per family, each block and its segment as last written, by its flats' identities and
+        by its length and first flat."""
+        self._orders: dict[str, list[Row]] = {}
+        """Per family of the original's, its rows as last sorted."""
         self._rendering: dict[str, list[Deferred[Segment]]] = {}
         """Per family being rendered, the scrapes waiting for it."""
         self._joined: tuple[tuple[Hashable, ...], int, int] = ((), 0, 0)
+        self._body: tuple[Hashable, list[Segment], list[bytes], int] | None = None
+        """The last gzip body's segments and tail, its pieces and length."""
         """The keys of the last segments joined, their combined CRC and size."""
 
     def segments(self, collection: Collection) -> Deferred[list[Segment]]:
@@ -102,31 +130,134 @@ class Renderer:
         return waiter
 
     async def _deflate(self, family: Family, collection: Collection, key: Hashable) -> Segment:
-        rows = collection.rows(family)
-        first = next(rows, None)
-        if first is None:
-            segment = Segment(key, b"", 0, 0)
+        if family.original:
+            segment = await self._sorted(family, collection, key)
         else:
-            compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _RAW)
-            parts, crc, size = [], 0, 0
-            for chunk in encode_family(family, itertools.chain((first,), rows)):
-                parts.append(compressor.compress(chunk))
-                crc, size = zlib.crc32(chunk, crc), size + len(chunk)
-                await self._turns.take()
-            parts.append(compressor.flush(zlib.Z_SYNC_FLUSH))
-            segment = Segment(key, b"".join(parts), crc, size)
+            segment = await self._blockwise(family, collection.blocks(family), key)
         self._segments[family.name] = segment
         return segment
 
+    async def _sorted(self, family: Family, collection: Collection, key: Hashable) -> Segment:
+        """One of the original's families: its samples sorted by their text, as the original.
+
+        Sorting the rows by their label values (in the labels' written order) gives the same
+        order, and lets blocks of the sorted rows be kept, when no value holds a character that
+        sorts before the closing quote (none does in Kubernetes names); else the lines are made
+        and sorted whole.
+        """
+        width = len(family.labels) + 1
+        rows = list(itertools.chain.from_iterable(collection.blocks(family)))
+        if not any(map(width.__ne__, map(len, rows))):  # each object one row: its flat
+            await self._turns.take()
+            order = await self._order(family, rows)
+            if order is not None:
+                return await self._blockwise(family, _sorted_blocks(order), key)
+        self._orders.pop(family.name, None)
+        # Objects of several rows (a slice's devices): their rows are made anew for each sort,
+        # so blocks of them could not be kept without keeping every row; the family is written
+        # whole (it changes only when its objects do).
+        if not rows:
+            return Segment(key, (), 0, 0)
+        compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _RAW)
+        parts, crc, size = [], 0, 0
+        made = (row for flat in rows for row in expand(flat, width))
+        for chunk in encode_family(family, made):
+            parts.append(compressor.compress(chunk))
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+            await self._turns.take()
+        parts.append(compressor.flush(zlib.Z_SYNC_FLUSH))
+        return Segment(key, (b"".join(parts),), crc, size)
+
+    async def _order(self, family: Family, rows: list[Row]) -> list[Row] | None:
+        """*rows* sorted as their lines would be, or None if their values forbid it.
+
+        Sorted as the last ones were, with the rows gone taken out and the new ones put in,
+        when few changed (rows are found again by identity: the order kept holds them).
+        """
+        key = _sort_key(family)
+        ids = set(map(id, rows))
+        last = self._orders.get(family.name)
+        if last is not None and len(ids) == len(rows):
+            known = set(map(id, last))
+            new = list(
+                itertools.compress(rows, map(operator.not_, map(known.__contains__, map(id, rows))))
+            )
+            gone = len(known) - (len(rows) - len(new))
+            if len(new) + gone <= len(rows) // 8:
+                if not _orderable(new, family):
+                    return None
+                kept = list(itertools.compress(last, map(ids.__contains__, map(id, last))))
+                for row in new:
+                    bisect.insort(kept, row, key=key)
+                self._orders[family.name] = kept
+                return kept
+        if not _orderable(rows, family):
+            return None
+        order: list[Row] = []
+        for start in range(0, len(rows), SORTED_RUN):  # runs sorted in turns, then merged
+            order.extend(sorted(rows[start : start + SORTED_RUN], key=key))
+            await self._turns.take()
+        order.sort(key=key)  # finds the runs and merges them: a few passes, not a full sort
+        await self._turns.take()
+        self._orders[family.name] = order
+        return order
+
+    async def _blockwise(self, family: Family, blocks: Iterable[Block], key: Hashable) -> Segment:
+        """A family deflated block by block: a block written for an earlier collection is kept."""
+        previous, previous_content = self._blocks.get(family.name, ({}, {}))
+        kept: dict[int, Kept] = {}
+        kept_content: dict[int, Kept] = {}
+        parts: list[bytes] = []
+        crc, size = 0, 0
+        for block in blocks:
+            # Found by the identities of its flats (hashed: a tuple of them for each block would
+            # take megabytes), checked one by one: cheaper than hashing their contents, and
+            # sound, as what is kept holds the flats, so no other object can have their
+            # identities.  An object read again with the same rows has new flats: then by its
+            # length and first flat, and compared in full.
+            identity = hash(tuple(map(id, block)))
+            found = previous.get(identity)
+            if found is not None and (
+                len(found[0]) != len(block) or not all(map(operator.is_, found[0], block))
+            ):
+                found = None
+            if found is None:
+                content = hash((len(block), block[0]))  # a candidate, compared in full
+                same = previous_content.get(content)
+                if same is not None and same[0] == block:
+                    found = (block, same[1], content)  # kept with the new flats, not the old
+                else:
+                    found = (block, _deflated(block, family), content)
+                    await self._turns.take()
+            kept[identity] = kept_content[found[2]] = found
+            segment = found[1]
+            if not parts:
+                head = _deflated_text(exposition.header(family))
+                parts.extend(head.data)
+                crc, size = head.crc, head.size
+            parts.extend(segment.data)
+            if segment.zeros >= 0:  # crc32_combine, half done when the block was written
+                crc = zlib.crc32(_ZEROS[: segment.size], crc) ^ segment.zeros ^ segment.crc
+            else:
+                crc = crc32_combine(crc, segment.crc, segment.size)
+            size += segment.size
+        self._blocks[family.name] = (kept, kept_content)
+        return Segment(key, tuple(parts), crc, size)
+
     def gzip(self, segments: list[Segment], tail: bytes) -> tuple[list[bytes], int]:
         """The pieces of a gzip body and its length: the segments, then *tail*."""
+        made = (tuple(map(id, segments)), tail)
+        if self._body is not None and self._body[0] == made and self._body[1] == segments:
+            return self._body[2], self._body[3]  # the same body as the last scrape's
         crc, size = self._combined(segments)
         crc, size = zlib.crc32(tail, crc), size + len(tail)
         finish = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _RAW)
         ending = finish.compress(tail) + finish.flush(zlib.Z_FINISH)
         trailer = struct.pack("<II", crc, size & 0xFFFFFFFF)
-        pieces = [GZIP_HEADER, *(s.data for s in segments), ending, trailer]
-        return pieces, sum(len(piece) for piece in pieces)
+        pieces = [GZIP_HEADER, *(data for s in segments for data in s.data), ending, trailer]
+        length = sum(map(len, pieces))
+        self._body = (made, segments, pieces, length)
+        return pieces, length
 
     def _combined(self, segments: list[Segment]) -> tuple[int, int]:
         keys = tuple(s.key for s in segments) + tuple(s.size for s in segments)
@@ -139,30 +270,113 @@ class Renderer:
         return self._joined[1], self._joined[2]
 
 
+_BEFORE_QUOTE = re.compile('[\x00-"]')
+"""Characters that sort before the quote closing a label value, or are escaped."""
+
+
+def _orderable(rows: list[Row], family: Family) -> bool:
+    """Whether sorting *rows* by their label values sorts their lines (see Renderer._sorted)."""
+    width = len(family.labels) + 1
+    try:
+        if any(map(width.__ne__, map(len, rows))):
+            return False
+        return not _BEFORE_QUOTE.search("".join(itertools.chain.from_iterable(map(_LABELS, rows))))
+    except TypeError:  # a value not a string: the encoder says which
+        return False
+
+
+_LABELS = operator.itemgetter(slice(0, -1))
+
+
+def _sort_key(family: Family) -> Callable[[Row], Any]:
+    """The label values of a row in the order the original writes them (by label name)."""
+    order = sorted(range(len(family.labels)), key=lambda index: str(family.labels[index]))
+    return operator.itemgetter(*order)
+
+
+def _sorted_blocks(rows: list[Row]) -> Iterator[Block]:
+    """Sorted rows in blocks, each ending after a row chosen by its identity.
+
+    Each row is its object's flat: the same object while the object is unchanged.
+    """
+    start = 0
+    mixed = map(hash, zip(map(id, rows)))  # an identity's bits mixed (a 1-tuple's hash), in C
+    chosen = map(operator.not_, map(BLOCK_MASK.__and__, mixed))
+    ends = itertools.compress(itertools.count(1), chosen)
+    for end in itertools.chain(ends, (len(rows),)):
+        while end - start > MAX_BLOCK_ROWS:
+            yield tuple(rows[start : start + MAX_BLOCK_ROWS])
+            start += MAX_BLOCK_ROWS
+        if end > start:
+            yield tuple(rows[start:end])
+            start = end
+
+
+def _deflated(block: Block, family: Family) -> Segment:
+    """One block's lines, deflated on their own."""
+    rows = rows_of(block, len(family.labels) + 1)
+    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -BLOCK_WINDOW_BITS, BLOCK_MEMORY_LEVEL)
+    parts, crc, size = [], 0, 0
+    for chunk in exposition.chunks(exposition.lines(family, rows)):
+        parts.append(compressor.compress(chunk))
+        crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    parts.append(compressor.flush(zlib.Z_SYNC_FLUSH))
+    zeros = zlib.crc32(_ZEROS[:size]) if size <= len(_ZEROS) else -1
+    return Segment(None, (b"".join(parts),), crc, size, zeros)
+
+
+def _deflated_text(text: bytes) -> Segment:
+    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, _RAW)
+    data = compressor.compress(text) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    return Segment(None, (data,), zlib.crc32(text), len(text))
+
+
 def plain(segments: list[Segment], tail: bytes) -> tuple[Iterator[bytes], int]:
     """The pieces of a plain body (each segment inflated as it is written) and its length."""
 
     def pieces() -> Iterator[bytes]:
         for segment in segments:
             inflater = zlib.decompressobj(_RAW)
-            compressed = memoryview(segment.data)
-            # A little compressed text at a time: zlib copies what it has not consumed yet, so
-            # handing it a whole segment would copy megabytes for each piece, per scrape.
-            for start in range(0, len(compressed), INFLATE_INPUT):
-                data: bytes | memoryview = compressed[start : start + INFLATE_INPUT]
-                while data:
-                    piece = inflater.decompress(data, PIECE)
-                    if piece:
-                        yield piece
-                    data = inflater.unconsumed_tail
+            for part in segment.data:
+                compressed = memoryview(part)
+                # A little compressed text at a time: zlib copies what it has not consumed yet,
+                # so handing it a whole segment would copy megabytes for each piece, per scrape.
+                for start in range(0, len(compressed), INFLATE_INPUT):
+                    data: bytes | memoryview = compressed[start : start + INFLATE_INPUT]
+                    while data:
+                        piece = inflater.decompress(data, PIECE)
+                        if piece:
+                            yield piece
+                        data = inflater.unconsumed_tail
         yield tail
 
     return pieces(), sum(s.size for s in segments) + len(tail)
 
 
 # CRC-32 of two texts joined, from theirs (zlib's crc32_combine, which Python's zlib lacks).
+#
+# CRC(A+B) is CRC(B) plus CRC(A) multiplied by x^(8 len(B)) modulo the polynomial.  For a short
+# B, zlib does the multiplication: zlib.crc32(data, start) is affine in start with a linear part
+# that depends only on the length of data, so running it over len(B) zero bytes from CRC(A) and
+# from 0 and adding the two gives the product (a few microseconds for a block of text).  For a
+# long B, the power of x is made by squaring, in Python but in constant time.
 
+_ZEROS = memoryview(bytes(64 * 1024))
 _POLY = 0xEDB88320
+
+
+def crc32_combine(crc1: int, crc2: int, length2: int) -> int:
+    """The CRC-32 of A+B from CRC(A), CRC(B) and the length of B."""
+    if length2 <= len(_ZEROS):
+        zeros = _ZEROS[:length2]
+        return zlib.crc32(zeros, crc1) ^ zlib.crc32(zeros) ^ crc2
+    shift, power, k = 1 << 31, length2, 3  # multiply by x^(8 * length2)
+    while power:
+        if power & 1:
+            shift = _multiply(_X2N[k & 31], shift)
+        power >>= 1
+        k += 1
+    return _multiply(shift, crc1) ^ crc2
 
 
 def _multiply(a: int, b: int) -> int:
@@ -188,14 +402,3 @@ def _powers() -> list[int]:
 
 _X2N = _powers()
 """x^(2^n) modulo the polynomial."""
-
-
-def crc32_combine(crc1: int, crc2: int, length2: int) -> int:
-    """The CRC-32 of A+B from CRC(A), CRC(B) and the length of B."""
-    shift, power, k = 1 << 31, length2, 3  # multiply by x^(8 * length2)
-    while power:
-        if power & 1:
-            shift = _multiply(_X2N[k & 31], shift)
-        power >>= 1
-        k += 1
-    return _multiply(shift, crc1) ^ crc2

@@ -24,6 +24,7 @@ TWO_LABELS = family(
     ("namespace", "class"),
     CLUSTER,
     "",
+    per="pool",
 )(lambda _: ())
 
 

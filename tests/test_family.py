@@ -26,7 +26,15 @@ def grouped(view: object) -> Iterator[Row]:
     yield (GROUP.values("ns", "c"), "pending", 1.0)
 
 
-@family("kube_test_original", "Written as the original.", ("z", "a"), CLUSTER, "x", original=True)
+@family(
+    "kube_test_original",
+    "Written as the original.",
+    ("z", "a"),
+    CLUSTER,
+    "x",
+    original=True,
+    per="pool",
+)
 def original(index: object) -> Iterator[Row]:
     yield ("last", "first", 2.0)
 
@@ -39,7 +47,13 @@ def test_declaration_carries_type_labels_and_needs() -> None:
     assert grouped.needs == {"resourceclaims"}
     assert original.needs == frozenset()
     declared = family(
-        "kube_test_needs", "h", ("a",), CLUSTER, "x", needs=(RESOURCE_SLICES, RESOURCE_CLAIMS)
+        "kube_test_needs",
+        "h",
+        ("a",),
+        CLUSTER,
+        "x",
+        needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
+        per="pool",
     )(lambda _: ())
     assert declared.needs == {"resourceslices", "resourceclaims"}
 
@@ -96,6 +110,8 @@ def test_declarations_refuse_mistakes() -> None:
         Family("kube_x", "h", (GROUP, "namespace"), lambda _: (), CLUSTER, frozenset(), "")
     with pytest.raises(ValueError, match="no label groups"):
         Family("kube_x", "h", (GROUP,), lambda _: (), CLUSTER, frozenset(), "", original=True)
+    with pytest.raises(ValueError, match="per pool or per claim"):
+        Family("kube_x", "h", ("a",), lambda _: (), CLUSTER, frozenset(), "")
 
 
 def test_every_family_is_a_gauge_with_help() -> None:

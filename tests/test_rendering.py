@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from typing import Any
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
@@ -16,7 +18,7 @@ from kdraexp.families.resourceclaim import allocated_device
 from kdraexp.rendering import Renderer, Segment, crc32_combine
 from tests.collect import collect
 from tests.conftest import result_of
-from tests.objects import classy, new_claim, result
+from tests.objects import classy, gpu, new_claim, pool_slice, result
 
 
 @given(st.binary(max_size=300), st.binary(max_size=300))
@@ -83,3 +85,94 @@ def test_unchanged_families_are_not_rendered_again() -> None:
     assert second.key(allocated_device) != first.key(allocated_device)
     assert after[allocated_device.name] is not before[allocated_device.name]
     assert after[allocated_device.name].data == before[allocated_device.name].data
+
+
+def test_long_texts_combine() -> None:
+    """Both ways of combining: zlib over zeros for a short text, powers of x for a long one."""
+    first = bytes(range(256)) * 3
+    for length in (1, 65535, 65536, 65537, 300001):
+        second = bytes((i * 7) % 251 for i in range(length))
+        assert crc32_combine(zlib.crc32(first), zlib.crc32(second), length) == zlib.crc32(
+            first + second
+        )
+
+
+Change = tuple[str, int]
+changes = st.lists(
+    st.tuples(st.sampled_from(["toggle", "delete", "add", "slice", "odd"]), st.integers(0, 199)),
+    max_size=8,
+)
+
+
+def cluster_of(claims: dict[str, dict[str, Any]], generation: int) -> dict[str, Any]:
+    slices = [
+        pool_slice(
+            f"slice-{p}",
+            [gpu(f"gpu-{p}-{d}") for d in range(4)],
+            pool=f"node-{p}",
+            generation=generation if p == 0 else 1,
+        )
+        for p in range(10)
+    ]
+    slices[0]["metadata"]["resourceVersion"] = str(generation)  # a changed object, a new version
+    return {"claims": list(claims.values()), "slices": slices}
+
+
+@settings(max_examples=40, deadline=None)
+@given(changes)
+def test_kept_blocks_write_what_a_fresh_render_writes(steps: list[Change]) -> None:
+    """After any changes, the body kept block by block equals one rendered from nothing."""
+    classes = [classy("gpu.nvidia.com", cost="2")]
+    claims = {}
+    for i in range(200):
+        name = f"claim-{i:03d}"
+        found = [result(f"gpu-{i % 10}-{i % 4}", pool=f"node-{i % 10}")] if i % 3 else None
+        claims[name] = new_claim(name, found, reserved=i % 2 == 0)
+    generation = 1
+    store, renderer = Store(), Renderer(Clock())
+    for step, (change, at) in enumerate([("none", 0), *steps]):
+        name = sorted(claims)[at % len(claims)]
+        if change == "toggle":
+            status = claims[name]["status"]
+            claims[name] = new_claim(name, None if status else [result("gpu-1-1", pool="node-1")])
+        elif change == "delete" and len(claims) > 1:
+            del claims[name]
+        elif change in ("add", "odd"):
+            added = f"added-{step}" + (' "quoted"' if change == "odd" else "")
+            claims[added] = new_claim(added, [result("gpu-2-2", pool="node-2")], reserved=True)
+        elif change == "slice":
+            generation += 1
+        for made in claims.values():
+            made["metadata"]["resourceVersion"] = str(step)
+        objects = cluster_of(claims, generation)
+        kept = collect(
+            claims=objects["claims"], slices=objects["slices"], classes=classes, store=store
+        )
+        fresh = collect(claims=objects["claims"], slices=objects["slices"], classes=classes)
+        zipped, text = bodies(renderer, kept, b"")
+        assert text == bodies(Renderer(Clock()), fresh, b"")[1]
+        assert text == b"".join(exposition.encode_collection(fresh))
+        assert gzip.decompress(zipped) == text
+
+
+def test_a_changed_claim_renders_its_blocks_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of 2,000 claims one changes: each family renders a block or two, not 2,000 rows."""
+    claims = [new_claim(f"claim-{i:04d}", [result(f"gpu-{i}")], reserved=True) for i in range(2000)]
+    classes = [classy("gpu.nvidia.com", cost="1")]
+    store, renderer = Store(), Renderer(Clock())
+    bodies(renderer, collect(claims=claims, classes=classes, store=store), b"")
+    rendered: list[int] = []
+    deflated = rendering._deflated
+
+    def counting(block: Any, family: Any) -> Any:
+        rendered.append(sum(len(flat) for flat in block) // (len(family.labels) + 1))
+        return deflated(block, family)
+
+    monkeypatch.setattr(rendering, "_deflated", counting)
+    claims[1234] = new_claim("claim-1234", None)
+    claims[1234]["metadata"]["resourceVersion"] = "2"
+    changed = collect(claims=claims, classes=classes, store=store)
+    text = bodies(renderer, changed, b"")[1]
+    assert text == b"".join(exposition.encode_collection(changed))
+    assert rendered, "the changed claim's blocks were rendered"
+    assert sum(rendered) < 2000, f"{sum(rendered)} rows rendered again for one claim"

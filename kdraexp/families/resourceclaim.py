@@ -349,6 +349,7 @@ def device_condition(view: ClaimView) -> Iterator[Row]:
     "status.allocation.devices.results[].{adminAccess,consumedCapacity}, the class's "
     "hourly-cost annotation, the device's capacity (shareable devices)",
     needs=(RESOURCE_CLAIMS, DEVICE_CLASSES, RESOURCE_SLICES),
+    per="claim",
 )
 def hourly_cost(index: ClusterIndex) -> Iterator[Row]:
     """The class's cost times the share used, summed over the claim's non-admin results."""

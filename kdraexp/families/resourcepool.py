@@ -23,6 +23,7 @@ _POOL = ("driver", "pool")
     CLUSTER,
     "spec.driver, spec.pool.{name,generation}",
     needs=(RESOURCE_SLICES,),
+    per="pool",
 )
 def pool_generation(index: ClusterIndex) -> Iterator[Row]:
     """One row per pool."""
@@ -37,6 +38,7 @@ def pool_generation(index: ClusterIndex) -> Iterator[Row]:
     CLUSTER,
     "spec.pool.{generation,resourceSliceCount}",
     needs=(RESOURCE_SLICES,),
+    per="pool",
 )
 def pool_slices(index: ClusterIndex) -> Iterator[Row]:
     """expected (resourceSliceCount), published, stale (slices of older generations)."""
@@ -54,6 +56,7 @@ def pool_slices(index: ClusterIndex) -> Iterator[Row]:
     CLUSTER,
     "spec.pool.{generation,resourceSliceCount}",
     needs=(RESOURCE_SLICES,),
+    per="pool",
 )
 def pool_complete(index: ClusterIndex) -> Iterator[Row]:
     """Incomplete pools are skipped by the scheduler's view of capacity and by the autoscaler."""
@@ -70,6 +73,7 @@ def pool_complete(index: ClusterIndex) -> Iterator[Row]:
     "spec.sharedCounters, spec.devices[].consumesCounters, "
     "ResourceClaim status.allocation.devices.results[]",
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
+    per="pool",
 )
 def pool_counter(index: ClusterIndex) -> Iterator[Row]:
     """total from sharedCounters; consumed by the devices allocated (adminAccess aside)."""
@@ -88,6 +92,7 @@ def pool_counter(index: ClusterIndex) -> Iterator[Row]:
     "spec.sharedCounters, spec.devices[].consumesCounters, "
     "ResourceClaim status.allocation.devices.results[]",
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
+    per="pool",
 )
 def pool_utilization(index: ClusterIndex) -> Iterator[Row]:
     """The mean use of the pool's units.

@@ -505,6 +505,7 @@ def shared_counter(view: SliceView) -> Iterator[Row]:
     "spec.devices[].{taints,consumesCounters}, spec.sharedCounters, "
     "ResourceClaim status.allocation.devices.results[], DeviceTaintRules (when listed)",
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
+    per="pool",
 )
 def device_state(index: ClusterIndex) -> Iterator[Row]:
     """One row per device of a current generation, in its one state."""

@@ -1,0 +1,176 @@
+"""The cross-object families' rows, kept per pool and per claim, updated for what changed.
+
+Device states, pool counters and utilisation come in one set of rows per pool, and claim costs in
+one set per claim.  When only claims changed since the last collection (pods come and go; slices,
+classes and taint rules stay), the claims that changed are found by their facts, what they
+allocate is counted again, and only their own cost rows and the rows of the pools they use are
+made again: a change costs what it touches, not the size of the cluster.  Anything else changed
+(or the first time) makes every set again.
+
+Each family's sets are laid out in blocks (:data:`kdraexp.collection.Block`) that end after an
+owner chosen by its hash, so a writer keeps what it wrote for the blocks no change touched.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
+
+from kdraexp.family import Family
+from kdraexp.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
+from kdraexp.problems import Problem, Problems
+from kdraexp.rows import Flat, block_ends, flatten, mask_for
+from kdraexp.turns import Turns
+
+OWNERS_PER_TURN = 256
+
+
+class Laid:
+    """One family's sets of rows by owner, in the order written, and where its blocks end."""
+
+    __slots__ = ("ends", "flats", "mask", "owners", "problems")
+
+    def __init__(
+        self,
+        owners: dict[Hashable, Flat],
+        problems: dict[Hashable, tuple[Problem, ...]],
+        mask: int | None = None,
+        width: int = 1,
+    ) -> None:
+        self.owners = owners
+        """Each owner's (pool's or claim's) rows, flattened; owners without rows left out."""
+        self.problems = problems
+        """Each owner's problems, for the owners that have any."""
+        self.flats = list(owners.values())
+        if mask is None:  # blocks of about 64 rows (a pool has a row per device)
+            rows = sum(map(len, self.flats)) / width
+            mask = mask_for(rows / len(self.flats) if self.flats else 1.0)
+        self.mask = mask
+        """Kept while the owners' rows change, so that the blocks they did not touch stay."""
+        self.ends = block_ends(owners, len(self.flats), mask)
+        """Where the family's blocks end (see :mod:`kdraexp.rows`)."""
+
+
+class ClusterRows:
+    """Every cross-object family's rows, kept between collections."""
+
+    def __init__(self) -> None:
+        self.laid: dict[str, Laid] = {}
+        self.keys: dict[str, Hashable] = {}
+        """Per family, the key of the rows it has."""
+        self._index: ClusterIndex | None = None
+        self._base: Hashable = None
+        """What the index was made of besides claims: slices, classes and rules versions."""
+        self._claims: dict[str, ClaimFacts] = {}
+        self._pools: tuple[int, Pools] | None = None
+
+    async def update(
+        self,
+        families: list[Family],
+        keys: Mapping[str, Hashable],
+        base: tuple[int, int, int],
+        slices: list[SliceFacts],
+        claims: dict[str, ClaimFacts],
+        costs: dict[str, float],
+        rules: list[RuleFacts],
+        turns: Turns,
+    ) -> None:
+        """Make again the rows of the *families* whose key changed.
+
+        *base* is the versions of the slices, the classes and the taint rules: while it is the
+        same, only claims changed and only what they touch is made again.
+        """
+        changed = [f for f in families if self.keys.get(f.name) != keys[f.name]]
+        if not changed:
+            return
+        index = self._index
+        self._index = None  # until the update completes: one cut short is made whole next time
+        if index is None or base != self._base:
+            if self._pools is None or self._pools[0] != base[0]:
+                self._pools = (base[0], await Pools.build(slices, turns))
+            index = await ClusterIndex.build(
+                slices, list(claims.values()), costs, Problems(), rules, turns, self._pools[1]
+            )
+            pools: Iterable[tuple[str, str]] | None = None
+            moved: Iterable[str] | None = None
+        else:
+            pools, moved = await self._follow(index, claims, turns)
+        for family in changed:
+            self.laid[family.name] = await self._lay(family, index, claims, pools, moved, turns)
+            self.keys[family.name] = keys[family.name]
+        self._index, self._base, self._claims = index, base, claims
+
+    async def _follow(
+        self, index: ClusterIndex, claims: dict[str, ClaimFacts], turns: Turns
+    ) -> tuple[set[tuple[str, str]], set[str]]:
+        """Bring the index up to *claims*: the pools and claims whose rows change."""
+        before = self._claims
+        differs = map(operator.is_not, map(before.get, claims), claims.values())
+        moved = set(itertools.compress(claims, differs))  # in C: a claim's facts are new
+        moved.update(before.keys() - claims.keys())
+        pools: set[tuple[str, str]] = set()
+        for key in moved:
+            if key in before:
+                pools |= index.allocate(before[key], -1)
+            if key in claims:
+                pools |= index.allocate(claims[key], 1)
+        index.claims = list(claims.values())
+        for count, pool_key in enumerate(pools):
+            pool = index.pools.get(pool_key)
+            if pool is not None:
+                index.consume(pool)
+            if count % OWNERS_PER_TURN == OWNERS_PER_TURN - 1:
+                await turns.take()
+        return pools, moved
+
+    async def _lay(
+        self,
+        family: Family,
+        index: ClusterIndex,
+        claims: dict[str, ClaimFacts],
+        pools: Iterable[tuple[str, str]] | None,
+        moved: Iterable[str] | None,
+        turns: Turns,
+    ) -> Laid:
+        """The family's sets: all made (*pools* and *moved* None), or those of the ones given."""
+        view = index.view()
+        view.problems = Problems()
+        everyone: Mapping[Any, Any] = index.pools if family.per == "pool" else claims
+        old = self.laid.get(family.name)
+        given = pools if family.per == "pool" else moved
+        mask: int | None = None
+        touched: Iterable[Any]
+        if given is None or old is None:  # every set made again
+            touched, owners, problems = list(everyone), {}, {}
+        else:
+            touched, owners, problems = given, dict(old.owners), dict(old.problems)
+            mask = old.mask
+        added = False
+        for count, owner in enumerate(touched):
+            one = everyone.get(owner)
+            if one is None:
+                owners.pop(owner, None)
+                problems.pop(owner, None)
+                continue
+            if family.per == "pool":
+                view.pools = {owner: one}
+            else:
+                view.claims = [one]
+            found = len(view.problems.found)
+            flat = flatten(family.rows(view))
+            if flat:
+                added = added or owner not in owners
+                owners[owner] = flat
+            else:
+                owners.pop(owner, None)
+            if len(view.problems.found) > found:
+                problems[owner] = tuple(view.problems.found[found:])
+            else:
+                problems.pop(owner, None)
+            if count % OWNERS_PER_TURN == OWNERS_PER_TURN - 1:
+                await turns.take()
+        if added and mask is not None:  # new owners go where a fresh collection puts them
+            owners = {owner: owners[owner] for owner in everyone if owner in owners}
+        return Laid(owners, problems, mask, len(family.labels) + 1)

@@ -1,0 +1,73 @@
+"""Cross-object rows made again for what a change touches, equal to rows made from nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kdraexp import exposition, index
+from kdraexp.collection import Store
+from tests.collect import collect
+from tests.objects import classy, gpu, new_claim, pool_slice, result
+
+POOLS = 50
+
+
+def cluster() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    slices = [
+        pool_slice(f"slice-{p}", [gpu(f"gpu-{p}-{d}") for d in range(4)], pool=f"node-{p}")
+        for p in range(POOLS)
+    ]
+    claims = [
+        new_claim(f"claim-{p}", [result(f"gpu-{p}-0", pool=f"node-{p}")], reserved=True)
+        for p in range(POOLS)
+    ]
+    return slices, claims
+
+
+def test_a_claim_released_remakes_its_pool_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One claim of fifty released: its pool's states and its cost are made again, no other."""
+    slices, claims = cluster()
+    classes = [classy("gpu.nvidia.com", cost="3")]
+    store = Store()
+    collect(claims=claims, slices=slices, classes=classes, store=store)
+    pools_made: list[list[tuple[str, str]]] = []
+    device_states = index.ClusterIndex.device_states
+
+    def counting(self: index.ClusterIndex) -> Any:
+        pools_made.append(list(self.pools))
+        return device_states(self)
+
+    monkeypatch.setattr(index.ClusterIndex, "device_states", counting)
+    claims[7] = new_claim("claim-7", None)
+    claims[7]["metadata"]["resourceVersion"] = "2"
+    changed = collect(claims=claims, slices=slices, classes=classes, store=store)
+    assert pools_made == [[("gpu.nvidia.com", "node-7")]]
+    fresh = collect(claims=claims, slices=slices, classes=classes)
+    assert b"".join(exposition.encode_collection(changed)) == b"".join(
+        exposition.encode_collection(fresh)
+    )
+    text = b"".join(exposition.encode_collection(changed)).decode()
+    assert 'resourceclaim_name="claim-7",deviceclass_name' not in text, "no cost once released"
+    lines = [
+        line
+        for line in text.splitlines()
+        if line.startswith("kube_resourceslice_device_state{") and '"gpu-7-0"' in line
+    ]
+    assert len(lines) == 1 and 'state="available"' in lines[0], lines
+
+
+def test_a_new_slice_remakes_every_pool() -> None:
+    """A change of slices (not of claims only) makes every pool's rows again, and right."""
+    slices, claims = cluster()
+    classes = [classy("gpu.nvidia.com", cost="3")]
+    store = Store()
+    collect(claims=claims, slices=slices, classes=classes, store=store)
+    slices.append(pool_slice("slice-new", [gpu("gpu-new-0")], pool="node-new"))
+    changed = collect(claims=claims, slices=slices, classes=classes, store=store)
+    fresh = collect(claims=claims, slices=slices, classes=classes)
+    assert b"".join(exposition.encode_collection(changed)) == b"".join(
+        exposition.encode_collection(fresh)
+    )
+    assert 'pool="node-new"' in b"".join(exposition.encode_collection(changed)).decode()
