@@ -1,9 +1,16 @@
-"""A fast fake of the three DRA lists: pages encoded ahead, limit/continue honoured, counted.
+"""A fast fake of the three DRA lists and their watches: pages encoded ahead, counted.
 
 Run as ``python -m benchmarks.fakeapi NODES PORT``; it prints ``ready`` when it serves.
-``GET /stats`` answers the number of list requests received per resource; ``GET /delay?seconds=S``
-makes every list answer S seconds late (0 restores), to hold a collection open while a burst of
-scrapes arrives.
+Lists honour ``limit``/``continue``.  Watches (``watch=1``) send the initial events when asked
+(``sendInitialEvents``, ending with the ``k8s.io/initial-events-end`` bookmark), then every
+change, a bookmark every ten seconds, an ERROR 410 to a watch from before the last compaction,
+and end after ``timeoutSeconds`` (or close at once for ``/close``).
+
+``GET /stats`` answers the requests received per resource (``watch:`` for watches);
+``GET /delay?seconds=S`` makes every list answer S seconds late (0 restores), to hold a
+collection open while a burst of scrapes arrives; ``GET /churn?rate=R`` releases or allocates
+R claims a second (0 stops); ``GET /probe?name=N`` adds a claim named N now and answers the
+time it was sent; ``GET /compact`` and ``GET /close`` act on the watches.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from benchmarks.cluster import cluster
@@ -23,17 +31,38 @@ DEFAULT_LIMIT = 500
 
 
 class Pages:
-    """Every list's pages, encoded once per (resource, offset, limit)."""
+    """Every list's pages, encoded once per (resource, offset, limit); and the watches."""
 
     def __init__(self, nodes: int) -> None:
+        self.objects = cluster(nodes)
         self.items = {
             plural: [json.dumps(item, separators=(",", ":")).encode() for item in items]
-            for plural, items in cluster(nodes).items()
+            for plural, items in self.objects.items()
         }
         self.encoded: dict[tuple[str, int, int], bytes] = {}
         self.lock = threading.Lock()
         self.requests: Counter[str] = Counter()
         self.delay = 0.0
+        self.version = 10**6
+        """The resourceVersion of the last change (the lists' items are older)."""
+        self.compacted = 0
+        self.changed = threading.Condition(self.lock)
+        self.events: list[tuple[int, str, bytes]] = []
+        """(version, resource, event line) of every change."""
+        self.closing = 0
+        """Bumped to end every watch at once."""
+        self.rate = 0.0
+        """Claims changed a second by :meth:`churn`."""
+        self.released: dict[int, dict[str, Any]] = {}
+        """The status of each claim :meth:`churn` released, by its place."""
+        self.index = {
+            plural: {
+                (o["metadata"].get("namespace"), o["metadata"].get("name")): i
+                for i, o in enumerate(items)
+            }
+            for plural, items in self.objects.items()
+        }
+        """Per resource, each object's place in the lists, by namespace and name."""
         for plural in self.items:
             for offset in range(0, max(1, len(self.items[plural])), DEFAULT_LIMIT):
                 self.page(plural, offset, DEFAULT_LIMIT)
@@ -46,7 +75,7 @@ class Pages:
         if body is None:
             items = self.items[plural]
             end = min(offset + limit, len(items))
-            metadata = {"resourceVersion": "1"}
+            metadata = {"resourceVersion": str(self.version)}
             if end < len(items):
                 metadata["continue"] = str(end)
             kind = {
@@ -66,6 +95,59 @@ class Pages:
             with self.lock:
                 self.encoded[key] = body
         return body
+
+    def change(self, plural: str, event: str, obj: dict[str, Any]) -> float:
+        """Change *obj* (the lists show it too) and wake the watches; return when it was made."""
+        with self.lock:
+            self.version += 1
+            meta = dict(obj["metadata"])
+            meta["resourceVersion"] = str(self.version)
+            changed = {**obj, "metadata": meta}
+            encoded = json.dumps(changed, separators=(",", ":")).encode()
+            key = (meta.get("namespace"), meta.get("name"))
+            index = self.index[plural].get(key)
+            if index is None:
+                self.index[plural][key] = len(self.items[plural])
+                self.items[plural].append(encoded)
+                self.objects[plural].append(changed)
+            else:
+                self.items[plural][index] = encoded
+                self.objects[plural][index] = changed
+            self.encoded = {k: v for k, v in self.encoded.items() if k[0] != plural}
+            line = b'{"type":"' + event.encode() + b'","object":' + encoded + b"}\n"
+            self.events.append((self.version, plural, line))
+            self.changed.notify_all()
+            return time.time()
+
+    def churn(self, rate: float) -> None:
+        """Change *rate* claims a second, in turn, until the rate is changed.
+
+        As pods come and go: a claim allocated and reserved is released (its status emptied,
+        its device free again), a released one allocated and reserved again.
+        """
+        self.rate = rate
+        claims = self.objects["resourceclaims"]
+        released = self.released
+        turn = 0
+        while self.rate == rate and rate > 0:
+            place = (turn * 7919) % len(claims)
+            claim = claims[place]
+            if place in released:
+                status = released.pop(place)
+            else:
+                released[place], status = claim.get("status") or {}, {}
+            self.change("resourceclaims", "MODIFIED", {**claim, "status": status})
+            turn += 1
+            time.sleep(1 / rate)
+
+
+def bookmark(plural: str, version: int, end: bool = False) -> bytes:
+    """A BOOKMARK event line (the last of a streaming list's initial events with *end*)."""
+    meta: dict[str, object] = {"resourceVersion": str(version)}
+    if end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    obj = {"apiVersion": "resource.k8s.io/v1", "kind": "Bookmark", "metadata": meta}
+    return json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n"
 
 
 def serve(nodes: int, port: int) -> None:
@@ -87,9 +169,37 @@ def serve(nodes: int, port: int) -> None:
                 pages.delay = float(query["seconds"][0])
                 self._send(200, b"{}")
                 return
+            if url.path == "/churn":
+                rate = float(query["rate"][0])
+                pages.rate = 0.0
+                if rate > 0:
+                    threading.Thread(target=pages.churn, args=(rate,), daemon=True).start()
+                self._send(200, b"{}")
+                return
+            if url.path == "/probe":
+                claim = pages.objects["resourceclaims"][0]
+                name = query["name"][0]
+                meta = {**claim["metadata"], "name": name, "uid": f"probe-{name}"}
+                sent = pages.change("resourceclaims", "ADDED", {**claim, "metadata": meta})
+                self._send(200, json.dumps({"sent": sent}).encode())
+                return
+            if url.path == "/compact":
+                with pages.lock:
+                    pages.compacted = pages.version
+                self._send(200, b"{}")
+                return
+            if url.path == "/close":
+                with pages.lock:
+                    pages.closing += 1
+                    pages.changed.notify_all()
+                self._send(200, b"{}")
+                return
             plural = url.path.removeprefix(PREFIX)
             if not url.path.startswith(PREFIX) or plural not in pages.items:
                 self._send(404, b'{"kind":"Status","code":404,"reason":"NotFound"}')
+                return
+            if query.get("watch") == ["1"]:
+                self._watch(plural, query)
                 return
             limit = int(query.get("limit", [str(10**9)])[0])
             offset = int(query.get("continue", ["0"])[0])
@@ -98,6 +208,55 @@ def serve(nodes: int, port: int) -> None:
             if pages.delay:
                 time.sleep(pages.delay)
             self._send(200, pages.page(plural, offset, limit))
+
+        def _watch(self, plural: str, query: dict[str, list[str]]) -> None:
+            with pages.lock:
+                pages.requests[f"watch:{plural}"] += 1
+                closing = pages.closing
+                start = int(query.get("resourceVersion", ["0"])[0] or 0)
+                compacted = start and start < pages.compacted
+                seen = len(pages.events)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            ends = time.monotonic() + float(query.get("timeoutSeconds", ["300"])[0])
+            try:
+                if compacted:
+                    status = {"kind": "Status", "code": 410, "reason": "Expired"}
+                    self.wfile.write(
+                        json.dumps({"type": "ERROR", "object": status}).encode() + b"\n"
+                    )
+                    return
+                if query.get("sendInitialEvents") == ["true"]:
+                    for item in pages.items[plural]:
+                        self.wfile.write(b'{"type":"ADDED","object":' + item + b"}\n")
+                    self.wfile.write(bookmark(plural, pages.version, end=True))
+                else:
+                    seen = next(
+                        (i for i, (v, _, _) in enumerate(pages.events) if v > start),
+                        len(pages.events),
+                    )
+                last_bookmark = time.monotonic()
+                while time.monotonic() < ends:
+                    with pages.lock:
+                        if len(pages.events) == seen and pages.closing == closing:
+                            pages.changed.wait(timeout=1.0)
+                        fresh = pages.events[seen:]
+                        seen = len(pages.events)
+                        version = pages.version
+                        if pages.closing != closing:
+                            return
+                    for _, resource, line in fresh:
+                        if resource == plural:
+                            self.wfile.write(line)
+                    if time.monotonic() - last_bookmark > 10:
+                        self.wfile.write(bookmark(plural, version))
+                        last_bookmark = time.monotonic()
+                    self.wfile.flush()
+            except OSError:
+                return
 
         def _send(self, code: int, body: bytes) -> None:
             self.send_response(code)

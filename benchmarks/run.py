@@ -69,18 +69,27 @@ def wait_for(condition: Any, limit: float, what: str) -> None:
 
 
 class Run:
-    """One cluster size: the fake API and the exporter, as child processes."""
+    """One cluster size: the fake API and the exporter, as child processes.
 
-    def __init__(self, devices: int, directory: Path, exporter_args: list[str]) -> None:
+    With *api*, the exporter reads that run's fake API instead of starting one.
+    """
+
+    def __init__(
+        self, devices: int, directory: Path, exporter_args: list[str], api: Run | None = None
+    ) -> None:
         self.devices = devices
         self.nodes = max(1, devices // DEVICES_PER_NODE)
-        self.api_port, self.port = free_port(), free_port()
-        self.api = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.fakeapi", str(self.nodes), str(self.api_port)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.api.stdout is not None and self.api.stdout.readline().strip() == "ready"
+        self.port = free_port()
+        self.api: subprocess.Popen[str] | None = None
+        self.api_port: int = api.api_port if api is not None else free_port()
+        if api is None:
+            self.api = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.fakeapi", str(self.nodes), str(self.api_port)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert self.api.stdout is not None and self.api.stdout.readline().strip() == "ready"
+        directory.mkdir(parents=True, exist_ok=True)
         config = directory / f"kubeconfig-{devices}"
         config.write_text(
             json.dumps(
@@ -266,11 +275,12 @@ class Run:
         return self.list_requests() - before
 
     def stop(self) -> None:
-        """Stop both processes."""
+        """Stop the exporter, and the fake API if this run started it."""
         self.exporter.terminate()
         self.exporter.wait(timeout=60)
-        self.api.terminate()
-        self.api.wait(timeout=60)
+        if self.api is not None:
+            self.api.terminate()
+            self.api.wait(timeout=60)
 
 
 def measure(
@@ -468,12 +478,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--exporter-args", default="", help="more options for the exporter, e.g. opt-in families"
     )
+    parser.add_argument(
+        "--watch-size",
+        type=int,
+        default=64000,
+        help="devices at which watch mode and sharding are measured (0: not measured)",
+    )
     args = parser.parse_args(argv)
+    from benchmarks import watching  # it measures with this module's Run
+
     results = []
+    watched: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as directory:
         for size in (int(s) for s in args.sizes.split(",")):
             results.append(measure(size, args.scrapes, Path(directory), args.exporter_args.split()))
             print(f"measured {results[-1]['devices']:,} devices", file=sys.stderr, flush=True)
+        if args.watch_size:
+            watched = watching.measure(args.watch_size, args.scrapes, Path(directory) / "watch")
+            print("measured watch mode and sharding", file=sys.stderr, flush=True)
     print(table(results))
     print()
     print(memory_table(results))
@@ -481,9 +503,15 @@ def main(argv: list[str] | None = None) -> int:
     print(series_table(results))
     print()
     checks = targets(results)
+    if watched is not None:
+        print(watching.table(watched))
+        print()
+        checks += watching.targets(watched)
     for name, ok in checks:
         print(f"- {'met' if ok else 'MISSED'}: {name}")
-    args.json.write_text(json.dumps({"results": results, "targets": dict(checks)}, indent=2) + "\n")
+    args.json.write_text(
+        json.dumps({"results": results, "watch": watched, "targets": dict(checks)}, indent=2) + "\n"
+    )
     plot(results, args.plot)
     return 1 if args.check and not all(ok for _, ok in checks) else 0
 
