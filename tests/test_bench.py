@@ -14,7 +14,10 @@ ROOT = Path(__file__).parent.parent
 
 
 def test_benchmark_smoke(tmp_path: Path) -> None:
-    """1,000 devices: the table, the JSON and the plot are written; list counts add up."""
+    """1,000 devices: the table, the JSON and the plot are written; list counts add up.
+
+    Watch mode and four shards are measured at that size too.
+    """
     result = subprocess.run(
         [
             sys.executable,
@@ -24,6 +27,8 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
             "1000",
             "--scrapes",
             "2",
+            "--watch-size",
+            "1000",
             "--json",
             str(tmp_path / "results.json"),
             "--plot",
@@ -43,3 +48,8 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert measured["lists_per_scrape"] == 3
     assert measured["lists_during_40_concurrent"] == 3
     assert (tmp_path / "results.png").read_bytes().startswith(b"\x89PNG")
+    watched = json.loads((tmp_path / "results.json").read_text())["watch"]
+    assert watched["devices"] == 1000
+    assert watched["watch_requests_per_scrape"] == 0
+    assert len(watched["shard_peak_rss_bytes"]) == 4
+    assert "At 1,000 devices (median scrape, seconds):" in result.stdout
