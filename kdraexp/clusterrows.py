@@ -7,7 +7,7 @@ allocate is counted again, and only their own cost rows and the rows of the pool
 made again: a change costs what it touches, not the size of the cluster.  Anything else changed
 (or the first time) makes every set again.
 
-Each family's sets are laid out in blocks (:data:`kdraexp.collection.Block`) that end after an
+Each family's sets are laid out in blocks (:data:`kdraexp.rows.Block`) that end after an
 owner chosen by its hash, so a writer keeps what it wrote for the blocks no change touched.
 """
 
