@@ -10,8 +10,9 @@ kind served under several versions (DeviceTaintRule) is listed at the newest the
 
 from __future__ import annotations
 
+import contextlib
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import msgspec
 from hyperlink import DecodedURL
@@ -222,7 +223,7 @@ class KubeListClient:
             handle(event.type or "", event.object)
 
         response, authorization = await self._open(kind, url, gzip=False)
-        try:
+        with self._read_failures(kind):
             if response.code == 401 and self._credentials.after_unauthorized(authorization):
                 await read_body(response, self._limits.body)  # drained, so the connection is reused
                 response, authorization = await self._open(kind, url, gzip=False)
@@ -231,15 +232,6 @@ class KubeListClient:
                 raise status_error(kind.plural, response.code, body)
             opened()
             await read_lines(response, self._limits.body, line)
-        except (CancelledError, ListError):
-            raise
-        except ResponseTooLarge as error:
-            raise ListError(kind.plural, Reason.TOO_LARGE, None, str(error), public=True) from None
-        except Exception as error:
-            if cancelled(Failure(error)):
-                raise CancelledError() from None
-            message = transport_message(error, self._server_name)
-            raise ListError(kind.plural, Reason.TRANSPORT, None, message) from None
 
     async def _get(
         self, kind: Kind, version: str, limit: int | None, token: str | None
@@ -257,9 +249,19 @@ class KubeListClient:
     async def _send(self, kind: Kind, url: DecodedURL) -> tuple[int, bytearray, str | None]:
         """One GET: the code, the body (bounded) and the Authorization it carried."""
         response, authorization = await self._open(kind, url, gzip=True)
-        try:
+        with self._read_failures(kind):
             body = await read_body(response, self._limits.body)
-        except CancelledError:
+        return response.code, body, authorization
+
+    @contextlib.contextmanager
+    def _read_failures(self, kind: Kind) -> Iterator[None]:
+        """A response whose reading fails: too large, or the transport's failure, in words.
+
+        A cancellation stays one, and a ListError (a Status, a decoding error) goes through.
+        """
+        try:
+            yield
+        except (CancelledError, ListError):
             raise
         except ResponseTooLarge as error:
             raise ListError(kind.plural, Reason.TOO_LARGE, None, str(error), public=True) from None
@@ -268,7 +270,6 @@ class KubeListClient:
                 raise CancelledError() from None
             message = transport_message(error, self._server_name)
             raise ListError(kind.plural, Reason.TRANSPORT, None, message) from None
-        return response.code, body, authorization
 
     async def _open(self, kind: Kind, url: DecodedURL, gzip: bool) -> tuple[IResponse, str | None]:
         """Send one authenticated GET; the response (its body not read) and its Authorization."""
