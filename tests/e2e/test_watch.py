@@ -67,6 +67,16 @@ def start(
     return Exporter(directory / "run", list(args), {"KUBECONFIG": str(config)})
 
 
+def listed(directory: Path, kube: Kube) -> set[str]:
+    """The samples an exporter in list mode writes now, started for this and stopped."""
+    listing = start(directory, kube, ADMIN_TOKEN)
+    try:
+        samples: set[str] = wait_until(lambda: metrics(listing), 30)
+        return samples
+    finally:
+        assert listing.stop() == 0
+
+
 @pytest.fixture(scope="module")
 def listing(
     kube: Kube, dra_objects: None, family_claims: object, tmp_path_factory: pytest.TempPathFactory
@@ -173,11 +183,7 @@ def test_restart_of_the_api_server(plane: ControlPlane, tmp_path: Path) -> None:
         ensure_namespace(kube, "after-restart")
         dataset.create_claim(kube, "after", "after-restart", [("node-b", "gpu-0")], ["p"])
         wait_until(lambda: _has(watching, 'resourceclaim_name="after"'), 60, "the new claim")
-        listing = start(tmp_path / "list", kube, ADMIN_TOKEN)
-        try:
-            assert wait_until(lambda: metrics(listing), 30) == metrics(watching)
-        finally:
-            assert listing.stop() == 0
+        assert listed(tmp_path / "list", kube) == metrics(watching)
     finally:
         assert watching.stop() == 0
 
@@ -212,11 +218,7 @@ def test_compaction_relists_without_loss(plane: ControlPlane, tmp_path: Path) ->
             'kube_dra_exporter_watch_relists_total{cause="expired",resource="resourceclaims"}'
             in telemetry
         )
-        listing = start(tmp_path / "list", kube, ADMIN_TOKEN)
-        try:
-            assert wait_until(lambda: metrics(listing), 30) == metrics(watching)
-        finally:
-            assert listing.stop() == 0
+        assert listed(tmp_path / "list", kube) == metrics(watching)
     finally:
         assert watching.stop() == 0
         proxy.close()
