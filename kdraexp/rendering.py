@@ -32,7 +32,7 @@ from kdraexp import exposition
 from kdraexp.collection import Collection
 from kdraexp.exposition import encode_family
 from kdraexp.family import Family, Row
-from kdraexp.rows import BLOCK_MASK, MAX_BLOCK_ROWS, Block, expand, rows_of
+from kdraexp.rows import BLOCK_MASK, LABELS, MAX_BLOCK_ROWS, Block, expand, rows_of
 from kdraexp.turns import Turns
 
 GZIP_LEVEL = 1
@@ -280,12 +280,9 @@ def _orderable(rows: list[Row], family: Family) -> bool:
     try:
         if any(map(width.__ne__, map(len, rows))):
             return False
-        return not _BEFORE_QUOTE.search("".join(itertools.chain.from_iterable(map(_LABELS, rows))))
+        return not _BEFORE_QUOTE.search("".join(itertools.chain.from_iterable(map(LABELS, rows))))
     except TypeError:  # a value not a string: the encoder says which
         return False
-
-
-_LABELS = operator.itemgetter(slice(0, -1))
 
 
 def _sort_key(family: Family) -> Callable[[Row], Any]:

@@ -27,7 +27,8 @@ BLOCK_OBJECTS = 1024
 MAX_BLOCK_ROWS = 4096
 """At most this many rows in a block of sorted rows."""
 
-_LABELS = operator.itemgetter(slice(0, -1))
+LABELS = operator.itemgetter(slice(0, -1))
+"""A row's label values (all but its value)."""
 
 
 def flatten(rows: Iterable[Row]) -> Flat:
@@ -35,7 +36,7 @@ def flatten(rows: Iterable[Row]) -> Flat:
     found = tuple(rows)
     if len(found) < 2:
         return found[0] if found else ()
-    if len(set(map(_LABELS, found))) == len(found):
+    if len(set(map(LABELS, found))) == len(found):
         return tuple(itertools.chain.from_iterable(found))  # no label set twice: in C
     seen: set[tuple[Any, ...]] = set()
     flat: list[Any] = []
