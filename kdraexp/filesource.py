@@ -21,9 +21,16 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.threads import deferToThread
 
 from kdraexp.files import read_regular
-from kdraexp.listing import KINDS, Kind, ListError, Reader, Reason, ShapeError
+from kdraexp.listing import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    KINDS,
+    Kind,
+    ListError,
+    Reader,
+    Reason,
+    ShapeError,
+)
 from kdraexp.singleflight import SingleFlight
-from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES
 from kdraexp.turns import feed
 
 try:

@@ -15,6 +15,8 @@ import msgspec
 from kdraexp import wire
 
 GROUP = "resource.k8s.io"
+DEFAULT_MAX_RESPONSE_BYTES = 256 * 2**20
+"""A list page of 500 ResourceSlices of 128 devices is about 60 MiB: four times that."""
 
 
 @attrs.frozen

@@ -23,15 +23,16 @@ from kdraexp.apiclient import KubeListClient
 from kdraexp.credentials import Credentials
 from kdraexp.filesource import FileSource
 from kdraexp.gather import Gatherer
-from kdraexp.httpsite import BoundedSite, HTTPStats
+from kdraexp.httpsite import BoundedSite
+from kdraexp.httpstats import HTTPStats
 from kdraexp.kubeconfig import ClusterConfig, redacted
-from kdraexp.listing import Source
+from kdraexp.listing import DEFAULT_MAX_RESPONSE_BYTES, Source
 from kdraexp.reaper import PERIOD, OrphanReaper
 from kdraexp.selection import Selection, select
 from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.sharding import Shard
 from kdraexp.tls import KubeTLSPolicy, trust_root
-from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES, EndpointFactory, Limits
+from kdraexp.transport import EndpointFactory, Limits
 from kdraexp.watching import WatchGatherer
 from kdraexp.watchstats import WatchStats
 from kdraexp.web import HANDLERS, ExporterApp, TelemetryApp

@@ -15,13 +15,12 @@ from twisted.python import usage
 from kdraexp import __version__, kubeconfig, listen, sharding
 from kdraexp.context import DEFAULT_DEVICE_CAPACITIES
 from kdraexp.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
-from kdraexp.listing import DEFAULT_RESOURCES
+from kdraexp.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES
 from kdraexp.quantity import QuantityError, parse_quantity
 from kdraexp.selection import SelectionError, select
 from kdraexp.service import Settings, build_service
 from kdraexp.sharding import Shard
 from kdraexp.tls import TLSConfigError
-from kdraexp.transport import DEFAULT_MAX_RESPONSE_BYTES
 
 
 def _seconds(option: str) -> Callable[[str], float]:

@@ -25,8 +25,8 @@ from twisted.web.http import PotentialDataLoss
 from twisted.web.iweb import IAgentEndpointFactory, IPolicyForHTTPS, IResponse
 from zope.interface import implementer
 
-DEFAULT_MAX_RESPONSE_BYTES = 256 * 2**20
-"""A list page of 500 ResourceSlices of 128 devices is about 60 MiB: four times that."""
+from kdraexp.listing import DEFAULT_MAX_RESPONSE_BYTES
+
 HEADER_LIMIT = 256 * 1024
 """Bytes of status line and headers a response may have."""
 INFLATE_PIECE = 2**20

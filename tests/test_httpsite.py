@@ -13,7 +13,8 @@ from twisted.web.pages import notFound
 from twisted.web.resource import Resource
 
 from kdraexp import httpsite
-from kdraexp.httpsite import HEADER_DEADLINE, BoundedChannel, BoundedSite, HTTPStats
+from kdraexp.httpsite import HEADER_DEADLINE, BoundedChannel, BoundedSite
+from kdraexp.httpstats import HTTPStats
 
 HANDLERS = {b"/healthz": "healthz"}
 
