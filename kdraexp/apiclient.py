@@ -28,7 +28,7 @@ from kdraexp import __version__, tls, wire
 from kdraexp.credentials import CredentialError, Credentials
 from kdraexp.listing import GROUP, PAGE, Kind, ListError, Reader, Reason, ShapeError
 from kdraexp.transport import Limits, ResponseTooLarge, cancelled, read_body, read_lines
-from kdraexp.turns import feed
+from kdraexp.util.turns import feed
 
 USER_AGENT = f"kdraexp/{__version__} (python {platform.python_version()})".encode()
 STATUS_REASONS = frozenset(

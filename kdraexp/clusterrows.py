@@ -22,7 +22,7 @@ from kdraexp.family import Family
 from kdraexp.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
 from kdraexp.problems import Problem, Problems
 from kdraexp.rows import Flat, block_ends, flatten, mask_for
-from kdraexp.turns import Turns
+from kdraexp.util.turns import Turns
 
 OWNERS_PER_TURN = 256
 

@@ -41,7 +41,7 @@ from kdraexp.problems import Problem, Problems
 from kdraexp.rows import BLOCK_OBJECTS, Block, Flat, block_ends, blocks, expand, flatten
 from kdraexp.selection import Selection
 from kdraexp.sharding import Part, Shard
-from kdraexp.turns import Turns
+from kdraexp.util.turns import Turns
 
 
 class Entry(msgspec.Struct, gc=False):

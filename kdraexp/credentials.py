@@ -22,10 +22,10 @@ from twisted.internet.ssl import PrivateCertificate
 from twisted.logger import Logger
 
 from kdraexp.execplugin import PluginError, run_plugin
-from kdraexp.files import read_regular
 from kdraexp.kubeconfig import ClusterConfig, ExecConfig
-from kdraexp.singleflight import SingleFlight
 from kdraexp.tls import TLSConfigError, client_certificate
+from kdraexp.util.files import read_regular
+from kdraexp.util.singleflight import SingleFlight
 
 log = Logger()
 

@@ -20,7 +20,6 @@ from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.threads import deferToThread
 
-from kdraexp.files import read_regular
 from kdraexp.listing import (
     DEFAULT_MAX_RESPONSE_BYTES,
     KINDS,
@@ -30,8 +29,9 @@ from kdraexp.listing import (
     Reason,
     ShapeError,
 )
-from kdraexp.singleflight import SingleFlight
-from kdraexp.turns import feed
+from kdraexp.util.files import read_regular
+from kdraexp.util.singleflight import SingleFlight
+from kdraexp.util.turns import feed
 
 try:
     _Loader: type[Any] = yaml.CSafeLoader

@@ -21,8 +21,8 @@ from kdraexp.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, Kind, ListError,
 from kdraexp.selection import Selection
 from kdraexp.selfmetrics import CollectionStats
 from kdraexp.sharding import Shard
-from kdraexp.singleflight import SingleFlight
-from kdraexp.turns import Turns
+from kdraexp.util.singleflight import SingleFlight
+from kdraexp.util.turns import Turns
 
 log = Logger()
 

@@ -16,7 +16,7 @@ import msgspec
 
 from kdraexp.family import GroupValues
 from kdraexp.problems import Problems
-from kdraexp.turns import Turns
+from kdraexp.util.turns import Turns
 
 Counters = tuple[tuple[str, dict[str, float]], ...]
 """(counter set, {counter: quantity}) pairs."""

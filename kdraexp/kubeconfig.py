@@ -18,7 +18,7 @@ import attrs
 import yaml
 from hyperlink import DecodedURL
 
-from kdraexp.files import read_regular
+from kdraexp.util.files import read_regular
 
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 

@@ -33,7 +33,7 @@ from kdraexp.collection import Collection
 from kdraexp.exposition import encode_family
 from kdraexp.family import Family, Row
 from kdraexp.rows import BLOCK_MASK, LABELS, MAX_BLOCK_ROWS, Block, expand, rows_of
-from kdraexp.turns import Turns
+from kdraexp.util.turns import Turns
 
 GZIP_LEVEL = 1
 """zlib level for gzip bodies: level 1 compresses a scrape about 27 to 1, at half the CPU of

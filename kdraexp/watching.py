@@ -36,8 +36,8 @@ from kdraexp.gather import FIRST, CollectionFailed
 from kdraexp.listing import DEVICE_CLASSES, RESOURCE_SLICES, Kind, ListError, Reason, ShapeError
 from kdraexp.selection import Selection
 from kdraexp.sharding import Shard
-from kdraexp.singleflight import SingleFlight
-from kdraexp.turns import Turns
+from kdraexp.util.singleflight import SingleFlight
+from kdraexp.util.turns import Turns
 from kdraexp.watchstats import WatchStats
 
 log = Logger()

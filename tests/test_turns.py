@@ -5,7 +5,7 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from kdraexp.turns import CHUNK, TURN, feed
+from kdraexp.util.turns import CHUNK, TURN, feed
 
 
 class BusyClock(Clock):
