@@ -24,9 +24,10 @@ from twisted.web.http import RESPONSES
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent, IResponse
 
-from kdraexp import __version__, tls, wire
+from kdraexp import __version__, tls
 from kdraexp.credentials import CredentialError, Credentials
-from kdraexp.listing import GROUP, PAGE, Kind, ListError, Reader, Reason, ShapeError
+from kdraexp.dra import wire
+from kdraexp.dra.listing import GROUP, PAGE, Kind, ListError, Reader, Reason, ShapeError
 from kdraexp.transport import Limits, ResponseTooLarge, cancelled, read_body, read_lines
 from kdraexp.util.turns import feed
 

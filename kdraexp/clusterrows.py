@@ -18,9 +18,9 @@ import operator
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
+from kdraexp.dra.problems import Problem, Problems
 from kdraexp.family import Family
 from kdraexp.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
-from kdraexp.problems import Problem, Problems
 from kdraexp.rows import Flat, block_ends, flatten, mask_for
 from kdraexp.util.turns import Turns
 

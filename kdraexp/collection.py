@@ -21,15 +21,12 @@ from typing import Any
 
 import msgspec
 
-from kdraexp import wire
-from kdraexp.classindex import ClassEntry, ClassIndex
 from kdraexp.clusterrows import ClusterRows, Laid
 from kdraexp.context import Context, Options
-from kdraexp.devicecel import Matcher
-from kdraexp.families import VIEWS
-from kdraexp.family import CLUSTER, Family, Row
-from kdraexp.index import ClaimFacts, ClusterIndex
-from kdraexp.listing import (
+from kdraexp.dra import wire
+from kdraexp.dra.classindex import ClassEntry, ClassIndex
+from kdraexp.dra.devicecel import Matcher
+from kdraexp.dra.listing import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
     RESOURCE_CLAIMS,
@@ -37,7 +34,10 @@ from kdraexp.listing import (
     Kind,
     ShapeError,
 )
-from kdraexp.problems import Problem, Problems
+from kdraexp.dra.problems import Problem, Problems
+from kdraexp.families import VIEWS
+from kdraexp.family import CLUSTER, Family, Row
+from kdraexp.index import ClaimFacts, ClusterIndex
 from kdraexp.rows import BLOCK_OBJECTS, Block, Flat, block_ends, blocks, expand, flatten
 from kdraexp.selection import Selection
 from kdraexp.sharding import Part, Shard

@@ -6,8 +6,8 @@ import re
 
 import attrs
 
-from kdraexp.classindex import ClassIndex
-from kdraexp.problems import Problems
+from kdraexp.dra.classindex import ClassIndex
+from kdraexp.dra.problems import Problems
 
 DEFAULT_DEVICE_CAPACITIES = r"(?!(.*/)?memorySlice[0-9]+$).*"
 """Every capacity but the placement-only ``memorySlice<N>`` of MIG devices."""

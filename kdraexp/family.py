@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import msgspec
 
-from kdraexp.listing import Kind
+from kdraexp.dra.listing import Kind
 
 
 class Stability(StrEnum):

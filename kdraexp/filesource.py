@@ -20,7 +20,7 @@ from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.threads import deferToThread
 
-from kdraexp.listing import (
+from kdraexp.dra.listing import (
     DEFAULT_MAX_RESPONSE_BYTES,
     KINDS,
     Kind,

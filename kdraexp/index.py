@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
+from kdraexp.dra.problems import Problems
 from kdraexp.family import GroupValues
-from kdraexp.problems import Problems
 from kdraexp.util.turns import Turns
 
 Counters = tuple[tuple[str, dict[str, float]], ...]

@@ -14,9 +14,9 @@ from twisted.python import usage
 
 from kdraexp import __version__, kubeconfig, listen, sharding
 from kdraexp.context import DEFAULT_DEVICE_CAPACITIES
+from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES
+from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
-from kdraexp.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES
-from kdraexp.quantity import QuantityError, parse_quantity
 from kdraexp.selection import SelectionError, select
 from kdraexp.service import Settings, build_service
 from kdraexp.sharding import Shard

@@ -25,7 +25,7 @@ from twisted.web.http import PotentialDataLoss
 from twisted.web.iweb import IAgentEndpointFactory, IPolicyForHTTPS, IResponse
 from zope.interface import implementer
 
-from kdraexp.listing import DEFAULT_MAX_RESPONSE_BYTES
+from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES
 
 HEADER_LIMIT = 256 * 1024
 """Bytes of status line and headers a response may have."""

@@ -18,8 +18,8 @@ from twisted.web.iweb import IRequest
 from zope.interface import implementer
 
 from kdraexp import exposition, rendering
+from kdraexp.dra.listing import ListError
 from kdraexp.gather import CollectionFailed, Gatherer
-from kdraexp.listing import ListError
 from kdraexp.watching import NotSynced, WatchGatherer
 
 LANDING_PAGE = b"""<!doctype html>

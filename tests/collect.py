@@ -11,9 +11,9 @@ from twisted.internet.defer import Deferred
 
 from kdraexp import exposition
 from kdraexp.collection import Collection, CollectionBuilder, KindReader, Store
-from kdraexp.devicecel import Matcher
+from kdraexp.dra.devicecel import Matcher
+from kdraexp.dra.listing import Kind, Source
 from kdraexp.gather import FIRST
-from kdraexp.listing import Kind, Source
 from kdraexp.selection import Selection, select
 from kdraexp.sharding import Shard
 from tests.conftest import result_of

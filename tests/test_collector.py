@@ -22,8 +22,8 @@ from prometheus_client.registry import CollectorRegistry
 from kdraexp import exposition
 from kdraexp.collection import Collection
 from kdraexp.collector import CollectionCollector
+from kdraexp.dra.listing import KINDS
 from kdraexp.families.deviceclass import class_created
-from kdraexp.listing import KINDS
 from kdraexp.selection import select
 from tests.collect import collect
 from tests.objects import classy, counters, gpu, new_claim, pool_slice, result

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kdraexp import devicecel
-from kdraexp.devicecel import device_paths
+from kdraexp.dra import devicecel
+from kdraexp.dra.devicecel import device_paths
 from tests.collect import collect, values
 from tests.objects import attributes, classy, device, gpu, pool_slice
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from kdraexp.dra.listing import RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families import FAMILIES
 from kdraexp.family import (
     CLUSTER,
@@ -16,7 +17,6 @@ from kdraexp.family import (
     Stability,
     family,
 )
-from kdraexp.listing import RESOURCE_CLAIMS, RESOURCE_SLICES
 
 GROUP = LabelGroup(("namespace", "resourceclaim_name"))
 

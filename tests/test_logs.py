@@ -8,7 +8,7 @@ import json
 from twisted.logger import Logger, LogLevel, globalLogPublisher
 
 from kdraexp import logs
-from kdraexp.listing import ListError
+from kdraexp.dra.listing import ListError
 
 
 def test_json_lines(monkeypatch: object) -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kdraexp.quantity import QuantityError, parse_quantity
+from kdraexp.dra.quantity import QuantityError, parse_quantity
 
 SUFFIXES: dict[str, int | Decimal] = {
     "Ki": 2**10,

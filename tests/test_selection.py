@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdraexp import devicecel
+from kdraexp.dra import devicecel
 from kdraexp.families import FAMILIES
 from kdraexp.selection import SelectionError, select
 

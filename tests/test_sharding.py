@@ -95,6 +95,6 @@ def test_ordinal_and_bounds() -> None:
 def _decoded(item: dict[str, object]) -> object:
     import msgspec
 
-    from kdraexp.listing import RESOURCE_SLICES
+    from kdraexp.dra.listing import RESOURCE_SLICES
 
     return RESOURCE_SLICES.decoder.decode(msgspec.json.encode(item))

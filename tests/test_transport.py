@@ -8,7 +8,7 @@ import json
 import pytest
 from twisted.internet.task import Clock
 
-from kdraexp.listing import DEVICE_CLASSES, ListError
+from kdraexp.dra.listing import DEVICE_CLASSES, ListError
 from kdraexp.transport import Limits
 from kdraexp.web import failure_line
 from tests.collect import fetch

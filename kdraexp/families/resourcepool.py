@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from kdraexp.dra.listing import RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.family import CLUSTER, Row, family
 from kdraexp.index import ClusterIndex
-from kdraexp.listing import RESOURCE_CLAIMS, RESOURCE_SLICES
 
 _POOL = ("driver", "pool")
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from kdraexp.quantity import QuantityError, parse_quantity_exact
+from kdraexp.dra.quantity import QuantityError, parse_quantity_exact
 
 try:
     from cel_expr_python import cel as _cel

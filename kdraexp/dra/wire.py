@@ -3,7 +3,7 @@
 Every other field is skipped by the decoder, and every field may be absent or null (1.34 sends
 ``"devices": null``).  Fields behind feature gates (taints, counters, consumed capacity, device
 status...) stay undecoded (``Raw``) or untyped here: a server of another release may send them in
-another shape, and one odd value must cost that value, not the page.  :mod:`kdraexp.gated` reads
+another shape, and one odd value must cost that value, not the page.  :mod:`kdraexp.dra.gated` reads
 them one at a time.
 
 A family that reads a field not named here gets nothing: add the field first.

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import attrs
 import msgspec
 
-from kdraexp import wire
+from kdraexp.dra import wire
 
 GROUP = "resource.k8s.io"
 DEFAULT_MAX_RESPONSE_BYTES = 256 * 2**20

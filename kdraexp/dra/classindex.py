@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from kdraexp.devicecel import CACHE_LIMIT, CompiledClass, DeviceFields, Matcher, union_paths
+from kdraexp.dra.devicecel import CACHE_LIMIT, CompiledClass, DeviceFields, Matcher, union_paths
 
 
 @attrs.frozen

@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from kdraexp.problems import Problems
-from kdraexp.quantity import QuantityError, parse_quantity
+from kdraexp.dra.problems import Problems
+from kdraexp.dra.quantity import QuantityError, parse_quantity
 
 TAINT_EFFECTS = frozenset({"None", "NoSchedule", "NoExecute"})
 """The effects a device taint may have; "Consumers must treat unknown effects like None"."""
