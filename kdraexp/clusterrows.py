@@ -19,8 +19,8 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from kdraexp.dra.problems import Problem, Problems
-from kdraexp.family import Family
-from kdraexp.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
+from kdraexp.families.family import Family
+from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
 from kdraexp.rows import Flat, block_ends, flatten, mask_for
 from kdraexp.util.turns import Turns
 

@@ -22,7 +22,6 @@ from typing import Any
 import msgspec
 
 from kdraexp.clusterrows import ClusterRows, Laid
-from kdraexp.context import Context, Options
 from kdraexp.dra import wire
 from kdraexp.dra.classindex import ClassEntry, ClassIndex
 from kdraexp.dra.devicecel import Matcher
@@ -36,10 +35,11 @@ from kdraexp.dra.listing import (
 )
 from kdraexp.dra.problems import Problem, Problems
 from kdraexp.families import VIEWS
-from kdraexp.family import CLUSTER, Family, Row
-from kdraexp.index import ClaimFacts, ClusterIndex
+from kdraexp.families.context import Context, Options
+from kdraexp.families.family import CLUSTER, Family, Row
+from kdraexp.families.index import ClaimFacts, ClusterIndex
+from kdraexp.families.selection import Selection
 from kdraexp.rows import BLOCK_OBJECTS, Block, Flat, block_ends, blocks, expand, flatten
-from kdraexp.selection import Selection
 from kdraexp.sharding import Part, Shard
 from kdraexp.util.turns import Turns
 

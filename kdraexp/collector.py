@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kdraexp.collection import Collection
-from kdraexp.family import Family
+from kdraexp.families.family import Family
 
 
 class CollectionCollector(Collector):

@@ -19,7 +19,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 from kdraexp.collection import Collection
-from kdraexp.family import Family, Row
+from kdraexp.families.family import Family, Row
 
 OPENMETRICS_EOF = b"# EOF\n"
 LINES_PER_CHUNK = 1024

@@ -18,7 +18,7 @@ from twisted.python.failure import Failure
 from kdraexp.collection import Collection, CollectionBuilder, Store
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, Kind, ListError, Reason, Source
-from kdraexp.selection import Selection
+from kdraexp.families.selection import Selection
 from kdraexp.selfmetrics import CollectionStats
 from kdraexp.sharding import Shard
 from kdraexp.util.singleflight import SingleFlight

@@ -31,7 +31,7 @@ from twisted.python.failure import Failure
 from kdraexp import exposition
 from kdraexp.collection import Collection
 from kdraexp.exposition import encode_family
-from kdraexp.family import Family, Row
+from kdraexp.families.family import Family, Row
 from kdraexp.rows import BLOCK_MASK, LABELS, MAX_BLOCK_ROWS, Block, expand, rows_of
 from kdraexp.util.turns import Turns
 

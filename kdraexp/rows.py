@@ -14,7 +14,7 @@ import operator
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
-from kdraexp.family import Row
+from kdraexp.families.family import Row
 
 Flat = tuple[Any, ...]
 """Rows of one family laid end to end in one tuple."""

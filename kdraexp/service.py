@@ -22,13 +22,13 @@ from kdraexp import __version__, listen
 from kdraexp.apiclient import KubeListClient
 from kdraexp.credentials import Credentials
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Source
+from kdraexp.families.selection import Selection, select
 from kdraexp.filesource import FileSource
 from kdraexp.gather import Gatherer
 from kdraexp.httpsite import BoundedSite
 from kdraexp.httpstats import HTTPStats
 from kdraexp.kubeconfig import ClusterConfig, redacted
 from kdraexp.reaper import PERIOD, OrphanReaper
-from kdraexp.selection import Selection, select
 from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.sharding import Shard
 from kdraexp.tls import KubeTLSPolicy, trust_root

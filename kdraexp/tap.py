@@ -13,11 +13,11 @@ from twisted.application.service import IService
 from twisted.python import usage
 
 from kdraexp import __version__, kubeconfig, listen, sharding
-from kdraexp.context import DEFAULT_DEVICE_CAPACITIES
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES
 from kdraexp.dra.quantity import QuantityError, parse_quantity
+from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES
+from kdraexp.families.selection import SelectionError, select
 from kdraexp.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
-from kdraexp.selection import SelectionError, select
 from kdraexp.service import Settings, build_service
 from kdraexp.sharding import Shard
 from kdraexp.tls import TLSConfigError

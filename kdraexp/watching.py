@@ -33,8 +33,8 @@ from kdraexp.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.dra import wire
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_SLICES, Kind, ListError, Reason, ShapeError
+from kdraexp.families.selection import Selection
 from kdraexp.gather import FIRST, CollectionFailed
-from kdraexp.selection import Selection
 from kdraexp.sharding import Shard
 from kdraexp.util.singleflight import SingleFlight
 from kdraexp.util.turns import Turns

@@ -13,8 +13,8 @@ from kdraexp import exposition
 from kdraexp.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import Kind, Source
+from kdraexp.families.selection import Selection, select
 from kdraexp.gather import FIRST
-from kdraexp.selection import Selection, select
 from kdraexp.sharding import Shard
 from tests.conftest import result_of
 

@@ -15,9 +15,9 @@ from twisted.python.failure import Failure
 
 from kdraexp.apiclient import KubeListClient
 from kdraexp.credentials import Credentials
+from kdraexp.families.selection import select
 from kdraexp.gather import Gatherer
 from kdraexp.kubeconfig import ClusterConfig
-from kdraexp.selection import select
 from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.transport import Limits
 from kdraexp.web import ExporterApp, TelemetryApp

@@ -24,7 +24,7 @@ from kdraexp.collection import Collection
 from kdraexp.collector import CollectionCollector
 from kdraexp.dra.listing import KINDS
 from kdraexp.families.deviceclass import class_created
-from kdraexp.selection import select
+from kdraexp.families.selection import select
 from tests.collect import collect
 from tests.objects import classy, counters, gpu, new_claim, pool_slice, result
 

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from kdraexp import exposition
 from kdraexp.collection import Collection
 from kdraexp.exposition import format_value
-from kdraexp.family import CLUSTER, family
+from kdraexp.families.family import CLUSTER, family
 
 TWO_LABELS = family(
     "kube_test_two_labels",

@@ -8,7 +8,7 @@ import pytest
 
 from kdraexp.dra.listing import RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families import FAMILIES
-from kdraexp.family import (
+from kdraexp.families.family import (
     CLUSTER,
     Family,
     LabelArityError,

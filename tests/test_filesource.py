@@ -13,9 +13,9 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.task import Clock
 
 from kdraexp.dra.listing import DEFAULT_RESOURCES, DEVICE_CLASSES, KINDS, RESOURCE_SLICES, ListError
+from kdraexp.families.selection import select
 from kdraexp.filesource import FileSource
 from kdraexp.gather import Gatherer
-from kdraexp.selection import select
 from kdraexp.selfmetrics import CollectionStats
 from kdraexp.web import failure_line
 from tests.collect import Recorder, fetch

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kdraexp.collection import Collection
-from kdraexp.selection import select
+from kdraexp.families.selection import select
 from tests.collect import collect, text
 from tests.objects import claim, device, resource_slice
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kdraexp.selection import select
+from kdraexp.families.selection import select
 from tests.collect import collect, labels, samples, values
 from tests.objects import (
     NVIDIA,

@@ -6,7 +6,7 @@ import pytest
 
 from kdraexp.dra import devicecel
 from kdraexp.families import FAMILIES
-from kdraexp.selection import SelectionError, select
+from kdraexp.families.selection import SelectionError, select
 
 
 def names(**flags: str) -> set[str]:

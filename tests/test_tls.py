@@ -14,9 +14,9 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred, gatherResults
 
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, ListError
+from kdraexp.families.selection import select
 from kdraexp.gather import CollectionFailed, Gatherer
 from kdraexp.kubeconfig import ClusterConfig, ExecConfig
-from kdraexp.selection import select
 from kdraexp.selfmetrics import CollectionStats
 from kdraexp.service import KubeClientService
 from tests.collect import Recorder

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from twisted.internet.task import Clock
 
+from kdraexp.families.selection import select
 from kdraexp.gather import CollectionFailed
-from kdraexp.selection import select
 from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.watching import IDLE, NotSynced, WatchGatherer
 from kdraexp.watchstats import WatchStats

@@ -2,6 +2,11 @@
 
 To add a family: declare it with ``@family(...)`` in the module of the kind it reads, and add it
 to that module's ``FAMILIES``; document it in docs/metrics.md (a test compares the two).
+Beside the kinds: the family declaration, the facts each kind contributes to the cluster index,
+and the selection by the command line's flags.
+
+Pure and synchronous. Imports :mod:`kdraexp.dra` and :mod:`kdraexp.util`; never the store, a
+source or the exposition.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from kdraexp.families import (
     resourcepool,
     resourceslice,
 )
-from kdraexp.family import Family
+from kdraexp.families.family import Family
 
 FAMILIES: tuple[Family, ...] = tuple(
     sorted(

@@ -6,11 +6,11 @@ import math
 import re
 from collections.abc import Iterator
 
-from kdraexp.context import Context
 from kdraexp.dra import gated, wire
 from kdraexp.dra.classindex import ClassEntry
 from kdraexp.dra.listing import DEVICE_CLASSES
-from kdraexp.family import Row, Stability, family
+from kdraexp.families.context import Context
+from kdraexp.families.family import Row, Stability, family
 
 HOURLY_COST_ANNOTATION = "hourly-cost"
 

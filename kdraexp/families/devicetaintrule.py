@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kdraexp.context import Context
 from kdraexp.dra import wire
 from kdraexp.dra.gated import TAINT_EFFECTS
 from kdraexp.dra.listing import DEVICE_TAINT_RULES
-from kdraexp.family import Row, family
-from kdraexp.index import RuleFacts
+from kdraexp.families.context import Context
+from kdraexp.families.family import Row, family
+from kdraexp.families.index import RuleFacts
 
 
 class TaintRuleView:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
-from kdraexp.context import Context
 from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from kdraexp.family import CLUSTER, LabelGroup, Row, Stability, family
-from kdraexp.index import ClaimFacts, ClusterIndex, ResultFacts
+from kdraexp.families.context import Context
+from kdraexp.families.family import CLUSTER, LabelGroup, Row, Stability, family
+from kdraexp.families.index import ClaimFacts, ClusterIndex, ResultFacts
 
 C = LabelGroup(("namespace", "resourceclaim_name"))
 """The claim labels every new claim family leads with."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kdraexp.dra.listing import RESOURCE_CLAIMS, RESOURCE_SLICES
-from kdraexp.family import CLUSTER, Row, family
-from kdraexp.index import ClusterIndex
+from kdraexp.families.family import CLUSTER, Row, family
+from kdraexp.families.index import ClusterIndex
 
 _POOL = ("driver", "pool")
 

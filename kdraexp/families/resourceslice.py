@@ -14,11 +14,11 @@ from typing import Any
 
 import msgspec
 
-from kdraexp.context import Context
 from kdraexp.dra import devicecel, gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from kdraexp.family import CLUSTER, LabelGroup, Row, Stability, family
-from kdraexp.index import ClusterIndex, DeviceFacts, SliceFacts
+from kdraexp.families.context import Context
+from kdraexp.families.family import CLUSTER, LabelGroup, Row, Stability, family
+from kdraexp.families.index import ClusterIndex, DeviceFacts, SliceFacts
 
 D = LabelGroup(("resourceslice_name", "driver", "pool", "device_name", "node_name"))
 """The device labels every device family leads with."""

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 
 from kdraexp.dra.problems import Problems
-from kdraexp.family import GroupValues
+from kdraexp.families.family import GroupValues
 from kdraexp.util.turns import Turns
 
 Counters = tuple[tuple[str, dict[str, float]], ...]

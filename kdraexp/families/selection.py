@@ -12,11 +12,11 @@ import re
 
 import attrs
 
-from kdraexp.context import DEFAULT_DEVICE_CAPACITIES, DeviceAttribute, Options
 from kdraexp.dra import devicecel
 from kdraexp.dra.listing import BY_PLURAL, DEFAULT_RESOURCES, KINDS, Kind
 from kdraexp.families import DEVICE_CLASS, DEVICE_INFO, FAMILIES
-from kdraexp.family import Family
+from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES, DeviceAttribute, Options
+from kdraexp.families.family import Family
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 _DOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
