@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kdraexp.collection import Collection
 from kdraexp.families.family import Family
+from kdraexp.store.collection import Collection
 
 
 class CollectionCollector(Collector):

@@ -18,8 +18,8 @@ from decimal import Decimal
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
-from kdraexp.collection import Collection
 from kdraexp.families.family import Family, Row
+from kdraexp.store.collection import Collection
 
 OPENMETRICS_EOF = b"# EOF\n"
 LINES_PER_CHUNK = 1024

@@ -15,12 +15,12 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from kdraexp.collection import Collection, CollectionBuilder, Store
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, Kind, ListError, Reason, Source
 from kdraexp.families.selection import Selection
 from kdraexp.selfmetrics import CollectionStats
-from kdraexp.sharding import Shard
+from kdraexp.store.collection import Collection, CollectionBuilder, Store
+from kdraexp.store.sharding import Shard
 from kdraexp.util.singleflight import SingleFlight
 from kdraexp.util.turns import Turns
 

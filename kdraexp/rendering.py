@@ -2,11 +2,11 @@
 
 A family's rows change only when a list it reads changes (:meth:`Collection.key`), so its text is
 kept deflated and every later scrape sends the same bytes.  When its rows change, only the blocks
-of rows a change touched (:mod:`kdraexp.rows`) are written again: each block is deflated on its
-own as a raw deflate stream ending with a sync flush, so blocks and families follow one another.
-The gzip body is one gzip member: its header, every family's blocks, the scrape's own tail (the
-exporter's metrics) with the final block, and the trailer, whose CRC-32 is combined from the
-blocks' without their text.  A plain body inflates the same blocks as it is written.
+of rows a change touched (:mod:`kdraexp.store.rows`) are written again: each block is deflated on
+its own as a raw deflate stream ending with a sync flush, so blocks and families follow one
+another.  The gzip body is one gzip member: its header, every family's blocks, the scrape's own
+tail (the exporter's metrics) with the final block, and the trailer, whose CRC-32 is combined
+from the blocks' without their text.  A plain body inflates the same blocks as it is written.
 
 Nothing is written at once: a body is a sequence of pieces of at most :data:`PIECE` bytes, made as
 the connection drains, so forty concurrent scrapes hold forty pieces, not forty bodies.
@@ -29,10 +29,10 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
 from kdraexp import exposition
-from kdraexp.collection import Collection
 from kdraexp.exposition import encode_family
 from kdraexp.families.family import Family, Row
-from kdraexp.rows import BLOCK_MASK, LABELS, MAX_BLOCK_ROWS, Block, expand, rows_of
+from kdraexp.store.collection import Collection
+from kdraexp.store.rows import BLOCK_MASK, LABELS, MAX_BLOCK_ROWS, Block, expand, rows_of
 from kdraexp.util.turns import Turns
 
 GZIP_LEVEL = 1

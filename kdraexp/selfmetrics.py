@@ -12,7 +12,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from kdraexp import __version__
-from kdraexp.sharding import Shard
+from kdraexp.store.sharding import Shard
 
 
 class CollectionStats(Collector):

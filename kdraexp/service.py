@@ -30,7 +30,7 @@ from kdraexp.httpstats import HTTPStats
 from kdraexp.kubeconfig import ClusterConfig, redacted
 from kdraexp.reaper import PERIOD, OrphanReaper
 from kdraexp.selfmetrics import CollectionStats, registry
-from kdraexp.sharding import Shard
+from kdraexp.store.sharding import Shard
 from kdraexp.tls import KubeTLSPolicy, trust_root
 from kdraexp.transport import EndpointFactory, Limits
 from kdraexp.watching import WatchGatherer

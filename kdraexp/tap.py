@@ -12,14 +12,15 @@ from typing import Any
 from twisted.application.service import IService
 from twisted.python import usage
 
-from kdraexp import __version__, kubeconfig, listen, sharding
+from kdraexp import __version__, kubeconfig, listen
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES
 from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES
 from kdraexp.families.selection import SelectionError, select
 from kdraexp.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
 from kdraexp.service import Settings, build_service
-from kdraexp.sharding import Shard
+from kdraexp.store import sharding
+from kdraexp.store.sharding import Shard
 from kdraexp.tls import TLSConfigError
 
 

@@ -10,12 +10,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet.defer import Deferred
 
 from kdraexp import exposition
-from kdraexp.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import Kind, Source
 from kdraexp.families.selection import Selection, select
 from kdraexp.gather import FIRST
-from kdraexp.sharding import Shard
+from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
+from kdraexp.store.sharding import Shard
 from tests.conftest import result_of
 
 

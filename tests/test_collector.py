@@ -20,11 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from kdraexp import exposition
-from kdraexp.collection import Collection
 from kdraexp.collector import CollectionCollector
 from kdraexp.dra.listing import KINDS
 from kdraexp.families.deviceclass import class_created
 from kdraexp.families.selection import select
+from kdraexp.store.collection import Collection
 from tests.collect import collect
 from tests.objects import classy, counters, gpu, new_claim, pool_slice, result
 

@@ -14,9 +14,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from kdraexp import exposition
-from kdraexp.collection import Collection
 from kdraexp.exposition import format_value
 from kdraexp.families.family import CLUSTER, family
+from kdraexp.store.collection import Collection
 
 TWO_LABELS = family(
     "kube_test_two_labels",

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kdraexp.collection import Collection
 from kdraexp.families.selection import select
+from kdraexp.store.collection import Collection
 from tests.collect import collect, text
 from tests.objects import claim, device, resource_slice
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kdraexp.collection import Collection
+from kdraexp.store.collection import Collection
 from tests.collect import collect, values
 from tests.objects import gpu, new_claim, pool_slice, result
 from tests.test_resourceslice_families import dynamic_mig

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from benchmarks.cluster import cluster, node_name
-from kdraexp.collection import Collection
-from kdraexp.sharding import Part, Shard, ordinal
+from kdraexp.store.collection import Collection
+from kdraexp.store.sharding import Part, Shard, ordinal
 from tests.collect import collect, samples
 from tests.test_filesource import EXAMPLE
 

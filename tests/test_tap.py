@@ -14,7 +14,7 @@ from zope.interface.verify import verifyObject
 from kdraexp.httpsite import BoundedSite
 from kdraexp.kubeconfig import ClusterConfig
 from kdraexp.service import KubeClientService, ListeningService, Settings, build_service
-from kdraexp.sharding import Shard
+from kdraexp.store.sharding import Shard
 from kdraexp.tap import Options
 
 

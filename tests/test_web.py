@@ -207,7 +207,7 @@ def test_collections_released_after_scrape(exporter: Exporter) -> None:
     """
     import gc
 
-    from kdraexp.collection import Collection
+    from kdraexp.store.collection import Collection
 
     seed(exporter)
     for _ in range(3):

@@ -4,12 +4,12 @@ A collection lists every object, as the original does, but an object whose ``res
 has not changed since the last collection keeps the rows it gave then: in a cluster where little
 changes between scrapes, a scrape costs the lists and their decoding, not the families.  Rows are
 kept per object (kube-state-metrics' model); the families that need every object at once (pools,
-device states, cost) are made again for what changed (:mod:`kdraexp.clusterrows`).
+device states, cost) are made again for what changed (:mod:`kdraexp.store.clusterrows`).
 
 Each family's output has a *key*, the versions of the lists it reads: equal keys, equal rows, so
-a writer may reuse what it wrote for that key; and its rows come in blocks (:mod:`kdraexp.rows`),
-so a writer may reuse what it wrote for the blocks a change did not touch
-(:mod:`kdraexp.rendering` keeps both compressed).
+a writer may reuse what it wrote for that key; and its rows come in blocks
+(:mod:`kdraexp.store.rows`), so a writer may reuse what it wrote for the blocks a change did not
+touch (:mod:`kdraexp.rendering` keeps both compressed).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Any
 
 import msgspec
 
-from kdraexp.clusterrows import ClusterRows, Laid
 from kdraexp.dra import wire
 from kdraexp.dra.classindex import ClassEntry, ClassIndex
 from kdraexp.dra.devicecel import Matcher
@@ -39,8 +38,9 @@ from kdraexp.families.context import Context, Options
 from kdraexp.families.family import CLUSTER, Family, Row
 from kdraexp.families.index import ClaimFacts, ClusterIndex
 from kdraexp.families.selection import Selection
-from kdraexp.rows import BLOCK_OBJECTS, Block, Flat, block_ends, blocks, expand, flatten
-from kdraexp.sharding import Part, Shard
+from kdraexp.store.clusterrows import ClusterRows, Laid
+from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, block_ends, blocks, expand, flatten
+from kdraexp.store.sharding import Part, Shard
 from kdraexp.util.turns import Turns
 
 

@@ -7,7 +7,7 @@ allocate is counted again, and only their own cost rows and the rows of the pool
 made again: a change costs what it touches, not the size of the cluster.  Anything else changed
 (or the first time) makes every set again.
 
-Each family's sets are laid out in blocks (:data:`kdraexp.rows.Block`) that end after an
+Each family's sets are laid out in blocks (:data:`kdraexp.store.rows.Block`) that end after an
 owner chosen by its hash, so a writer keeps what it wrote for the blocks no change touched.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 from kdraexp.dra.problems import Problem, Problems
 from kdraexp.families.family import Family
 from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
-from kdraexp.rows import Flat, block_ends, flatten, mask_for
+from kdraexp.store.rows import Flat, block_ends, flatten, mask_for
 from kdraexp.util.turns import Turns
 
 OWNERS_PER_TURN = 256
@@ -50,7 +50,7 @@ class Laid:
         self.mask = mask
         """Kept while the owners' rows change, so that the blocks they did not touch stay."""
         self.ends = block_ends(owners, len(self.flats), mask)
-        """Where the family's blocks end (see :mod:`kdraexp.rows`)."""
+        """Where the family's blocks end (see :mod:`kdraexp.store.rows`)."""
 
 
 class ClusterRows:
