@@ -19,20 +19,20 @@ from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from kdraexp import __version__, listen
-from kdraexp.apiclient import KubeListClient
-from kdraexp.credentials import Credentials
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Source
 from kdraexp.families.selection import Selection, select
 from kdraexp.filesource import FileSource
 from kdraexp.gather import Gatherer
 from kdraexp.httpsite import BoundedSite
 from kdraexp.httpstats import HTTPStats
-from kdraexp.kubeconfig import ClusterConfig, redacted
+from kdraexp.kube.client import KubeListClient
+from kdraexp.kube.credentials import Credentials
+from kdraexp.kube.kubeconfig import ClusterConfig, redacted
+from kdraexp.kube.tls import KubeTLSPolicy, trust_root
+from kdraexp.kube.transport import EndpointFactory, Limits
 from kdraexp.reaper import PERIOD, OrphanReaper
 from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.store.sharding import Shard
-from kdraexp.tls import KubeTLSPolicy, trust_root
-from kdraexp.transport import EndpointFactory, Limits
 from kdraexp.watching import WatchGatherer
 from kdraexp.watchstats import WatchStats
 from kdraexp.web import HANDLERS, ExporterApp, TelemetryApp

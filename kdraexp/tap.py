@@ -12,16 +12,17 @@ from typing import Any
 from twisted.application.service import IService
 from twisted.python import usage
 
-from kdraexp import __version__, kubeconfig, listen
+from kdraexp import __version__, listen
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES
 from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES
 from kdraexp.families.selection import SelectionError, select
-from kdraexp.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
+from kdraexp.kube import kubeconfig
+from kdraexp.kube.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
+from kdraexp.kube.tls import TLSConfigError
 from kdraexp.service import Settings, build_service
 from kdraexp.store import sharding
 from kdraexp.store.sharding import Shard
-from kdraexp.tls import TLSConfigError
 
 
 def _seconds(option: str) -> Callable[[str], float]:

@@ -28,12 +28,12 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
-from kdraexp.apiclient import KubeListClient, status_error
 from kdraexp.dra import wire
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_SLICES, Kind, ListError, Reason, ShapeError
 from kdraexp.families.selection import Selection
 from kdraexp.gather import FIRST, CollectionFailed
+from kdraexp.kube.client import KubeListClient, status_error
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.store.sharding import Shard
 from kdraexp.util.singleflight import SingleFlight

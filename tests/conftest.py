@@ -13,13 +13,13 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from kdraexp.apiclient import KubeListClient
-from kdraexp.credentials import Credentials
 from kdraexp.families.selection import select
 from kdraexp.gather import Gatherer
-from kdraexp.kubeconfig import ClusterConfig
+from kdraexp.kube.client import KubeListClient
+from kdraexp.kube.credentials import Credentials
+from kdraexp.kube.kubeconfig import ClusterConfig
+from kdraexp.kube.transport import Limits
 from kdraexp.selfmetrics import CollectionStats, registry
-from kdraexp.transport import Limits
 from kdraexp.web import ExporterApp, TelemetryApp
 from tests import tools
 from tests.fakeapi import FakeKubeAPI

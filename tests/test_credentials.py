@@ -10,8 +10,13 @@ import pytest
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
-from kdraexp.credentials import TOKEN_LIMIT, CredentialError, Credentials, parse_exec_credential
-from kdraexp.kubeconfig import ClusterConfig, ExecConfig
+from kdraexp.kube.credentials import (
+    TOKEN_LIMIT,
+    CredentialError,
+    Credentials,
+    parse_exec_credential,
+)
+from kdraexp.kube.kubeconfig import ClusterConfig, ExecConfig
 from tests.conftest import failure_of, result_of
 
 EXEC = ExecConfig(command="creds", api_version="client.authentication.k8s.io/v1")

@@ -16,7 +16,7 @@ import yaml
 from twisted.internet import reactor
 from twisted.internet.defer import CancelledError, Deferred
 
-from kdraexp.execplugin import MESSAGE_LIMIT, STDOUT_LIMIT, PluginError, run_plugin
+from kdraexp.kube.execplugin import MESSAGE_LIMIT, STDOUT_LIMIT, PluginError, run_plugin
 from tests.processes import free_port, get, kdraexp, stop, wait_for
 from tests.tlsapi import serve
 

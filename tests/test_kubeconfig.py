@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kdraexp.kubeconfig import ConfigError, load, redacted
+from kdraexp.kube.kubeconfig import ConfigError, load, redacted
 
 
 def write(path: Path, document: dict[str, Any]) -> Path:

@@ -12,7 +12,7 @@ from twisted.plugin import IPlugin, getPlugins
 from zope.interface.verify import verifyObject
 
 from kdraexp.httpsite import BoundedSite
-from kdraexp.kubeconfig import ClusterConfig
+from kdraexp.kube.kubeconfig import ClusterConfig
 from kdraexp.service import KubeClientService, ListeningService, Settings, build_service
 from kdraexp.store.sharding import Shard
 from kdraexp.tap import Options

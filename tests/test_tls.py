@@ -16,7 +16,7 @@ from twisted.internet.defer import Deferred, gatherResults
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, ListError
 from kdraexp.families.selection import select
 from kdraexp.gather import CollectionFailed, Gatherer
-from kdraexp.kubeconfig import ClusterConfig, ExecConfig
+from kdraexp.kube.kubeconfig import ClusterConfig, ExecConfig
 from kdraexp.selfmetrics import CollectionStats
 from kdraexp.service import KubeClientService
 from tests.collect import Recorder

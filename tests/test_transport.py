@@ -9,7 +9,7 @@ import pytest
 from twisted.internet.task import Clock
 
 from kdraexp.dra.listing import DEVICE_CLASSES, ListError
-from kdraexp.transport import Limits
+from kdraexp.kube.transport import Limits
 from kdraexp.web import failure_line
 from tests.collect import fetch
 from tests.conftest import Exporter, failure_of, in_memory_client, result_of

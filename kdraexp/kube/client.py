@@ -24,11 +24,12 @@ from twisted.web.http import RESPONSES
 from twisted.web.http_headers import Headers
 from twisted.web.iweb import IAgent, IResponse
 
-from kdraexp import __version__, tls
-from kdraexp.credentials import CredentialError, Credentials
+from kdraexp import __version__
 from kdraexp.dra import wire
 from kdraexp.dra.listing import GROUP, PAGE, Kind, ListError, Reader, Reason, ShapeError
-from kdraexp.transport import Limits, ResponseTooLarge, cancelled, read_body, read_lines
+from kdraexp.kube import tls
+from kdraexp.kube.credentials import CredentialError, Credentials
+from kdraexp.kube.transport import Limits, ResponseTooLarge, cancelled, read_body, read_lines
 from kdraexp.util.turns import feed
 
 USER_AGENT = f"kdraexp/{__version__} (python {platform.python_version()})".encode()

@@ -21,9 +21,9 @@ from twisted.internet.interfaces import IReactorProcess, IReactorTime
 from twisted.internet.ssl import PrivateCertificate
 from twisted.logger import Logger
 
-from kdraexp.execplugin import PluginError, run_plugin
-from kdraexp.kubeconfig import ClusterConfig, ExecConfig
-from kdraexp.tls import TLSConfigError, client_certificate
+from kdraexp.kube.execplugin import PluginError, run_plugin
+from kdraexp.kube.kubeconfig import ClusterConfig, ExecConfig
+from kdraexp.kube.tls import TLSConfigError, client_certificate
 from kdraexp.util.files import read_regular
 from kdraexp.util.singleflight import SingleFlight
 
