@@ -17,8 +17,9 @@ from twisted.internet.interfaces import IConsumer, IPushProducer, IReactorTime
 from twisted.web.iweb import IRequest
 from zope.interface import implementer
 
-from kdraexp import exposition, rendering
 from kdraexp.dra.listing import ListError
+from kdraexp.exposition import rendering
+from kdraexp.exposition import text as exposition
 from kdraexp.gather import CollectionFailed, Gatherer
 from kdraexp.watching import NotSynced, WatchGatherer
 

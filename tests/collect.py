@@ -9,9 +9,9 @@ import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet.defer import Deferred
 
-from kdraexp import exposition
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import Kind, Source
+from kdraexp.exposition import text as exposition
 from kdraexp.families.selection import Selection, select
 from kdraexp.gather import FIRST
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kdraexp import exposition
+from kdraexp.exposition import text as exposition
 from kdraexp.families import index
 from kdraexp.store.collection import Store
 from tests.collect import collect

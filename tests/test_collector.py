@@ -19,9 +19,9 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from kdraexp import exposition
-from kdraexp.collector import CollectionCollector
 from kdraexp.dra.listing import KINDS
+from kdraexp.exposition import text as exposition
+from kdraexp.exposition.collector import CollectionCollector
 from kdraexp.families.deviceclass import class_created
 from kdraexp.families.selection import select
 from kdraexp.store.collection import Collection

@@ -13,8 +13,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from kdraexp import exposition
-from kdraexp.exposition import format_value
+from kdraexp.exposition import text as exposition
+from kdraexp.exposition.text import format_value
 from kdraexp.families.family import CLUSTER, family
 from kdraexp.store.collection import Collection
 

@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
-from kdraexp import exposition, rendering
+from kdraexp.exposition import rendering
+from kdraexp.exposition import text as exposition
+from kdraexp.exposition.rendering import Renderer, Segment, crc32_combine
 from kdraexp.families.deviceclass import class_created, class_hourly_cost
 from kdraexp.families.resourceclaim import allocated_device
-from kdraexp.rendering import Renderer, Segment, crc32_combine
 from kdraexp.store.collection import Collection, Store
 from tests.collect import collect
 from tests.conftest import result_of

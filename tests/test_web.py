@@ -219,7 +219,7 @@ def test_collections_released_after_scrape(exporter: Exporter) -> None:
 @given(st.lists(st.sampled_from([0, 1, 300, 65535, 65536, 65537, 200_000]), max_size=12))
 def test_pieces_cut_and_joined(sizes: list[int]) -> None:
     """A body goes out in pieces of at most 64 KiB, small ones (blocks) joined, nothing lost."""
-    from kdraexp import rendering
+    from kdraexp.exposition import rendering
     from kdraexp.web import _cut
 
     parts = [bytes([index % 251]) * size for index, size in enumerate(sizes)]

@@ -9,7 +9,7 @@ device states, cost) are made again for what changed (:mod:`kdraexp.store.cluste
 Each family's output has a *key*, the versions of the lists it reads: equal keys, equal rows, so
 a writer may reuse what it wrote for that key; and its rows come in blocks
 (:mod:`kdraexp.store.rows`), so a writer may reuse what it wrote for the blocks a change did not
-touch (:mod:`kdraexp.rendering` keeps both compressed).
+touch (:mod:`kdraexp.exposition.rendering` keeps both compressed).
 """
 
 from __future__ import annotations

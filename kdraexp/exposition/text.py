@@ -1,12 +1,12 @@
 """The text of a scrape: the DRA families, the exporter's own metrics, content negotiation.
 
 The DRA families are written by a direct encoder (about ten times faster than building
-prometheus_client families for hundreds of thousands of samples; :mod:`kdraexp.collector` offers
-the same rows as a prometheus_client Collector, and a test proves both write the same samples).
-The original's seven families come out as the Go original writes them, byte for byte: families
-sorted by name, samples sorted by labels, labels in alphabetical order, values in Go's shortest
-format (``1``, ``2.5``, ``1.073741824e+09``).  The exporter's own metrics are small and go
-through prometheus_client's encoders.
+prometheus_client families for hundreds of thousands of samples;
+:mod:`kdraexp.exposition.collector` offers the same rows as a prometheus_client Collector, and a
+test proves both write the same samples). The original's seven families come out as the Go
+original writes them, byte for byte: families sorted by name, samples sorted by labels, labels in
+alphabetical order, values in Go's shortest format (``1``, ``2.5``, ``1.073741824e+09``).  The
+exporter's own metrics are small and go through prometheus_client's encoders.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A finished collection as a prometheus_client Collector, for code that embeds kdraexp.
 
-``/metrics`` is written by the direct encoder (:mod:`kdraexp.exposition`), which is about ten
+``/metrics`` is written by the direct encoder (:mod:`kdraexp.exposition.text`), which is about ten
 times faster; this Collector yields the same rows as prometheus_client metric families, so a
 collection can be registered in any ``CollectorRegistry`` and written by prometheus_client's own
 encoders.  A test proves both write the same samples, for every family.

@@ -28,8 +28,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
-from kdraexp import exposition
-from kdraexp.exposition import encode_family
+from kdraexp.exposition import text as exposition
+from kdraexp.exposition.text import encode_family
 from kdraexp.families.family import Family, Row
 from kdraexp.store.collection import Collection
 from kdraexp.store.rows import BLOCK_MASK, LABELS, MAX_BLOCK_ROWS, Block, expand, rows_of
