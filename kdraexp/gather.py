@@ -18,9 +18,9 @@ from twisted.python.failure import Failure
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, Kind, ListError, Reason, Source
 from kdraexp.families.selection import Selection
-from kdraexp.selfmetrics import CollectionStats
 from kdraexp.store.collection import Collection, CollectionBuilder, Store
 from kdraexp.store.sharding import Shard
+from kdraexp.telemetry.selfmetrics import CollectionStats
 from kdraexp.util.singleflight import SingleFlight
 from kdraexp.util.turns import Turns
 

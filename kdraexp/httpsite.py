@@ -6,7 +6,7 @@ past that, a new connection replaces the oldest one that is not in the middle of
 or still sending headers), so a flood of slow clients cannot keep a probe of ``/healthz`` out.
 A request with a body is answered 413 as soon as its headers are read: no route takes a body,
 and Twisted would otherwise spool it to a temporary file.  Each finished request is counted
-by handler and code (:mod:`kdraexp.httpstats`) and logged at debug level, not info: a scrape
+by handler and code (:mod:`kdraexp.telemetry.http`) and logged at debug level, not info: a scrape
 every fifteen seconds is not news.
 """
 
@@ -23,7 +23,7 @@ from twisted.web.http import HTTPChannel
 from twisted.web.resource import IResource
 from twisted.web.server import Request, Site
 
-from kdraexp.httpstats import HTTPStats
+from kdraexp.telemetry.http import HTTPStats
 
 log = Logger()
 

@@ -24,17 +24,17 @@ from kdraexp.families.selection import Selection, select
 from kdraexp.filesource import FileSource
 from kdraexp.gather import Gatherer
 from kdraexp.httpsite import BoundedSite
-from kdraexp.httpstats import HTTPStats
 from kdraexp.kube.client import KubeListClient
 from kdraexp.kube.credentials import Credentials
 from kdraexp.kube.kubeconfig import ClusterConfig, redacted
 from kdraexp.kube.tls import KubeTLSPolicy, trust_root
 from kdraexp.kube.transport import EndpointFactory, Limits
 from kdraexp.reaper import PERIOD, OrphanReaper
-from kdraexp.selfmetrics import CollectionStats, registry
 from kdraexp.store.sharding import Shard
+from kdraexp.telemetry.http import HTTPStats
+from kdraexp.telemetry.selfmetrics import CollectionStats, registry
+from kdraexp.telemetry.watchstats import WatchStats
 from kdraexp.watching import WatchGatherer
-from kdraexp.watchstats import WatchStats
 from kdraexp.web import HANDLERS, ExporterApp, TelemetryApp
 
 log = Logger()

@@ -36,9 +36,9 @@ from kdraexp.gather import FIRST, CollectionFailed
 from kdraexp.kube.client import KubeListClient, status_error
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.store.sharding import Shard
+from kdraexp.telemetry.watchstats import WatchStats
 from kdraexp.util.singleflight import SingleFlight
 from kdraexp.util.turns import Turns
-from kdraexp.watchstats import WatchStats
 
 log = Logger()
 

@@ -16,7 +16,7 @@ from kdraexp.dra.listing import DEFAULT_RESOURCES, DEVICE_CLASSES, KINDS, RESOUR
 from kdraexp.families.selection import select
 from kdraexp.filesource import FileSource
 from kdraexp.gather import Gatherer
-from kdraexp.selfmetrics import CollectionStats
+from kdraexp.telemetry.selfmetrics import CollectionStats
 from kdraexp.web import failure_line
 from tests.collect import Recorder, fetch
 from tests.conftest import failure_of, result_of

@@ -14,7 +14,7 @@ from twisted.web.resource import Resource
 
 from kdraexp import httpsite
 from kdraexp.httpsite import HEADER_DEADLINE, BoundedChannel, BoundedSite
-from kdraexp.httpstats import HTTPStats
+from kdraexp.telemetry.http import HTTPStats
 
 HANDLERS = {b"/healthz": "healthz"}
 

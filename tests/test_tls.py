@@ -17,8 +17,8 @@ from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, ListError
 from kdraexp.families.selection import select
 from kdraexp.gather import CollectionFailed, Gatherer
 from kdraexp.kube.kubeconfig import ClusterConfig, ExecConfig
-from kdraexp.selfmetrics import CollectionStats
 from kdraexp.service import KubeClientService
+from kdraexp.telemetry.selfmetrics import CollectionStats
 from tests.collect import Recorder
 from tests.objects import device_class
 from tests.tlsapi import TLSAPI, serve

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from kdraexp.selfmetrics import CollectionStats
+from kdraexp.telemetry.selfmetrics import CollectionStats
 
 
 class WatchStats(Collector):
