@@ -21,8 +21,6 @@ from twisted.web.client import Agent, HTTPConnectionPool
 from kdraexp import __version__, listen
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Source
 from kdraexp.families.selection import Selection, select
-from kdraexp.filesource import FileSource
-from kdraexp.gather import Gatherer
 from kdraexp.httpsite import BoundedSite
 from kdraexp.kube.client import KubeListClient
 from kdraexp.kube.credentials import Credentials
@@ -30,11 +28,13 @@ from kdraexp.kube.kubeconfig import ClusterConfig, redacted
 from kdraexp.kube.tls import KubeTLSPolicy, trust_root
 from kdraexp.kube.transport import EndpointFactory, Limits
 from kdraexp.reaper import PERIOD, OrphanReaper
+from kdraexp.sources.file import FileSource
+from kdraexp.sources.gather import Gatherer
+from kdraexp.sources.watch import WatchGatherer
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.http import HTTPStats
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
 from kdraexp.telemetry.watchstats import WatchStats
-from kdraexp.watching import WatchGatherer
 from kdraexp.web import HANDLERS, ExporterApp, TelemetryApp
 
 log = Logger()

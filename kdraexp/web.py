@@ -20,8 +20,8 @@ from zope.interface import implementer
 from kdraexp.dra.listing import ListError
 from kdraexp.exposition import rendering
 from kdraexp.exposition import text as exposition
-from kdraexp.gather import CollectionFailed, Gatherer
-from kdraexp.watching import NotSynced, WatchGatherer
+from kdraexp.sources.gather import CollectionFailed, Gatherer
+from kdraexp.sources.watch import NotSynced, WatchGatherer
 
 LANDING_PAGE = b"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kdraexp</title></head>

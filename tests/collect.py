@@ -13,7 +13,7 @@ from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import Kind, Source
 from kdraexp.exposition import text as exposition
 from kdraexp.families.selection import Selection, select
-from kdraexp.gather import FIRST
+from kdraexp.sources.gather import FIRST
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.store.sharding import Shard
 from tests.conftest import result_of

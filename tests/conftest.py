@@ -14,11 +14,11 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
 from kdraexp.families.selection import select
-from kdraexp.gather import Gatherer
 from kdraexp.kube.client import KubeListClient
 from kdraexp.kube.credentials import Credentials
 from kdraexp.kube.kubeconfig import ClusterConfig
 from kdraexp.kube.transport import Limits
+from kdraexp.sources.gather import Gatherer
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
 from kdraexp.web import ExporterApp, TelemetryApp
 from tests import tools

@@ -14,8 +14,8 @@ from twisted.internet.task import Clock
 
 from kdraexp.dra.listing import DEFAULT_RESOURCES, DEVICE_CLASSES, KINDS, RESOURCE_SLICES, ListError
 from kdraexp.families.selection import select
-from kdraexp.filesource import FileSource
-from kdraexp.gather import Gatherer
+from kdraexp.sources.file import FileSource
+from kdraexp.sources.gather import Gatherer
 from kdraexp.telemetry.selfmetrics import CollectionStats
 from kdraexp.web import failure_line
 from tests.collect import Recorder, fetch

@@ -20,7 +20,7 @@ def test_json_lines(monkeypatch: object) -> None:
     observer = logs.json_observer()
     globalLogPublisher.addObserver(observer)
     try:
-        log = Logger(namespace="kdraexp.gather")
+        log = Logger(namespace="kdraexp.sources.gather")
         error = ListError("resourceclaims", "Forbidden", 403, 'cannot list "x"')
         log.error("Error listing {resource}: {error}", resource="resourceclaims", error=str(error))
         log.debug("not shown")
@@ -30,7 +30,7 @@ def test_json_lines(monkeypatch: object) -> None:
     assert len(lines) == 1
     record = json.loads(lines[0])
     assert record["level"] == "error"
-    assert record["logger"] == "kdraexp.gather"
+    assert record["logger"] == "kdraexp.sources.gather"
     assert record["resource"] == "resourceclaims"
     assert record["msg"] == (
         'Error listing resourceclaims: list resourceclaims: 403 Forbidden: cannot list "x"'
@@ -70,7 +70,7 @@ def test_levels_and_twisted_chatter() -> None:
             ("kdraexp.service", LogLevel.info),
             ("twisted.internet.base", LogLevel.info),
             ("twisted.internet.defer", LogLevel.critical),
-            ("kdraexp.gather", LogLevel.debug),
+            ("kdraexp.sources.gather", LogLevel.debug),
         ):
             observer(
                 {

@@ -15,9 +15,9 @@ from twisted.internet.defer import Deferred, gatherResults
 
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, ListError
 from kdraexp.families.selection import select
-from kdraexp.gather import CollectionFailed, Gatherer
 from kdraexp.kube.kubeconfig import ClusterConfig, ExecConfig
 from kdraexp.service import KubeClientService
+from kdraexp.sources.gather import CollectionFailed, Gatherer
 from kdraexp.telemetry.selfmetrics import CollectionStats
 from tests.collect import Recorder
 from tests.objects import device_class

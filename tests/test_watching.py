@@ -8,10 +8,10 @@ import pytest
 from twisted.internet.task import Clock
 
 from kdraexp.families.selection import select
-from kdraexp.gather import CollectionFailed
+from kdraexp.sources.gather import CollectionFailed
+from kdraexp.sources.watch import IDLE, NotSynced, WatchGatherer
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
 from kdraexp.telemetry.watchstats import WatchStats
-from kdraexp.watching import IDLE, NotSynced, WatchGatherer
 from tests.collect import text
 from tests.conftest import failure_of, in_memory_client, result_of
 from tests.fakeapi import FakeKubeAPI, Fault, status

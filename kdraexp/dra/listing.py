@@ -6,6 +6,7 @@ only this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -109,4 +110,30 @@ class Source(Protocol):
         """Hand every object of *kind* to *reader*, a page at a time; return how many.
 
         :raises ListError: when the list cannot be completed.
+        """
+
+
+class Watcher(Source, Protocol):
+    """A source that can also follow changes: the API server."""
+
+    list_versions: dict[str, str]
+    """Per resource, the ``resourceVersion`` of its last completed list."""
+
+    async def watch(
+        self,
+        kind: Kind,
+        resource_version: str | None,
+        handle: Callable[[str, msgspec.Raw], None],
+        *,
+        initial: bool,
+        timeout_seconds: int,
+        opened: Callable[[], None] = ...,
+    ) -> None:
+        """Follow *kind*'s changes from *resource_version*, handing each event to *handle*.
+
+        With *initial*, a streaming list: every object as ``ADDED``, then a bookmark annotated
+        ``k8s.io/initial-events-end``.  *opened* is called once the server has accepted.
+
+        :raises ListError: when the watch cannot be opened, breaks, or sends an ``ERROR``
+            event (its Status as the error: 410 for a compacted version).
         """

@@ -222,6 +222,8 @@ class KubeListClient:
                 raise ListError(
                     kind.plural, Reason.DECODE, 200, _decode_message(data, error)
                 ) from None
+            if event.type == "ERROR":
+                raise _event_status(kind, event.object)
             handle(event.type or "", event.object)
 
         response, authorization = await self._open(kind, url, gzip=False)
@@ -308,6 +310,14 @@ def status_error(resource: str, code: int, body: bytes | bytearray) -> ListError
     return ListError(
         resource, phrase.replace(" ", ""), code, "the response is not a Kubernetes Status"
     )
+
+
+def _event_status(kind: Kind, raw: msgspec.Raw) -> ListError:
+    """An ERROR event's Status as a ListError (410 for a compacted version)."""
+    code = 500
+    with contextlib.suppress(msgspec.DecodeError, AttributeError, TypeError, ValueError):
+        code = int(msgspec.json.decode(raw).get("code", 500))
+    return status_error(kind.plural, code, bytes(raw))
 
 
 def _decode_message(body: bytes | bytearray, error: Exception) -> str:

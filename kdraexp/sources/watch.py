@@ -18,7 +18,6 @@ served.
 
 from __future__ import annotations
 
-import contextlib
 import random
 from typing import Any
 
@@ -30,10 +29,17 @@ from twisted.logger import Logger
 
 from kdraexp.dra import wire
 from kdraexp.dra.devicecel import Matcher
-from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_SLICES, Kind, ListError, Reason, ShapeError
+from kdraexp.dra.listing import (
+    DEVICE_CLASSES,
+    RESOURCE_SLICES,
+    Kind,
+    ListError,
+    Reason,
+    ShapeError,
+    Watcher,
+)
 from kdraexp.families.selection import Selection
-from kdraexp.gather import FIRST, CollectionFailed
-from kdraexp.kube.client import KubeListClient, status_error
+from kdraexp.sources.gather import FIRST, CollectionFailed
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.watchstats import WatchStats
@@ -73,7 +79,7 @@ class KindWatch:
     def __init__(
         self,
         kind: Kind,
-        client: KubeListClient,
+        client: Watcher,
         reader: KindReader,
         clock: IReactorTime,
         stats: WatchStats,
@@ -245,14 +251,10 @@ class KindWatch:
             self._idle = self._clock.callLater(IDLE, self._restart_watch)
 
     def _initial(self, kind: str, raw: msgspec.Raw) -> None:
-        if kind == "ERROR":
-            raise _status(self.kind, raw)
         self._reader.page([raw])
         self._stats.event(self.kind.plural, kind, self._clock.seconds())
 
     def _apply(self, kind: str, raw: msgspec.Raw) -> None:
-        if kind == "ERROR":
-            raise _status(self.kind, raw)
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             return
         self._reader.apply(kind, raw)
@@ -292,7 +294,7 @@ class WatchGatherer:
 
     def __init__(
         self,
-        client: KubeListClient,
+        client: Watcher,
         clock: IReactorTime,
         stats: WatchStats,
         selection: Selection,
@@ -410,14 +412,6 @@ def _as_list_error(kind: Kind, raised: Exception) -> ListError:
     if isinstance(raised, ListError):
         return raised
     return ListError(kind.plural, Reason.DECODE, None, str(raised))
-
-
-def _status(kind: Kind, raw: msgspec.Raw) -> ListError:
-    """An ERROR event's Status as a ListError (410 for a compacted version)."""
-    code = 500
-    with contextlib.suppress(msgspec.DecodeError, AttributeError, TypeError, ValueError):
-        code = int(msgspec.json.decode(raw).get("code", 500))
-    return status_error(kind.plural, code, bytes(raw))
 
 
 def _version_of(raw: msgspec.Raw) -> str | None:
