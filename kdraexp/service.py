@@ -18,16 +18,18 @@ from twisted.internet.interfaces import IListeningPort
 from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
-from kdraexp import __version__, listen
+from kdraexp import __version__
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Source
 from kdraexp.families.selection import Selection, select
-from kdraexp.httpsite import BoundedSite
 from kdraexp.kube.client import KubeListClient
 from kdraexp.kube.credentials import Credentials
 from kdraexp.kube.kubeconfig import ClusterConfig, redacted
 from kdraexp.kube.tls import KubeTLSPolicy, trust_root
 from kdraexp.kube.transport import EndpointFactory, Limits
 from kdraexp.reaper import PERIOD, OrphanReaper
+from kdraexp.serve import listen
+from kdraexp.serve.site import BoundedSite
+from kdraexp.serve.web import HANDLERS, ExporterApp, TelemetryApp
 from kdraexp.sources.file import FileSource
 from kdraexp.sources.gather import Gatherer
 from kdraexp.sources.watch import WatchGatherer
@@ -35,7 +37,6 @@ from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.http import HTTPStats
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
 from kdraexp.telemetry.watchstats import WatchStats
-from kdraexp.web import HANDLERS, ExporterApp, TelemetryApp
 
 log = Logger()
 

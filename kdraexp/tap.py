@@ -12,7 +12,7 @@ from typing import Any
 from twisted.application.service import IService
 from twisted.python import usage
 
-from kdraexp import __version__, listen
+from kdraexp import __version__
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES
 from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES
@@ -20,6 +20,7 @@ from kdraexp.families.selection import SelectionError, select
 from kdraexp.kube import kubeconfig
 from kdraexp.kube.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
 from kdraexp.kube.tls import TLSConfigError
+from kdraexp.serve import listen
 from kdraexp.service import Settings, build_service
 from kdraexp.store import sharding
 from kdraexp.store.sharding import Shard

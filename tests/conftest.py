@@ -18,9 +18,9 @@ from kdraexp.kube.client import KubeListClient
 from kdraexp.kube.credentials import Credentials
 from kdraexp.kube.kubeconfig import ClusterConfig
 from kdraexp.kube.transport import Limits
+from kdraexp.serve.web import ExporterApp, TelemetryApp
 from kdraexp.sources.gather import Gatherer
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
-from kdraexp.web import ExporterApp, TelemetryApp
 from tests import tools
 from tests.fakeapi import FakeKubeAPI
 

@@ -9,7 +9,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, Kind, ListError
-from kdraexp.web import failure_line
+from kdraexp.serve.web import failure_line
 from tests.collect import Recorder, collect, fetch, labels
 from tests.conftest import failure_of, in_memory_client, result_of
 from tests.fakeapi import FakeKubeAPI, Fault, status

@@ -14,10 +14,10 @@ from twisted.internet.task import Clock
 
 from kdraexp.dra.listing import DEFAULT_RESOURCES, DEVICE_CLASSES, KINDS, RESOURCE_SLICES, ListError
 from kdraexp.families.selection import select
+from kdraexp.serve.web import failure_line
 from kdraexp.sources.file import FileSource
 from kdraexp.sources.gather import Gatherer
 from kdraexp.telemetry.selfmetrics import CollectionStats
-from kdraexp.web import failure_line
 from tests.collect import Recorder, fetch
 from tests.conftest import failure_of, result_of
 from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_SLICE

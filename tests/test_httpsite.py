@@ -12,8 +12,8 @@ from twisted.internet.testing import StringTransport
 from twisted.web.pages import notFound
 from twisted.web.resource import Resource
 
-from kdraexp import httpsite
-from kdraexp.httpsite import HEADER_DEADLINE, BoundedChannel, BoundedSite
+from kdraexp.serve import site as httpsite
+from kdraexp.serve.site import HEADER_DEADLINE, BoundedChannel, BoundedSite
 from kdraexp.telemetry.http import HTTPStats
 
 HANDLERS = {b"/healthz": "healthz"}

@@ -13,7 +13,7 @@ from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import ILogObserver, LogLevel, globalLogPublisher
 
-from kdraexp import listen
+from kdraexp.serve import listen
 
 
 def connects(family: socket.AddressFamily, host: str, port: int) -> bool:

@@ -10,7 +10,7 @@ from twisted.internet.task import Clock
 
 from kdraexp.dra.listing import DEVICE_CLASSES, ListError
 from kdraexp.kube.transport import Limits
-from kdraexp.web import failure_line
+from kdraexp.serve.web import failure_line
 from tests.collect import fetch
 from tests.conftest import Exporter, failure_of, in_memory_client, result_of
 from tests.fakeapi import FakeKubeAPI, Fault, status

@@ -220,7 +220,7 @@ def test_collections_released_after_scrape(exporter: Exporter) -> None:
 def test_pieces_cut_and_joined(sizes: list[int]) -> None:
     """A body goes out in pieces of at most 64 KiB, small ones (blocks) joined, nothing lost."""
     from kdraexp.exposition import rendering
-    from kdraexp.web import _cut
+    from kdraexp.serve.web import _cut
 
     parts = [bytes([index % 251]) * size for index, size in enumerate(sizes)]
     pieces = list(_cut(parts, rendering.PIECE))
