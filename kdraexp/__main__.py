@@ -1,6 +1,6 @@
 """``python -m kdraexp [OPTIONS]``: the ``kdraexp`` command."""
 
-from kdraexp.cli import main
+from kdraexp.app.cli import main
 
 if __name__ == "__main__":
     main()

@@ -7,7 +7,7 @@ import json
 
 from twisted.logger import Logger, LogLevel, globalLogPublisher
 
-from kdraexp import logs
+from kdraexp.app import logs
 from kdraexp.dra.listing import ListError
 
 
@@ -67,7 +67,7 @@ def test_levels_and_twisted_chatter() -> None:
         out = io.StringIO()
         observer = logs.observer(level, "text", out)
         for namespace, event_level in (
-            ("kdraexp.service", LogLevel.info),
+            ("kdraexp.app.service", LogLevel.info),
             ("twisted.internet.base", LogLevel.info),
             ("twisted.internet.defer", LogLevel.critical),
             ("kdraexp.sources.gather", LogLevel.debug),
@@ -82,6 +82,6 @@ def test_levels_and_twisted_chatter() -> None:
             )
         return [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
 
-    assert lines("info") == ["kdraexp.service info", "twisted.internet.defer critical"]
+    assert lines("info") == ["kdraexp.app.service info", "twisted.internet.defer critical"]
     assert lines("error") == ["twisted.internet.defer critical"]
     assert len(lines("debug")) == 4

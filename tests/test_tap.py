@@ -11,11 +11,11 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.plugin import IPlugin, getPlugins
 from zope.interface.verify import verifyObject
 
+from kdraexp.app.service import KubeClientService, ListeningService, Settings, build_service
+from kdraexp.app.tap import Options
 from kdraexp.kube.kubeconfig import ClusterConfig
 from kdraexp.serve.site import BoundedSite
-from kdraexp.service import KubeClientService, ListeningService, Settings, build_service
 from kdraexp.store.sharding import Shard
-from kdraexp.tap import Options
 
 
 def parse(*args: str) -> Options:

@@ -13,10 +13,10 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred, gatherResults
 
+from kdraexp.app.service import KubeClientService
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, ListError
 from kdraexp.families.selection import select
 from kdraexp.kube.kubeconfig import ClusterConfig, ExecConfig
-from kdraexp.service import KubeClientService
 from kdraexp.sources.gather import CollectionFailed, Gatherer
 from kdraexp.telemetry.selfmetrics import CollectionStats
 from tests.collect import Recorder

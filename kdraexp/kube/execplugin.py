@@ -5,7 +5,7 @@ wanted it is abandoned) the whole process group is killed, helpers it started in
 pipes closed.  Its standard output is read up to :data:`STDOUT_LIMIT` (an ExecCredential is a few
 KiB; past the limit the plugin is killed) and its standard error up to :data:`STDERR_LIMIT`, of
 which a failure message quotes the whole, clipped.  Processes of the group that outlive the
-plugin become children of PID 1, which the exporter is in its container: :mod:`kdraexp.reaper`
+plugin become children of PID 1, which the exporter is in its container: :mod:`kdraexp.app.reaper`
 reaps them.
 """
 

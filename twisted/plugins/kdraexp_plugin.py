@@ -4,7 +4,7 @@ from twisted.application.service import ServiceMaker
 
 kdraexp = ServiceMaker(
     "kdraexp",
-    "kdraexp.tap",
+    "kdraexp.app.tap",
     "Prometheus exporter for Kubernetes Dynamic Resource Allocation.",
     "kdraexp",
 )

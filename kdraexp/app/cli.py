@@ -12,8 +12,8 @@ import sys
 from twisted.logger import globalLogBeginner
 from twisted.python import usage
 
-from kdraexp import logs
-from kdraexp.tap import Options, makeService
+from kdraexp.app import logs
+from kdraexp.app.tap import Options, makeService
 
 
 class CommandOptions(Options):

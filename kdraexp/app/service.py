@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from kdraexp import __version__
+from kdraexp.app.reaper import PERIOD, OrphanReaper
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Source
 from kdraexp.families.selection import Selection, select
 from kdraexp.kube.client import KubeListClient
@@ -26,7 +27,6 @@ from kdraexp.kube.credentials import Credentials
 from kdraexp.kube.kubeconfig import ClusterConfig, redacted
 from kdraexp.kube.tls import KubeTLSPolicy, trust_root
 from kdraexp.kube.transport import EndpointFactory, Limits
-from kdraexp.reaper import PERIOD, OrphanReaper
 from kdraexp.serve import listen
 from kdraexp.serve.site import BoundedSite
 from kdraexp.serve.web import HANDLERS, ExporterApp, TelemetryApp

@@ -87,5 +87,5 @@ def observer(level: str = "info", format: str = "json", out: IO[str] | None = No
 
 
 def json_observer() -> ILogObserver:
-    """The observer for ``twistd --logger=kdraexp.logs.json_observer``: JSON lines, info up."""
+    """The observer for ``twistd --logger=kdraexp.app.logs.json_observer``: JSON lines, info up."""
     return observer("info", "json")

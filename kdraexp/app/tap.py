@@ -13,6 +13,7 @@ from twisted.application.service import IService
 from twisted.python import usage
 
 from kdraexp import __version__
+from kdraexp.app.service import Settings, build_service
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES
 from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES
@@ -21,7 +22,6 @@ from kdraexp.kube import kubeconfig
 from kdraexp.kube.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
 from kdraexp.kube.tls import TLSConfigError
 from kdraexp.serve import listen
-from kdraexp.service import Settings, build_service
 from kdraexp.store import sharding
 from kdraexp.store.sharding import Shard
 

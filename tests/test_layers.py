@@ -1,0 +1,86 @@
+"""The package's imports run one way: each role package imports only those below it.
+
+An ``ast`` walk over every module of kdraexp; a wrong arrow fails here with its file and line.
+The table is the one each package's ``__init__`` states in words.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).parent.parent / "kdraexp"
+
+MAY_IMPORT = {
+    "app": {
+        "serve",
+        "sources",
+        "exposition",
+        "telemetry",
+        "store",
+        "families",
+        "kube",
+        "dra",
+        "util",
+    },
+    "serve": {"sources", "exposition", "telemetry", "dra", "util"},
+    "sources": {"store", "families", "telemetry", "dra", "util"},
+    "exposition": {"store", "families", "util"},
+    "telemetry": {"store", "util"},
+    "kube": {"dra", "util"},
+    "store": {"families", "dra", "util"},
+    "families": {"dra", "util"},
+    "dra": {"util"},
+    "util": set[str](),
+}
+"""Per role package, the packages of kdraexp it may import besides itself."""
+FACE = {"__init__", "__main__"}
+"""The only modules at the top of kdraexp."""
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every absolute import of kdraexp in *path*."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            found += [(node.lineno, name) for name in names[:1] if name.startswith("kdraexp.")]
+            if node.module == "kdraexp":
+                found += [(node.lineno, name) for name in names[1:]]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("kdraexp.")]
+    return found
+
+
+def test_the_top_is_only_the_face() -> None:
+    top = {path.stem for path in PACKAGE.glob("*.py")}
+    assert top == FACE
+    packages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert packages == set(MAY_IMPORT)
+
+
+def test_every_package_says_its_role() -> None:
+    for package in MAY_IMPORT:
+        docstring = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text()))
+        assert docstring, f"kdraexp/{package}/__init__.py has no docstring"
+
+
+def test_imports_point_down() -> None:
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE)
+        if len(relative.parts) == 1:
+            continue
+        own = relative.parts[0]
+        for line, module in _imports(path):
+            target = module.split(".")[1]
+            if target in {own, "__version__"} or target in MAY_IMPORT[own]:
+                continue
+            wrong.append(f"kdraexp/{relative}:{line} imports {module} ({own} → {target})")
+    assert wrong == []
+
+
+def test_the_check_sees_a_wrong_arrow(tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("from kdraexp.kube.client import KubeListClient\nfrom kdraexp import app\n")
+    assert [module for _, module in _imports(wrong)] == ["kdraexp.kube.client", "kdraexp.app"]
