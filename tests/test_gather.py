@@ -6,7 +6,7 @@ import json
 
 from twisted.internet.defer import CancelledError
 
-from kdraexp.sources.gather import CollectionFailed
+from kdraexp.sources.protocol import CollectionFailed
 from tests.conftest import Exporter, failure_of, has_fired, result_of
 from tests.fakeapi import Fault
 from tests.objects import SEED_CLAIM, device_class

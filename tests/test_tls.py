@@ -17,7 +17,8 @@ from kdraexp.app.service import KubeClientService
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, ListError
 from kdraexp.families.selection import select
 from kdraexp.kube.kubeconfig import ClusterConfig, ExecConfig
-from kdraexp.sources.gather import CollectionFailed, Gatherer
+from kdraexp.sources.gather import Gatherer
+from kdraexp.sources.protocol import CollectionFailed
 from kdraexp.telemetry.selfmetrics import CollectionStats
 from tests.collect import Recorder
 from tests.objects import device_class

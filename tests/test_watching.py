@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from treq.testing import StubTreq
 from twisted.internet.task import Clock
 
 from kdraexp.families.selection import select
-from kdraexp.sources.gather import CollectionFailed
-from kdraexp.sources.watch import IDLE, NotSynced, WatchGatherer
+from kdraexp.serve.web import ExporterApp
+from kdraexp.sources.protocol import CollectionFailed, NotSynced
+from kdraexp.sources.watch import IDLE, WatchGatherer
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
 from kdraexp.telemetry.watchstats import WatchStats
 from tests.collect import text
@@ -202,6 +204,28 @@ def test_stale_past_the_bound_fails(fake: FakeKubeAPI, clock: Clock) -> None:
     clock.advance(60)
     watched.settle()
     assert "kube_resourceclaim" in watched.text()
+
+
+def test_readyz_names_what_each_resource_waits_for(fake: FakeKubeAPI, clock: Clock) -> None:
+    """Not ready: one line per resource, with the failure that holds it back when there is one."""
+    seed(fake)
+    fake.faults["deviceclasses"] = Fault(403, status(403, "Forbidden", "cannot watch"))
+    watched = Watched(fake, clock)
+    ready = StubTreq(ExporterApp(watched.gatherer, clock).app.resource())
+    watched.gatherer.start()
+    watched.settle()
+    response = result_of(ready.get("http://exporter/readyz"))
+    assert response.code == 503
+    assert result_of(response.text()).splitlines() == [
+        "deviceclasses not synchronised yet (list deviceclasses failed: 403 Forbidden)",
+        "resourceclaims not synchronised yet",
+        "resourceslices not synchronised yet",
+    ]
+    del fake.faults["deviceclasses"]
+    clock.advance(60)
+    watched.settle()
+    response = result_of(ready.get("http://exporter/readyz"))
+    assert (response.code, result_of(response.text())) == (200, "ok\n")
 
 
 def test_rbac_without_watch_is_said(fake: FakeKubeAPI, clock: Clock) -> None:

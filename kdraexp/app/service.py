@@ -20,7 +20,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 from kdraexp import __version__
 from kdraexp.app.reaper import PERIOD, OrphanReaper
-from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Source
+from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Source, Watcher
 from kdraexp.families.selection import Selection, select
 from kdraexp.kube.client import KubeListClient
 from kdraexp.kube.credentials import Credentials
@@ -32,6 +32,7 @@ from kdraexp.serve.site import BoundedSite
 from kdraexp.serve.web import HANDLERS, ExporterApp, TelemetryApp
 from kdraexp.sources.file import FileSource
 from kdraexp.sources.gather import Gatherer
+from kdraexp.sources.protocol import CollectionSource
 from kdraexp.sources.watch import WatchGatherer
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.http import HTTPStats
@@ -106,33 +107,21 @@ class KubeClientService(Service):
         return closed
 
 
-class GathererService(Service):
-    """Cancels the collection in flight when the exporter stops."""
+class SourceService(Service):
+    """Starts the source with the exporter (watches synchronise), and stops it with it."""
 
-    def __init__(self, gatherer: Gatherer) -> None:
-        self.gatherer = gatherer
-
-    def stopService(self) -> None:
-        """Cancel in-flight list calls."""
-        super().stopService()
-        self.gatherer.cancel()
-
-
-class WatchService(Service):
-    """Starts the watches with the exporter, and stops them with it."""
-
-    def __init__(self, gatherer: WatchGatherer) -> None:
-        self.gatherer = gatherer
+    def __init__(self, source: CollectionSource) -> None:
+        self.source = source
 
     def startService(self) -> None:
-        """Synchronise, then follow."""
+        """Start the source."""
         super().startService()
-        self.gatherer.start()
+        self.source.start()
 
     def stopService(self) -> None:
-        """Drop the watches."""
+        """Cancel what is in flight: lists, watches."""
         super().stopService()
-        self.gatherer.stop()
+        self.source.stop()
 
 
 class ListeningService(StreamServerEndpointService):
@@ -214,6 +203,7 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
     """Assemble the exporter; *cluster* is None for the offline source."""
     top = ExporterService()
     source: Source
+    watcher: Watcher | None = None
     if settings.file is not None:
         source = FileSource(settings.file, reactor, settings.max_response_bytes)
         origin = f"file {settings.file}"
@@ -222,7 +212,7 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
         limits = Limits(body=settings.max_response_bytes)
         client = KubeClientService(cluster, reactor, settings.page_size, limits)
         client.setServiceParent(top)
-        source = client.client
+        source = watcher = client.client
         origin = f"{redacted(cluster.server)} ({cluster.origin})"
         for warning in cluster.warnings:
             log.warn("{warning}", warning=warning)
@@ -231,20 +221,23 @@ def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: An
     stats = CollectionStats(settings.timeout, settings.shard)
     http_stats = HTTPStats()
     collectors: list[Any] = [stats, http_stats]
-    gatherer: Gatherer | WatchGatherer
-    if settings.mode == "watch":
-        assert isinstance(source, KubeListClient)
+    gatherer: CollectionSource
+    if settings.mode == "watch" and watcher is not None:  # the options refuse watch with a file
         watch_stats = WatchStats(stats)
         collectors.append(watch_stats)
         gatherer = WatchGatherer(
-            source, reactor, watch_stats, settings.selection, settings.max_staleness, settings.shard
+            watcher,
+            reactor,
+            watch_stats,
+            settings.selection,
+            settings.max_staleness,
+            settings.shard,
         )
-        WatchService(gatherer).setServiceParent(top)
     else:
         gatherer = Gatherer(
             source, reactor, settings.timeout, stats, settings.selection, settings.shard
         )
-        GathererService(gatherer).setServiceParent(top)
+    SourceService(gatherer).setServiceParent(top)
     if os.getpid() == 1:
         log.info("Running as PID 1: reaping orphaned processes every {period:g}s", period=PERIOD)
         OrphanReaper().setServiceParent(top)

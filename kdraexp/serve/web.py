@@ -20,8 +20,7 @@ from zope.interface import implementer
 from kdraexp.dra.listing import ListError
 from kdraexp.exposition import rendering
 from kdraexp.exposition import text as exposition
-from kdraexp.sources.gather import CollectionFailed, Gatherer
-from kdraexp.sources.watch import NotSynced, WatchGatherer
+from kdraexp.sources.protocol import CollectionFailed, CollectionSource, NotSynced
 
 LANDING_PAGE = b"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kdraexp</title></head>
@@ -50,7 +49,7 @@ class ExporterApp:
 
     app = Klein()
 
-    def __init__(self, gatherer: Gatherer | WatchGatherer, clock: IReactorTime) -> None:
+    def __init__(self, gatherer: CollectionSource, clock: IReactorTime) -> None:
         self._gatherer = gatherer
         self._renderer = rendering.Renderer(clock)
         """Keeps each family's text compressed, shared by every scrape until the family changes."""
@@ -72,7 +71,7 @@ class ExporterApp:
             return _ok(request)
         request.setResponseCode(503)
         request.setHeader("Content-Type", "text/plain; charset=utf-8")
-        return b"not synchronised yet\n"
+        return _waiting(self._gatherer.not_synced())
 
     @app.route("/metrics", methods=["GET"])
     async def metrics(self, request: IRequest) -> bytes:
@@ -93,12 +92,7 @@ class ExporterApp:
         except NotSynced as waiting:
             request.setResponseCode(503)
             request.setHeader("Content-Type", "text/plain; charset=utf-8")
-            return "".join(
-                f"{resource} not synchronised yet"
-                + (f" ({failure_line(error)})" if error is not None else "")
-                + "\n"
-                for resource, error in waiting.waiting.items()
-            ).encode()
+            return _waiting(waiting.waiting)
         except CollectionFailed as failure:
             request.setResponseCode(500)
             request.setHeader("Content-Type", "text/plain; charset=utf-8")
@@ -147,6 +141,16 @@ class TelemetryApp:
             request.setHeader("Content-Encoding", "gzip")
             return gzip.compress(body, rendering.GZIP_LEVEL)
         return body
+
+
+def _waiting(waiting: dict[str, ListError | None]) -> bytes:
+    """One line per resource not synchronised, with what failed last."""
+    return "".join(
+        f"{resource} not synchronised yet"
+        + (f" ({failure_line(error)})" if error is not None else "")
+        + "\n"
+        for resource, error in waiting.items()
+    ).encode()
 
 
 def failure_line(error: ListError) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 from twisted.internet.defer import CancelledError, Deferred, DeferredList
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
@@ -18,6 +17,7 @@ from twisted.python.failure import Failure
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, Kind, ListError, Reason, Source
 from kdraexp.families.selection import Selection
+from kdraexp.sources.protocol import CollectionFailed
 from kdraexp.store.collection import Collection, CollectionBuilder, Store
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.selfmetrics import CollectionStats
@@ -28,13 +28,6 @@ log = Logger()
 
 FIRST = (DEVICE_CLASSES, DEVICE_TAINT_RULES)
 """Listed before the others, which read them."""
-
-
-@attrs.frozen
-class CollectionFailed(Exception):
-    """At least one list failed: the scrape must carry no samples."""
-
-    errors: tuple[ListError, ...]
 
 
 class Gatherer:
@@ -72,12 +65,19 @@ class Gatherer:
         """Whether a scrape can be answered (in list mode, always: it lists)."""
         return True
 
+    def not_synced(self) -> dict[str, ListError | None]:
+        """Nothing: a list-mode scrape waits for nothing kept."""
+        return {}
+
+    def start(self) -> None:
+        """Nothing runs between scrapes in list mode."""
+
     @property
     def running(self) -> bool:
         """Whether a collection is in flight."""
         return self._flight.running
 
-    def cancel(self) -> None:
+    def stop(self) -> None:
         """Cancel the collection in flight (the exporter is stopping)."""
         self._flight.cancel()
 

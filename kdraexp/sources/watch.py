@@ -39,7 +39,8 @@ from kdraexp.dra.listing import (
     Watcher,
 )
 from kdraexp.families.selection import Selection
-from kdraexp.sources.gather import FIRST, CollectionFailed
+from kdraexp.sources.gather import FIRST
+from kdraexp.sources.protocol import CollectionFailed, NotSynced
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.watchstats import WatchStats
@@ -58,15 +59,6 @@ before it is restarted."""
 BACKOFF = (1.0, 30.0)
 """Seconds waited after a failure: the first, then doubling up to the last."""
 _IDENTITY = msgspec.json.Decoder(wire.Identity)
-
-
-class NotSynced(Exception):
-    """Some resources have not been synchronised yet: no collection can be complete."""
-
-    def __init__(self, waiting: dict[str, ListError | None]) -> None:
-        super().__init__(", ".join(waiting))
-        self.waiting = waiting
-        """Each resource not synchronised, with what failed last (None: nothing yet)."""
 
 
 class _Idle(Exception):

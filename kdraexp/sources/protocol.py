@@ -1,0 +1,55 @@
+"""What the HTTP face and the wiring see of a source: one protocol, whatever the source.
+
+The list gatherer (over the API server or a file) and the watch gatherer both provide
+:class:`CollectionSource`; a scrape asks it for a collection and reads the two failures below.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import attrs
+from twisted.internet.defer import Deferred
+
+from kdraexp.dra.listing import ListError
+from kdraexp.store.collection import Collection
+
+
+@attrs.frozen
+class CollectionFailed(Exception):
+    """At least one list failed (or a watch for too long): the scrape must carry no samples."""
+
+    errors: tuple[ListError, ...]
+
+
+class NotSynced(Exception):
+    """Some resources have not been synchronised yet: no collection can be complete."""
+
+    def __init__(self, waiting: dict[str, ListError | None]) -> None:
+        super().__init__(", ".join(waiting))
+        self.waiting = waiting
+        """Each resource not synchronised, with what failed last (None: nothing yet)."""
+
+
+class CollectionSource(Protocol):
+    """Where a scrape's collection comes from."""
+
+    @property
+    def ready(self) -> bool:
+        """Whether a scrape can be answered now (``/readyz``)."""
+
+    def not_synced(self) -> dict[str, ListError | None]:
+        """The resources a scrape still waits for, with what failed last (empty when ready)."""
+
+    def gather(self) -> Deferred[Collection]:
+        """A collection: the one in flight, or a new one.
+
+        :raises CollectionFailed: when a list failed, or a watch has failed for too long.
+        :raises NotSynced: while some resource has not been synchronised.
+        """
+
+    def start(self) -> None:
+        """Begin whatever the source does between scrapes (watches); called once."""
+
+    def stop(self) -> None:
+        """Stop: cancel what is in flight."""
