@@ -211,7 +211,7 @@ def test_readyz_names_what_each_resource_waits_for(fake: FakeKubeAPI, clock: Clo
     seed(fake)
     fake.faults["deviceclasses"] = Fault(403, status(403, "Forbidden", "cannot watch"))
     watched = Watched(fake, clock)
-    ready = StubTreq(ExporterApp(watched.gatherer, clock).app.resource())
+    ready: Any = StubTreq(ExporterApp(watched.gatherer, clock).app.resource())  # untyped methods
     watched.gatherer.start()
     watched.settle()
     response = result_of(ready.get("http://exporter/readyz"))
