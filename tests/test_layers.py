@@ -84,3 +84,28 @@ def test_the_check_sees_a_wrong_arrow(tmp_path: Path) -> None:
     wrong = tmp_path / "wrong.py"
     wrong.write_text("from kdraexp.kube.client import KubeListClient\nfrom kdraexp import app\n")
     assert [module for _, module in _imports(wrong)] == ["kdraexp.kube.client", "kdraexp.app"]
+
+
+def test_no_private_twisted_module_at_run_time() -> None:
+    """Twisted is used through its public names; a private module only for annotations."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        typing_only = {
+            id(node)
+            for guard in ast.walk(tree)
+            if isinstance(guard, ast.If) and ast.unparse(guard.test) == "TYPE_CHECKING"
+            for node in ast.walk(guard)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and id(node) not in typing_only:
+                module = node.module or ""
+                if module.startswith("twisted") and "._" in module:
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {module}")
+            if isinstance(node, ast.Attribute) and node.attr in {
+                "_exitSignal",
+                "_raiseSynchronously",
+                "_waitingForPort",
+            }:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} .{node.attr}")
+    assert found == []

@@ -14,6 +14,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import ILogObserver, LogLevel, globalLogPublisher
 
 from kdraexp.serve import listen
+from kdraexp.util.reactor import IKdraReactor
 
 
 def connects(family: socket.AddressFamily, host: str, port: int) -> bool:
@@ -27,7 +28,9 @@ def connects(family: socket.AddressFamily, host: str, port: int) -> bool:
 
 
 async def bound(value: str) -> Any:
-    port = await listen.endpoint(reactor, value).listen(Factory.forProtocol(Protocol))
+    port = await listen.endpoint(cast(IKdraReactor, reactor), value).listen(
+        Factory.forProtocol(Protocol)
+    )
     return port
 
 

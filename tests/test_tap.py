@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import attrs
 import pytest
@@ -16,6 +17,7 @@ from kdraexp.app.tap import Options
 from kdraexp.kube.kubeconfig import ClusterConfig
 from kdraexp.serve.site import BoundedSite
 from kdraexp.store.sharding import Shard
+from kdraexp.util.reactor import IKdraReactor
 
 
 def parse(*args: str) -> Options:
@@ -110,7 +112,8 @@ def test_usage_errors(args: list[str], message: str, capsys: pytest.CaptureFixtu
 
 def test_service_tree(tmp_path: Path) -> None:
     """The client, the gatherer, then the two listeners (last, so they stop first)."""
-    reactor = MemoryReactorClock()
+    memory = MemoryReactorClock()
+    reactor = cast(IKdraReactor, memory)
     cluster = ClusterConfig("https://127.0.0.1:6443", "test", token="t")
     settings = Settings(listen="tcp:8080", telemetry_listen="tcp:8081")
     top = build_service(settings, cluster, reactor)
@@ -119,8 +122,8 @@ def test_service_tree(tmp_path: Path) -> None:
     assert [type(child) for child in children[-2:]] == [ListeningService, ListeningService]
     top.privilegedStartService()
     top.startService()
-    assert [server[:1] for server in reactor.tcpServers] == [(8080,), (8081,)]
-    assert all(isinstance(server[1], BoundedSite) for server in reactor.tcpServers)
+    assert [server[:1] for server in memory.tcpServers] == [(8080,), (8081,)]
+    assert all(isinstance(server[1], BoundedSite) for server in memory.tcpServers)
     top.stopService()
     without = build_service(attrs.evolve(settings, telemetry_listen=""), cluster, reactor)
     assert sum(isinstance(child, ListeningService) for child in without) == 1
@@ -128,7 +131,7 @@ def test_service_tree(tmp_path: Path) -> None:
 
 def test_file_source_has_no_client() -> None:
     """The offline source needs no cluster and makes no client."""
-    top = build_service(Settings(file="/x.yaml"), None, MemoryReactorClock())
+    top = build_service(Settings(file="/x.yaml"), None, cast(IKdraReactor, MemoryReactorClock()))
     assert not any(isinstance(child, KubeClientService) for child in top)
     assert IService.providedBy(top)
 

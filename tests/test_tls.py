@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
 import pytest_twisted
-from twisted.internet import reactor
+from twisted.internet import reactor as _reactor
 from twisted.internet.defer import Deferred, gatherResults
 
 from kdraexp.app.service import KubeClientService
@@ -20,11 +20,14 @@ from kdraexp.kube.kubeconfig import ClusterConfig, ExecConfig
 from kdraexp.sources.gather import Gatherer
 from kdraexp.sources.protocol import CollectionFailed
 from kdraexp.telemetry.selfmetrics import CollectionStats
+from kdraexp.util.reactor import IKdraReactor
 from tests.collect import Recorder
 from tests.objects import device_class
 from tests.tlsapi import TLSAPI, serve
 
 pytestmark = pytest.mark.slow
+
+reactor = cast(IKdraReactor, _reactor)
 
 
 async def list_classes(cluster: ClusterConfig, page_size: int = 500) -> Any:

@@ -1,7 +1,4 @@
-"""The service tree: configuration -> API client -> gatherer -> web -> listening endpoint.
-
-The reactor is typed ``Any`` here: it is the one object that provides every reactor interface.
-"""
+"""The service tree: configuration -> API client -> gatherer -> web -> listening endpoint."""
 
 from __future__ import annotations
 
@@ -10,12 +7,11 @@ import os
 from typing import Any
 
 import attrs
-from twisted.application.internet import StreamServerEndpointService
 from twisted.application.service import MultiService, Service
-from twisted.internet.defer import Deferred
-from twisted.internet.error import CannotListenError
-from twisted.internet.interfaces import IListeningPort
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from kdraexp import __version__
@@ -38,6 +34,7 @@ from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.http import HTTPStats
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
 from kdraexp.telemetry.watchstats import WatchStats
+from kdraexp.util.reactor import IKdraReactor
 
 log = Logger()
 
@@ -73,7 +70,7 @@ class KubeClientService(Service):
     def __init__(
         self,
         cluster: ClusterConfig,
-        reactor: Any,
+        reactor: IKdraReactor,
         page_size: int,
         limits: Limits = Limits(),  # noqa: B008 - frozen
     ) -> None:
@@ -124,33 +121,64 @@ class SourceService(Service):
         self.source.stop()
 
 
-class ListeningService(StreamServerEndpointService):
-    """Listens; a port that cannot be bound ends the process with one log line.
+class ListeningService(Service):
+    """Listens on one endpoint; a port that cannot be bound ends the process with one log line.
 
-    It says "listening" once the port is bound, with the address it is bound to.
+    It binds in ``privilegedStartService`` (so that failure to bind is reported at startup, and
+    before twistd would drop privileges), says "serving" with the address bound, and stops
+    listening when the service stops.
     """
 
-    _raiseSynchronously = True
-
-    def __init__(self, what: str, description: str, endpoint: Any, factory: Any) -> None:
-        super().__init__(endpoint, factory)
+    def __init__(
+        self,
+        what: str,
+        description: str,
+        endpoint: IStreamServerEndpoint,
+        factory: IProtocolFactory,
+    ) -> None:
         self.what = what
         self.description = description
+        self.endpoint = endpoint
+        self.factory = factory
+        self._listening: Deferred[IListeningPort | None] | None = None
 
     def privilegedStartService(self) -> None:
-        """Bind now, so that failure to bind is reported at startup."""
-        try:
-            super().privilegedStartService()
-        except CannotListenError as error:
+        """Bind now; exit with status 1 if the port cannot be bound."""
+        super().privilegedStartService()
+        refused: list[Failure] = []
+
+        def failed(failure: Failure) -> None:
+            refused.append(failure)
             log.critical(
                 "Failed to start the {what} listener on {listen}: {error}",
                 what=self.what,
                 listen=self.description,
-                error=str(error),
+                error=str(failure.value),
             )
-            raise SystemExit(1) from None
-        assert self._waitingForPort is not None
-        self._waitingForPort.addCallback(self._bound)
+
+        self._listening = self.endpoint.listen(self.factory).addCallbacks(self._bound, failed)
+        if refused:  # every endpoint the exporter makes binds at once
+            raise SystemExit(1)
+
+    def startService(self) -> None:
+        """Bind, unless privilegedStartService did."""
+        super().startService()
+        if self._listening is None:
+            self.privilegedStartService()
+
+    def stopService(self) -> Deferred[None]:
+        """Stop listening (and stop waiting for a port still being bound)."""
+        super().stopService()
+        listening, self._listening = self._listening, None
+        if listening is None:
+            return succeed(None)
+        listening.cancel()
+
+        def stop(port: IListeningPort | None) -> Deferred[None] | None:
+            return None if port is None else port.stopListening()
+
+        stopped: Deferred[None] = listening.addCallback(stop)
+        return stopped
 
     def _bound(self, port: IListeningPort) -> IListeningPort:
         host: Any = port.getHost()
@@ -199,7 +227,9 @@ class ExporterService(MultiService):
         return stopped
 
 
-def build_service(settings: Settings, cluster: ClusterConfig | None, reactor: Any) -> MultiService:
+def build_service(
+    settings: Settings, cluster: ClusterConfig | None, reactor: IKdraReactor
+) -> MultiService:
     """Assemble the exporter; *cluster* is None for the offline source."""
     top = ExporterService()
     source: Source

@@ -7,9 +7,10 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
 
 from twisted.application.service import IService
+from twisted.logger import Logger
 from twisted.python import usage
 
 from kdraexp import __version__
@@ -24,6 +25,9 @@ from kdraexp.kube.tls import TLSConfigError
 from kdraexp.serve import listen
 from kdraexp.store import sharding
 from kdraexp.store.sharding import Shard
+from kdraexp.util.reactor import IKdraReactor, installed
+
+log = Logger()
 
 
 def _seconds(option: str) -> Callable[[str], float]:
@@ -177,7 +181,7 @@ class Options(usage.Options):
             if option == "telemetry-listen" and not self[option]:
                 continue
             try:
-                listen.endpoint(None, self[option])
+                listen.check(self[option])
             except listen.ListenError as error:
                 raise usage.UsageError(f"--{option} {error}") from None
         source = self["source"]
@@ -242,21 +246,25 @@ class Options(usage.Options):
             raise usage.UsageError(message) from None
 
 
-def _sigterm_is_success(reactor: Any) -> None:
-    """Exit with status 0 after SIGTERM, the orderly way a pod is stopped.
+def _stop_on_sigterm(reactor: IKdraReactor) -> None:
+    """Make SIGTERM, the orderly way a pod is stopped, stop the exporter with status 0.
 
-    twistd re-raises the signal that stopped the reactor, so the process would end with status
-    143; it reads the signal from the reactor's ``_exitSignal``, which is cleared here.
+    The reactor's own handler (installed as it starts, before this runs) records the signal,
+    and twistd then ends the process by raising it again: status 143.  This handler stops the
+    reactor as that one does, and records nothing.
     """
-    if getattr(reactor, "_exitSignal", None) == signal.SIGTERM:
-        reactor._exitSignal = None
+
+    def stop(number: int, frame: FrameType | None) -> None:
+        log.info("Received SIGTERM, shutting down.")
+        reactor.callFromThread(reactor.stop)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def makeService(options: Options) -> IService:
     """Make the exporter's service; exit with status 1 if there is no usable cluster config."""
-    from twisted.internet import reactor
-
-    reactor.addSystemEventTrigger("after", "shutdown", _sigterm_is_success, reactor)
+    reactor = installed()
+    reactor.callWhenRunning(_stop_on_sigterm, reactor)
     settings = options.settings
     cluster = None
     if settings.file is None:

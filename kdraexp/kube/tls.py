@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from OpenSSL import SSL, crypto
 from service_identity import VerificationError
 from twisted.internet import ssl
-from twisted.internet._sslverify import IOpenSSLTrustRoot
 from twisted.internet.abstract import isIPAddress, isIPv6Address
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.web.iweb import IPolicyForHTTPS
 from zope.interface import implementer
+
+if TYPE_CHECKING:  # Twisted exports the interface from a private module only
+    from twisted.internet._sslverify import IOpenSSLTrustRoot
 
 _PEM_CERTIFICATE = re.compile(
     rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL

@@ -26,6 +26,7 @@ from twisted.web.iweb import IAgentEndpointFactory, IPolicyForHTTPS, IResponse
 from zope.interface import implementer
 
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES
+from kdraexp.util.reactor import IKdraReactor
 
 HEADER_LIMIT = 256 * 1024
 """Bytes of status line and headers a response may have."""
@@ -185,7 +186,7 @@ class _BudgetedEndpoint:
 class EndpointFactory:
     """Endpoints to the API server: TCP (IPv4 or IPv6), TLS by the given policy, headers bounded."""
 
-    def __init__(self, reactor: object, policy: IPolicyForHTTPS, limits: Limits) -> None:
+    def __init__(self, reactor: IKdraReactor, policy: IPolicyForHTTPS, limits: Limits) -> None:
         self._reactor = reactor
         self._policy = policy
         self._limits = limits

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import re
 import socket
-from typing import Any
+from typing import cast
 
 import attrs
 from twisted.internet.defer import Deferred, fail, succeed
@@ -25,6 +25,8 @@ from twisted.internet.error import CannotListenError
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
 from twisted.logger import Logger
 from zope.interface import implementer
+
+from kdraexp.util.reactor import IKdraReactor
 
 log = Logger()
 
@@ -41,7 +43,7 @@ class ListenError(ValueError):
     """The value names no endpoint; the message says what was expected."""
 
 
-def endpoint(reactor: Any, value: str) -> IStreamServerEndpoint:
+def endpoint(reactor: IKdraReactor, value: str) -> IStreamServerEndpoint:
     """The endpoint *value* describes.
 
     :raises ListenError: when it is neither an address nor a Twisted endpoint description.
@@ -68,12 +70,20 @@ def endpoint(reactor: Any, value: str) -> IStreamServerEndpoint:
     return TCP4ServerEndpoint(reactor, port, BACKLOG, host)
 
 
+def check(value: str) -> None:
+    """Whether *value* describes an endpoint (nothing is made that listens).
+
+    :raises ListenError: as :func:`endpoint` does.
+    """
+    endpoint(cast(IKdraReactor, None), value)  # parsing keeps the reactor, never calls it
+
+
 @implementer(IStreamServerEndpoint)
 @attrs.frozen
 class DualStackEndpoint:
     """Every address, IPv4 and IPv6, on one port; IPv4 alone where the host has no IPv6."""
 
-    reactor: Any
+    reactor: IKdraReactor
     port: int
 
     def listen(self, factory: IProtocolFactory) -> Deferred[IListeningPort]:
@@ -92,7 +102,11 @@ class DualStackEndpoint:
             ).listen(factory)
             return listening
         try:
-            port = self.reactor.adoptStreamPort(sock.fileno(), socket.AF_INET6, factory)
+            port = self.reactor.adoptStreamPort(
+                sock.fileno(),
+                socket.AF_INET6,
+                factory,  # type: ignore[arg-type]
+            )
         finally:
             sock.close()  # the reactor holds its own duplicate
         return succeed(port)
