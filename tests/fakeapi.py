@@ -61,6 +61,7 @@ class Request:
     args: dict[str, list[str]]
     authorization: str | None
     accept_encoding: str | None = None
+    cookie: str | None = None
 
 
 class FakeKubeAPI:
@@ -166,7 +167,14 @@ class FakeKubeAPI:
                 self.requests.append(Request("GET", plural, args, None))
                 return self._watch(request, plural, args)
         header = request.getHeader("Authorization")
-        seen = Request("GET", plural, args, header, request.getHeader("Accept-Encoding"))
+        seen = Request(
+            "GET",
+            plural,
+            args,
+            header,
+            request.getHeader("Accept-Encoding"),
+            request.getHeader("Cookie"),
+        )
         self.requests.append(seen)
         if self.on_request is not None:
             self.on_request(seen)

@@ -46,16 +46,70 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+class MemoryCgroup:
+    """A memory cgroup of its own (v2's ``memory.max``, else v1's limit), swap included.
+
+    A process started in it is killed by the kernel past *limit* bytes, as kubelet's container
+    would be: a bound that holds only outside a cgroup is no bound.
+    """
+
+    def __init__(self, name: str, limit: int) -> None:
+        v2, v1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/memory")
+        if "memory" in _read(v2 / "cgroup.controllers").split():
+            self.path, files = v2 / name, {"memory.max": limit, "memory.swap.max": 0}
+        elif (v1 / "memory.limit_in_bytes").exists():
+            self.path = v1 / name
+            files = {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
+        else:
+            raise OSError("no memory cgroup controller is mounted")
+        self.path.mkdir(exist_ok=True)
+        for file, value in files.items():
+            if (self.path / file).exists():
+                (self.path / file).write_text(str(value))
+
+    def enter(self) -> None:
+        """Move the calling process in (a child's preexec_fn)."""
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def oom_kills(self) -> int:
+        """Processes the kernel has killed in it for memory."""
+        for name in ("memory.events", "memory.oom_control"):
+            for line in _read(self.path / name).splitlines():
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+        return 0
+
+    def peak(self) -> int | None:
+        """The most memory it has held, where the kernel says."""
+        for name in ("memory.peak", "memory.max_usage_in_bytes"):
+            text = _read(self.path / name).strip()
+            if text:
+                return int(text)
+        return None
+
+    def remove(self) -> None:
+        """Remove it (its processes have ended)."""
+        self.path.rmdir()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 def start(
     args: list[str],
     cwd: Path,
     env: dict[str, str] | None = None,
     via_twistd: bool = False,
     open_files: int | None = None,
+    cgroup: MemoryCgroup | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``kdraexp ARGS`` in *cwd*, output in ``cwd/output.log``.
 
-    *open_files* limits the files the process may open.
+    *open_files* limits the files the process may open; *cgroup* is where it runs.
     """
     environment = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     environment.update(env or {})
@@ -66,12 +120,15 @@ def start(
             env=environment,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=None if open_files is None else lambda: _limit_files(open_files),
+            preexec_fn=lambda: _prepare(open_files, cgroup),
         )
 
 
-def _limit_files(count: int) -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
+def _prepare(open_files: int | None, cgroup: MemoryCgroup | None) -> None:
+    if open_files is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+    if cgroup is not None:
+        cgroup.enter()
 
 
 async def wait_for(condition: Any, limit: float = 30.0, step: float = 0.1) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import socket
 import threading
 import time
@@ -20,11 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import free_port, start
+from tests.processes import MemoryCgroup, free_port, start
 
 pytestmark = pytest.mark.slow
 LIMIT = 16 * 2**20
 """--max-response-bytes in these tests."""
+CGROUP_LIMIT = 128 * 2**20
+"""The memory cgroup the exporter runs in: what is bounded must stay bounded there."""
 BOUND = 2 * LIMIT + 24 * 2**20
 """What a hostile answer may add to the exporter's peak memory: the two lists read in parallel
 (slices and claims) may each hold up to the limit, and some room."""
@@ -151,8 +154,20 @@ def hostile() -> Iterator[Hostile]:
 
 
 @pytest.fixture(scope="module")
+def cgroup() -> Iterator[MemoryCgroup]:
+    try:
+        made = MemoryCgroup(f"kdraexp-hostile-{os.getpid()}", CGROUP_LIMIT)
+    except OSError as error:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"no memory cgroup to run in: {error}")
+    yield made
+    made.remove()
+
+
+@pytest.fixture(scope="module")
 def exporter(
-    hostile: Hostile, tmp_path_factory: pytest.TempPathFactory
+    hostile: Hostile, cgroup: MemoryCgroup, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[int, int]]:
     directory = tmp_path_factory.mktemp("hostile")
     config = directory / "kubeconfig"
@@ -182,6 +197,7 @@ def exporter(
         ],
         directory,
         {"KUBECONFIG": str(config)},
+        cgroup=cgroup,
     )
     deadline = time.monotonic() + 60
     while True:
@@ -194,6 +210,7 @@ def exporter(
             directory / "output.log"
         ).read_text()
         time.sleep(0.2)
+    assert cgroup.path.name in Path(f"/proc/{process.pid}/cgroup").read_text()
     yield port, process.pid
     process.terminate()
     process.wait(timeout=30)
@@ -209,9 +226,16 @@ def exporter(
     ],
 )
 def test_bounded_and_still_serving(
-    hostile: Hostile, exporter: tuple[int, int], behaviour: str, line: bytes
+    hostile: Hostile,
+    cgroup: MemoryCgroup,
+    exporter: tuple[int, int],
+    behaviour: str,
+    line: bytes,
 ) -> None:
-    """The scrape fails with a reason, the peak memory stays bounded, the next scrape works."""
+    """The scrape fails with a reason, the peak memory stays bounded, the next scrape works.
+
+    All of it in a 128 MiB memory cgroup, which the kernel enforces: no process was killed.
+    """
     port, pid = exporter
     reset_peak(pid)
     before = memory(pid)
@@ -224,3 +248,6 @@ def test_bounded_and_still_serving(
     assert after["VmRSS"] - before["VmRSS"] < BOUND, (before, after)
     hostile.behaviour = "ok"
     assert scrape(port)[0] == 200
+    assert cgroup.oom_kills() == 0
+    peak = cgroup.peak()
+    assert peak is None or peak <= CGROUP_LIMIT

@@ -6,6 +6,7 @@ import gzip
 import json
 
 import pytest
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
 
 from kdraexp.dra.listing import DEVICE_CLASSES, ListError
@@ -78,6 +79,40 @@ def test_redirects_are_not_followed(fake: FakeKubeAPI, clock: Clock) -> None:
     assert len(fake.lists()) == 1
 
 
+def test_cookies_are_not_kept(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A cookie the server sets is never sent back: each request carries its credential only."""
+    fake.add("deviceclasses", {"metadata": {"name": "c", "resourceVersion": "1"}})
+    fake.faults["deviceclasses"] = Fault(
+        200, page(1), headers={"Set-Cookie": "session=abc; Path=/"}, times=1
+    )
+    client, _ = in_memory_client(fake, clock)
+    for _ in range(2):
+        assert result_of(fetch(client, DEVICE_CLASSES)).count == 1
+    assert [request.cookie for request in fake.lists()] == [None, None]
+
+
+def test_a_gzip_watch_is_read_line_by_line(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A watch stream the server compresses is inflated as it arrives, not at its end."""
+    events = b"".join(
+        json.dumps({"type": "ADDED", "object": {"metadata": {"name": f"c{i}"}}}).encode() + b"\n"
+        for i in range(3)
+    )
+    fake.faults["deviceclasses"] = Fault(
+        200, gzip.compress(events), headers={"Content-Encoding": "gzip"}
+    )
+    client, _ = in_memory_client(fake, clock)
+    seen: list[str] = []
+    watching = client.watch(
+        DEVICE_CLASSES,
+        "1",
+        lambda kind, raw: seen.append(kind),
+        initial=False,
+        timeout_seconds=60,
+    )
+    result_of(Deferred.fromCoroutine(watching))
+    assert seen == ["ADDED"] * 3
+
+
 def test_unknown_status_reason_is_not_trusted(fake: FakeKubeAPI, clock: Clock) -> None:
     """A Status reason outside Kubernetes' set does not reach labels, bodies or logs."""
     odd = status(500, 'Evil"reason\\n{with} labels', "x")
@@ -92,6 +127,7 @@ def test_abandoned_scrape_is_not_a_list_error(exporter: Exporter) -> None:
     exporter.fake.faults["resourceclaims"] = Fault(hang=True)
     pending = exporter.gatherer.gather()
     pending.cancel()
+    failure_of(pending).trap(CancelledError)
     exporter.settle()
     exporter.fake.faults.clear()
     _, _, body = exporter.get("/metrics")

@@ -13,9 +13,12 @@ from __future__ import annotations
 import contextlib
 import platform
 from collections.abc import Callable, Iterator
+from http.cookiejar import DefaultCookiePolicy
 
 import msgspec
 from hyperlink import DecodedURL
+from treq.client import HTTPClient
+from treq.cookies import IndexableCookieJar
 from twisted.internet.defer import CancelledError
 from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
@@ -29,7 +32,8 @@ from kdraexp.dra import wire
 from kdraexp.dra.listing import GROUP, PAGE, Kind, ListError, Reader, Reason, ShapeError
 from kdraexp.kube import tls
 from kdraexp.kube.credentials import CredentialError, Credentials
-from kdraexp.kube.transport import Limits, ResponseTooLarge, cancelled, read_body, read_lines
+from kdraexp.kube.inflate import ResponseTooLarge, decoding_agent
+from kdraexp.kube.transport import Limits, cancelled, read_body, read_lines
 from kdraexp.util.turns import feed
 
 USER_AGENT = f"kdraexp/{__version__} (python {platform.python_version()})".encode()
@@ -75,10 +79,13 @@ _EVENT = msgspec.json.Decoder(wire.WatchEvent)
 
 
 class KubeListClient:
-    """Lists ``resource.k8s.io`` resources through one Agent.
+    """Lists and watches ``resource.k8s.io`` resources with treq, over the bounded agent stack.
 
-    The Agent is used bare: treq's client would follow redirects (offering the client
-    certificate to another host), keep cookies, and inflate gzip bodies without a bound.
+    treq is asked to follow no redirect (the client certificate must not be offered to another
+    host), keeps no cookie (its jar's policy accepts none), and reads no body itself
+    (``unbuffered``): bodies go to the bounded collectors of :mod:`kdraexp.kube.transport`.  Its
+    gzip decoder never runs: the agent under it inflates within the bound
+    (:mod:`kdraexp.kube.inflate`).
     """
 
     def __init__(
@@ -92,7 +99,10 @@ class KubeListClient:
         *,
         clock: IReactorTime,
     ) -> None:
-        self._agent = agent
+        self._http = HTTPClient(
+            decoding_agent(agent, limits.body),
+            cookiejar=IndexableCookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+        )
         self._clock = clock
         self._limits = limits
         self._base = DecodedURL.from_text(server.rstrip("/")).child("apis", GROUP)
@@ -226,11 +236,11 @@ class KubeListClient:
                 raise _event_status(kind, event.object)
             handle(event.type or "", event.object)
 
-        response, authorization = await self._open(kind, url, gzip=False)
+        response, authorization = await self._open(kind, url)
         with self._read_failures(kind):
             if response.code == 401 and self._credentials.after_unauthorized(authorization):
                 await read_body(response, self._limits.body)  # drained, so the connection is reused
-                response, authorization = await self._open(kind, url, gzip=False)
+                response, authorization = await self._open(kind, url)
             if response.code != 200:
                 body = await read_body(response, self._limits.body)
                 raise status_error(kind.plural, response.code, body)
@@ -252,7 +262,7 @@ class KubeListClient:
 
     async def _send(self, kind: Kind, url: DecodedURL) -> tuple[int, bytearray, str | None]:
         """One GET: the code, the body (bounded) and the Authorization it carried."""
-        response, authorization = await self._open(kind, url, gzip=True)
+        response, authorization = await self._open(kind, url)
         with self._read_failures(kind):
             body = await read_body(response, self._limits.body)
         return response.code, body, authorization
@@ -275,11 +285,12 @@ class KubeListClient:
             message = transport_message(error, self._server_name)
             raise ListError(kind.plural, Reason.TRANSPORT, None, message) from None
 
-    async def _open(self, kind: Kind, url: DecodedURL, gzip: bool) -> tuple[IResponse, str | None]:
-        """Send one authenticated GET; the response (its body not read) and its Authorization."""
+    async def _open(self, kind: Kind, url: DecodedURL) -> tuple[IResponse, str | None]:
+        """Send one authenticated GET; the response (its body not read) and its Authorization.
+
+        gzip is asked for (by the decoding agent): the API server compresses large lists.
+        """
         headers = Headers({b"Accept": [b"application/json"], b"User-Agent": [USER_AGENT]})
-        if gzip:  # not for watches: a stream is not compressed
-            headers.setRawHeaders(b"Accept-Encoding", [b"gzip"])
         try:
             authorization = await self._credentials.authorization()
         except CredentialError as error:
@@ -287,7 +298,9 @@ class KubeListClient:
         if authorization:
             headers.setRawHeaders(b"Authorization", [authorization.encode("latin-1")])
         try:
-            response = await self._agent.request(b"GET", url.to_uri().to_text().encode(), headers)
+            response: IResponse = await self._http.get(
+                url, headers=headers, allow_redirects=False, unbuffered=True
+            )
         except CancelledError:
             raise
         except Exception as error:

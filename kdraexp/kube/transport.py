@@ -9,7 +9,6 @@ no cookie is kept.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -26,16 +25,11 @@ from twisted.web.iweb import IAgentEndpointFactory, IPolicyForHTTPS, IResponse
 from zope.interface import implementer
 
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES
+from kdraexp.kube.inflate import ResponseTooLarge, too_large
 from kdraexp.util.reactor import IKdraReactor
 
 HEADER_LIMIT = 256 * 1024
 """Bytes of status line and headers a response may have."""
-INFLATE_PIECE = 2**20
-"""Bytes inflated at a time."""
-
-
-class ResponseTooLarge(Exception):
-    """The server sent more than the limit; the message says how much and which limit."""
 
 
 @attrs.frozen
@@ -43,45 +37,25 @@ class Limits:
     """How much of one response is read."""
 
     body: int = DEFAULT_MAX_RESPONSE_BYTES
-    """Bytes of body, inflated if it came compressed (and on the wire)."""
+    """Bytes of body, inflated if it came compressed (:mod:`kdraexp.kube.inflate`)."""
     headers: int = HEADER_LIMIT
 
 
 class _Body(Protocol):
-    """Collects one response body within the limit, inflating gzip as it arrives."""
+    """Collects one response body within the limit (inflated already, if it came gzipped)."""
 
-    def __init__(self, limit: int, gzipped: bool) -> None:
+    def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
         self._data = bytearray()
-        self._wire = 0
         self._stopped = False
         self.done: Deferred[bytearray] = Deferred(canceller=self._cancel)
 
     def dataReceived(self, data: bytes) -> None:
         if self._stopped:
             return
-        self._wire += len(data)
-        if self._inflater is None:
-            self._keep(data)
-            return
-        while data and not self._stopped:
-            try:
-                # A piece at a time, never past the limit: a bomb cannot expand in one call.
-                piece = self._inflater.decompress(data, INFLATE_PIECE)
-            except zlib.error as error:
-                self._fail(ValueError(f"the gzip body cannot be inflated: {error}"))
-                return
-            self._keep(piece)
-            data = self._inflater.unconsumed_tail
-
-    def _keep(self, data: bytes) -> None:
         self._data += data
-        if len(self._data) > self._limit or self._wire > self._limit:
-            self._fail(self._too_large())
-
-    def _too_large(self) -> ResponseTooLarge:
-        return ResponseTooLarge(f"the response is larger than --max-response-bytes={self._limit}")
+        if len(self._data) > self._limit:
+            self._fail(too_large(self._limit))
 
     def connectionLost(self, reason: Failure = Failure(ResponseDone())) -> None:  # noqa: B008
         if self._stopped:
@@ -111,17 +85,16 @@ class _Body(Protocol):
 
 
 def read_body(response: IResponse, limit: int) -> Deferred[bytearray]:
-    """The whole body of *response*, at most *limit* bytes (inflated if gzip).
+    """The whole body of *response*, at most *limit* bytes.
 
     Cancelling the Deferred drops the connection and what was read.
 
     :raises ResponseTooLarge: past the limit.
     """
-    encoding = (response.headers.getRawHeaders(b"content-encoding") or [b"identity"])[0]
-    body = _Body(limit, encoding.strip().lower() == b"gzip")
+    body = _Body(limit)
     response.deliverBody(body)
     if isinstance(response.length, int) and response.length > limit:
-        body._fail(body._too_large())  # said so before sending it: read none of it
+        body._fail(too_large(limit))  # said so before sending it: read none of it
     return body.done
 
 
