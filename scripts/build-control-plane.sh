@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build kube-apiserver and etcd for the end-to-end tests from the Go module proxy, and fetch
+# Build kube-apiserver, etcd, kube-scheduler and kube-controller-manager for the end-to-end and
+# simulated-cluster tests from the Go module proxy, and fetch
 # the ServiceMonitor, PodMonitor and PrometheusRule CRDs from the prometheus-operator module,
 # into a cache outside the repository keyed by version, and reuse it when present.
 # Prints the directory holding them on the last line of stdout.
@@ -15,7 +16,7 @@ operator_version=v0.90.1
 sum=$(cat "$module/go.sum" "$0" | sha256sum | cut -c1-12)
 out="$cache_root/control-plane-$k8s_version-etcd-$etcd_version-$sum"
 
-if cache_hit "$out" kube-apiserver etcd crds; then
+if cache_hit "$out" kube-apiserver etcd kube-scheduler kube-controller-manager crds; then
   echo "$out"
   exit 0
 fi
@@ -28,6 +29,10 @@ echo "building kube-apiserver $k8s_version ..." >&2
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 echo "building etcd $etcd_version ..." >&2
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+for command in kube-scheduler kube-controller-manager; do
+  echo "building $command $k8s_version ..." >&2
+  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/$command" "k8s.io/kubernetes/cmd/$command"
+done
 echo "fetching prometheus-operator $operator_version CRDs ..." >&2
 operator_dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$operator_version" \
   | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')

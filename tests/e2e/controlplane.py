@@ -186,6 +186,9 @@ def start(directory: Path, extra_args: tuple[str, ...] = ()) -> ControlPlane:
         "--feature-gates=DRADeviceTaintRules=true",
         "--runtime-config=resource.k8s.io/v1beta2=true",
         "--profiling=false",
+        # A loopback advertise address is refused by the endpoint reconciler from 1.37 on; no
+        # Service of the API server itself is needed here.
+        "--endpoint-reconciler-type=none",
         *extra_args,
     ]
     processes.append(
