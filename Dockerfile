@@ -50,4 +50,6 @@ ENV PYTHONPATH=/opt/kdraexp \
     TZ=UTC
 USER 65532:65532
 EXPOSE 8080 8081
-ENTRYPOINT ["/usr/bin/python3", "-m", "kdraexp", "--log-format=json"]
+# twistd runs the plugin in the foreground with no pid file (the root is read-only); the plugin
+# logs as its --log-level and --log-format say (the chart passes both), JSON by default here.
+ENTRYPOINT ["/opt/kdraexp/bin/twistd", "--nodaemon", "--pidfile=", "kdraexp", "--log-format=json"]

@@ -162,3 +162,28 @@ async def stop(process: subprocess.Popen[bytes], limit: float = 10.0) -> int:
         process.send_signal(signal.SIGTERM)
     await wait_for(lambda: process.poll() is not None, limit)
     return int(process.returncode)
+
+
+def state(pid: int) -> str | None:
+    """A process's state letter (Z for a zombie), or None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def pid_1_of(unshare_pid: int) -> int:
+    """The host pid of the namespace's PID 1: unshare's only child."""
+    children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
+    assert len(children) == 1
+    return int(children[0])
+
+
+def zombies_of(pid: int) -> list[int]:
+    """The children of *pid* that have ended and not been reaped."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split():
+            if state(int(child)) == "Z":
+                found.append(int(child))
+    return found

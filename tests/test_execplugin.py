@@ -17,7 +17,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import CancelledError, Deferred
 
 from kdraexp.kube.execplugin import MESSAGE_LIMIT, STDOUT_LIMIT, PluginError, run_plugin
-from tests.processes import free_port, get, kdraexp, stop, wait_for
+from tests.processes import free_port, get, kdraexp, pid_1_of, state, stop, wait_for, zombies_of
 from tests.tlsapi import serve
 
 
@@ -26,14 +26,6 @@ def script(tmp_path: Path, name: str, body: str) -> Path:
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(0o755)
     return path
-
-
-def state(pid: int) -> str | None:
-    """A process's state letter (Z for a zombie), or None once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
 
 
 def run(path: Path, timeout: float = 30.0) -> Deferred[bytes]:
@@ -181,19 +173,3 @@ async def test_pid_1_leaves_no_zombies(tmp_path: Path) -> None:
     log_text = (tmp_path / "output.log").read_text()
     assert status == 0, log_text
     assert "Running as PID 1: reaping orphaned processes" in log_text
-
-
-def pid_1_of(unshare_pid: int) -> int:
-    """The host pid of the namespace's PID 1: unshare's only child."""
-    children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
-    assert len(children) == 1
-    return int(children[0])
-
-
-def zombies_of(pid: int) -> list[int]:
-    found = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split():
-            if state(int(child)) == "Z":
-                found.append(int(child))
-    return found

@@ -2,15 +2,20 @@
 
 hadolint checks the Dockerfile; then the Dockerfile's install step (scripts/install-prefix.sh)
 fills a prefix, which is made read-only, and the exporter is started from it as the image starts
-it (``python3 -m kdraexp``) against the TLS fake API: it must scrape without writing anything.
+it (the Dockerfile's ENTRYPOINT, twistd running the plugin, with the chart's default args) as
+PID 1 of a PID namespace, against the TLS fake API authenticated by an exec plugin that leaves
+an orphan behind: it must scrape, write nothing, log JSON, reap the orphan and exit 0 on
+SIGTERM.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,8 +26,9 @@ import pytest
 import pytest_twisted
 import yaml
 
+from tests.helm import render, resource
 from tests.objects import SEED_CLASS, SEED_LINES, SEED_SLICE
-from tests.processes import free_port, get, stop, wait_for
+from tests.processes import free_port, get, pid_1_of, stop, wait_for, zombies_of
 from tests.tlsapi import serve
 
 pytestmark = pytest.mark.slow
@@ -49,8 +55,22 @@ def test_dockerfile_contract() -> None:
     assert "EXPOSE 8080" in text
     assert "/licenses/kube-dra-exporter/" in text
     assert "TZ=UTC" in text and "PYTHONDONTWRITEBYTECODE=1" in text
-    assert 'ENTRYPOINT ["/usr/bin/python3", "-m", "kdraexp", "--log-format=json"]' in text
+    assert entrypoint()[:4] == ["/opt/kdraexp/bin/twistd", "--nodaemon", "--pidfile=", "kdraexp"]
     assert "scripts/install-prefix.sh /opt/kdraexp" in text
+
+
+def entrypoint() -> list[str]:
+    """The image's ENTRYPOINT, as the Dockerfile writes it."""
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    found: list[str] = json.loads(next(ln for ln in lines if ln.startswith("ENTRYPOINT "))[11:])
+    return found
+
+
+def chart_args() -> list[str]:
+    """The container args the chart renders with its default values."""
+    deployment = resource(render(), "Deployment")
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
 
 
 @pytest.fixture(scope="module")
@@ -79,29 +99,34 @@ def snapshot(directory: Path) -> dict[str, float]:
     return {str(p): p.stat().st_mtime for p in directory.rglob("*") if not p.is_symlink()}
 
 
-def read_only(directory: Path, command: list[str]) -> list[str]:
-    """*command* with *directory* read-only: modes suffice for a user, root needs a ro mount."""
-    if os.getuid() != 0:
-        return command
+PLUGIN = """#!/bin/sh
+(sleep 0.2) &
+echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",\
+"status":{"token":"image-token"}}'
+"""
+"""An exec credential plugin whose child outlives it: an orphan for PID 1 to reap."""
+
+
+def as_pid_1_read_only(directory: Path, command: list[str]) -> list[str]:
+    """*command* as PID 1 of a new PID namespace, with *directory* mounted read-only."""
     return [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        READ_ONLY_MOUNT,
-        str(directory),
+        *("unshare", "--pid", "--fork", "--mount", "--mount-proc", "--propagation", "private"),
+        "--kill-child",
+        *("sh", "-c", READ_ONLY_MOUNT, str(directory)),
         *command,
     ]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="PID namespaces and read-only mounts need root")
 @pytest_twisted.ensureDeferred
 async def test_runs_from_read_only_prefix(prefix: Path) -> None:
-    """The exporter starts, scrapes and stops from the read-only prefix, writing nothing."""
+    """The image's command line from the read-only prefix, as PID 1: scrape, reap, exit 0."""
     before = snapshot(prefix)
     workdir = prefix.parent / "work"
     workdir.mkdir(mode=0o755)
+    plugin = workdir / "credential"
+    plugin.write_text(PLUGIN)
+    plugin.chmod(0o755)
     with serve() as api:
         api.fake.tokens = {"image-token"}
         api.fake.add("resourceslices", SEED_SLICE)
@@ -121,7 +146,18 @@ async def test_runs_from_read_only_prefix(prefix: Path) -> None:
                             },
                         }
                     ],
-                    "users": [{"name": "u", "user": {"token": "image-token"}}],
+                    "users": [
+                        {
+                            "name": "u",
+                            "user": {
+                                "exec": {
+                                    "apiVersion": "client.authentication.k8s.io/v1",
+                                    "command": str(plugin),
+                                    "interactiveMode": "Never",
+                                }
+                            },
+                        }
+                    ],
                 }
             )
         )
@@ -137,18 +173,10 @@ async def test_runs_from_read_only_prefix(prefix: Path) -> None:
             "PATH": "/usr/bin:/bin",
         }
         output = tempfile.TemporaryFile()  # noqa: SIM115 - read after the process ends
-        command = [
-            sys.executable,
-            "-m",
-            "kdraexp",
-            "--log-format=json",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--telemetry-listen",
-            "127.0.0.1:0",
-        ]
+        image = [part.replace("/opt/kdraexp", str(prefix)) for part in entrypoint()]
+        listeners = [f"--listen=127.0.0.1:{port}", "--telemetry-listen=127.0.0.1:0"]
         process = subprocess.Popen(
-            read_only(prefix.parent, command),
+            as_pid_1_read_only(prefix.parent, [*image, *chart_args(), *listeners]),
             cwd=workdir,
             env=env,
             stdout=output,
@@ -161,16 +189,23 @@ async def test_runs_from_read_only_prefix(prefix: Path) -> None:
             assert answer is not None and answer[0] == 200
             lines = answer[1].decode().splitlines()
             assert SEED_LINES[3] in lines and SEED_LINES[-1] in lines
+            exporter = pid_1_of(process.pid)
+            await wait_for(lambda: zombies_of(exporter) == [], 20, 0.5)
         finally:
+            with contextlib.suppress(OSError, AssertionError):
+                os.kill(pid_1_of(process.pid), signal.SIGTERM)  # unshare ignores SIGTERM itself
             status = await stop(process)
             output.seek(0)
             log = output.read().decode()
             output.close()
     assert status == 0, log
     records = [json.loads(line) for line in log.splitlines()]
-    assert any(record["msg"].startswith("Serving metrics on 127.0.0.1:") for record in records)
+    messages = [record["msg"] for record in records]
+    assert any(message.startswith("Serving metrics on 127.0.0.1:") for message in messages)
+    assert any(message.startswith("Running as PID 1: reaping") for message in messages)
+    assert "Received SIGTERM, shutting down." in messages
     assert not [r for r in records if r["level"] in ("error", "critical")], log
     assert "plugin cache" not in log
     assert snapshot(prefix) == before
-    assert sorted(p.name for p in workdir.iterdir()) == ["kubeconfig"]
+    assert sorted(p.name for p in workdir.iterdir()) == ["credential", "kubeconfig"]
     assert "dropin.cache" in {Path(p).name for p in before}

@@ -71,6 +71,7 @@ NEEDS = {
     "tests/test_chart.py": (helm,),
     "tests/test_alerts.py": (helm, prometheus),
     "tests/test_dashboard.py": (helm,),
+    "tests/test_image.py": (helm,),
     "tests/test_workflows.py": (actionlint,),
     "tests/e2e/": (helm, control_plane, prometheus),
 }

@@ -10,43 +10,26 @@ from __future__ import annotations
 import sys
 
 from twisted.logger import globalLogBeginner
-from twisted.python import usage
 
 from kdraexp.app import logs
 from kdraexp.app.tap import Options, makeService
 
 
 class CommandOptions(Options):
-    """The exporter's options, and how it logs."""
-
-    optParameters = [
-        *Options.optParameters,
-        ["log-level", None, "info", f"Least level logged: {', '.join(logs.LEVELS)}."],
-        ["log-format", None, "text", f"Log line format: {' or '.join(logs.FORMATS)}."],
-    ]
+    """The exporter's options, as ``kdraexp`` names itself."""
 
     def getSynopsis(self) -> str:
         """``Usage: kdraexp ...`` however the command was started."""
         return f"Usage: kdraexp {self.synopsis}"
-
-    def postOptions(self) -> None:
-        """Check the log options, then the exporter's."""
-        if self["log-level"] not in logs.LEVELS:
-            raise usage.UsageError(
-                f"--log-level {self['log-level']!r}: expected one of {', '.join(logs.LEVELS)}"
-            )
-        if self["log-format"] not in logs.FORMATS:
-            raise usage.UsageError(f"--log-format {self['log-format']!r}: expected text or json")
-        super().postOptions()
 
 
 def main(argv: list[str] | None = None) -> None:
     """Parse *argv* (the command line), start the exporter and run until stopped."""
     options = CommandOptions()
     options.parseOptions(sys.argv[1:] if argv is None else argv)
+    settings = options.settings
     globalLogBeginner.beginLoggingTo(
-        [logs.observer(options["log-level"], options["log-format"])],
-        redirectStandardIO=False,
+        [logs.observer(settings.log_level, settings.log_format)], redirectStandardIO=False
     )
     from twisted.internet import reactor
 

@@ -7,14 +7,16 @@ import os
 from typing import Any
 
 import attrs
-from twisted.application.service import MultiService, Service
+from twisted.application.service import IServiceCollection, MultiService, Service
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IListeningPort, IProtocolFactory, IStreamServerEndpoint
-from twisted.logger import Logger
+from twisted.logger import ILogObserver, Logger
+from twisted.python.components import Componentized
 from twisted.python.failure import Failure
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from kdraexp import __version__
+from kdraexp.app import logs
 from kdraexp.app.reaper import PERIOD, OrphanReaper
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Source, Watcher
 from kdraexp.families.selection import Selection, select
@@ -62,6 +64,8 @@ class Settings:
     """``list``: every scrape lists; ``watch``: lists once, then follows the changes."""
     max_staleness: float = 300.0
     """In watch mode, seconds a failing watch's last state may still be served."""
+    log_level: str = "info"
+    log_format: str = "text"
 
 
 class KubeClientService(Service):
@@ -214,11 +218,24 @@ class FrozenStartup(Service):
 
 
 class ExporterService(MultiService):
-    """The whole exporter, which says when it stops.
+    """The whole exporter, which says when it stops, and tells twistd how it logs.
 
     Its children stop in reverse order: the listeners first, then the collection in flight is
     cancelled.
     """
+
+    def __init__(self, observer: ILogObserver) -> None:
+        super().__init__()
+        self.observer = observer
+
+    def setServiceParent(self, parent: IServiceCollection) -> None:  # noqa: N802 - IService
+        """Join *parent*; under twistd, whose application it is, log as ``--log-*`` say.
+
+        twistd logs to its application's ILogObserver component when ``--logger`` names none.
+        """
+        super().setServiceParent(parent)
+        if isinstance(parent, Componentized) and parent.getComponent(ILogObserver) is None:
+            parent.setComponent(ILogObserver, self.observer)
 
     def stopService(self) -> Deferred[None]:
         """Log, then stop every child."""
@@ -231,7 +248,7 @@ def build_service(
     settings: Settings, cluster: ClusterConfig | None, reactor: IKdraReactor
 ) -> MultiService:
     """Assemble the exporter; *cluster* is None for the offline source."""
-    top = ExporterService()
+    top = ExporterService(logs.observer(settings.log_level, settings.log_format))
     source: Source
     watcher: Watcher | None = None
     if settings.file is not None:

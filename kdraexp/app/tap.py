@@ -14,6 +14,7 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from kdraexp import __version__
+from kdraexp.app import logs
 from kdraexp.app.service import Settings, build_service
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES
 from kdraexp.dra.quantity import QuantityError, parse_quantity
@@ -159,6 +160,8 @@ class Options(usage.Options):
             "memory",
             "Capacity whose consumed share of a shareable device is the share of its cost.",
         ],
+        ["log-level", None, "info", f"Least level logged: {', '.join(logs.LEVELS)}."],
+        ["log-format", None, "text", f"Log line format: {' or '.join(logs.FORMATS)}."],
     ]
 
     def opt_version(self) -> None:
@@ -203,6 +206,12 @@ class Options(usage.Options):
         except SelectionError as error:
             raise usage.UsageError(str(error)) from None
         shard = self._shard()
+        if self["log-level"] not in logs.LEVELS:
+            raise usage.UsageError(
+                f"--log-level {self['log-level']!r}: expected one of {', '.join(logs.LEVELS)}"
+            )
+        if self["log-format"] not in logs.FORMATS:
+            raise usage.UsageError(f"--log-format {self['log-format']!r}: expected text or json")
         if self["mode"] not in ("list", "watch"):
             raise usage.UsageError(f"--mode {self['mode']!r}: expected list or watch")
         if self["mode"] == "watch" and file is not None:
@@ -218,6 +227,8 @@ class Options(usage.Options):
             shard=shard,
             mode=self["mode"],
             max_staleness=self["max-staleness"],
+            log_level=self["log-level"],
+            log_format=self["log-format"],
         )
 
     def _shard(self) -> Shard:
