@@ -13,7 +13,7 @@ from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import Kind, Source
 from kdraexp.exposition import text as exposition
 from kdraexp.families.selection import Selection, select
-from kdraexp.sources.gather import FIRST
+from kdraexp.sources.gather import listed_first
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.store.sharding import Shard
 from tests.conftest import result_of
@@ -90,7 +90,7 @@ def collect(
     builder = CollectionBuilder(chosen, matcher or Matcher(), store, shard)
     for first in (True, False):
         for kind in chosen.kinds:
-            if (kind in FIRST) != first:
+            if listed_first(kind) != first:
                 continue
             items = [msgspec.Raw(msgspec.json.encode(o)) for o in objects[kind.plural]]
             builder.reader(kind).page(items)

@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from benchmarks.cluster import cluster, node_name
+from kdraexp.dra.listing import RESOURCE_SLICES
+from kdraexp.families import KINDS
 from kdraexp.store.collection import Collection
 from kdraexp.store.sharding import Part, Shard, ordinal
 from tests.collect import collect, samples
@@ -79,7 +81,8 @@ def test_classes_on_shard_zero_and_claims_follow_their_pool() -> None:
         families = samples(collect(**objects, shard=Shard(index, 3)))
         assert bool(families.get("kube_deviceclass_info")) == (index == 0)
     item = _decoded(objects["slices"][0])
-    owners = [i for i in range(3) if Shard(i, 3).part("ResourceSlice", item) is Part.WRITE]
+    placed = KINDS[RESOURCE_SLICES].shard_key(item)  # type: ignore[misc]
+    owners = [i for i in range(3) if Shard(i, 3).part(placed) is Part.WRITE]
     assert len(owners) == 1
 
 

@@ -17,7 +17,7 @@ from kdraexp.telemetry.watchstats import WatchStats
 from tests.collect import text
 from tests.conftest import failure_of, in_memory_client, result_of
 from tests.fakeapi import FakeKubeAPI, Fault, status
-from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_SLICE, device_class
+from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_SLICE
 
 
 class Watched:
@@ -160,24 +160,46 @@ def test_idle_watch_restarted(watched: Watched) -> None:
     assert watched.gatherer.ready
 
 
-def test_new_class_relists_slices(watched: Watched) -> None:
-    """A new DeviceClass: the slices are listed again and matched against it."""
+def selecting(name: str, expression: str) -> dict[str, Any]:
+    selector = {"cel": {"expression": expression}}
+    return {"metadata": {"name": name}, "spec": {"selectors": [selector]}}
+
+
+def matched(text: str, name: str) -> list[str]:
+    """The device_class rows of class *name*."""
+    return [
+        line
+        for line in text.splitlines()
+        if line.startswith("kube_resourceslice_device_class{") and f'"{name}"' in line
+    ]
+
+
+def test_class_changes_rederive_slices_without_a_list(watched: Watched) -> None:
+    """A DeviceClass added, changed, deleted: the kept slices are matched again, unlisted.
+
+    No list request and no new slices watch; the rows come back equal to the first ones.
+    """
     watched.gatherer.start()
     watched.settle()
     before = watched.text()
-    assert 'deviceclass_name="everything"' not in before
-    watched.fake.change("deviceclasses", "ADDED", device_class("everything", "1"))
+    assert matched(before, "everything") == []
+    requests = len(watched.fake.requests)
+    watched.fake.change("deviceclasses", "ADDED", selecting("everything", "true"))
     watched.settle()
-    after = watched.text()
-    assert "kube_resourceslice_device_class{" in after
-    assert 'deviceclass_name="everything"' in after
-    assert (
-        watched.metric(
-            "kube_dra_exporter_watch_relists_total",
-            {"resource": "resourceslices", "cause": "classes"},
-        )
-        == 1
-    )
+    added = watched.text()
+    assert len(matched(added, "everything")) == 1
+    watched.fake.change("deviceclasses", "MODIFIED", selecting("everything", "false"))
+    watched.settle()
+    assert matched(watched.text(), "everything") == []
+    watched.fake.change("deviceclasses", "MODIFIED", selecting("everything", "true"))
+    watched.settle()
+    assert matched(watched.text(), "everything") == matched(added, "everything")
+    watched.fake.change("deviceclasses", "DELETED", selecting("everything", "true"))
+    watched.settle()
+    assert watched.text() == before
+    assert watched.fake.requests[requests:] == []
+    relisted = {"resource": "resourceslices", "cause": "classes"}
+    assert watched.metric("kube_dra_exporter_watch_relists_total", relisted) is None
 
 
 def test_stale_past_the_bound_fails(fake: FakeKubeAPI, clock: Clock) -> None:

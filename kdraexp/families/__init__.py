@@ -11,8 +11,7 @@ source or the exposition.
 
 from __future__ import annotations
 
-from typing import Any
-
+from kdraexp.dra.listing import Kind
 from kdraexp.families import (
     deviceclass,
     devicetaintrule,
@@ -21,6 +20,7 @@ from kdraexp.families import (
     resourceslice,
 )
 from kdraexp.families.family import Family
+from kdraexp.families.kind import KindSpec
 
 FAMILIES: tuple[Family, ...] = tuple(
     sorted(
@@ -38,13 +38,11 @@ FAMILIES: tuple[Family, ...] = tuple(
 
 BY_NAME = {family.name: family for family in FAMILIES}
 
-VIEWS: dict[str, Any] = {
-    "deviceclasses": deviceclass.ClassView,
-    "devicetaintrules": devicetaintrule.TaintRuleView,
-    "resourceslices": resourceslice.SliceView,
-    "resourceclaims": resourceclaim.ClaimView,
+KINDS: dict[Kind, KindSpec] = {
+    spec.kind: spec
+    for spec in (deviceclass.KIND, devicetaintrule.KIND, resourceslice.KIND, resourceclaim.KIND)
 }
-"""Per resource, the view its families read: each object is read once for all of them."""
+"""Per listed kind, its declaration: each object is read once, by its view, for all families."""
 
 DEVICE_INFO = resourceslice.device_info
 DEVICE_CLASS = resourceslice.device_class

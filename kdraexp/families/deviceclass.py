@@ -11,6 +11,7 @@ from kdraexp.dra.classindex import ClassEntry
 from kdraexp.dra.listing import DEVICE_CLASSES
 from kdraexp.families.context import Context
 from kdraexp.families.family import Row, Stability, family
+from kdraexp.families.kind import KindSpec
 
 HOURLY_COST_ANNOTATION = "hourly-cost"
 
@@ -120,3 +121,11 @@ def class_created(view: ClassView) -> Iterator[Row]:
 
 
 FAMILIES = (class_hourly_cost, class_info, class_created)
+
+
+def _entry(view: ClassView, written: bool) -> ClassEntry:
+    return view.entry
+
+
+KIND = KindSpec(DEVICE_CLASSES, ClassView, _entry, first=True, classes=True)
+"""Listed first: devices are matched with the classes, claims priced by them."""

@@ -14,6 +14,7 @@ from kdraexp.dra.listing import DEVICE_TAINT_RULES
 from kdraexp.families.context import Context
 from kdraexp.families.family import Row, family
 from kdraexp.families.index import RuleFacts
+from kdraexp.families.kind import KindSpec
 
 
 class TaintRuleView:
@@ -66,3 +67,11 @@ def taint_rule_info(view: TaintRuleView) -> Iterator[Row]:
 
 
 FAMILIES = (taint_rule_info,)
+
+
+def _rule_facts(view: TaintRuleView, written: bool) -> RuleFacts | None:
+    return view.facts()
+
+
+KIND = KindSpec(DEVICE_TAINT_RULES, TaintRuleView, _rule_facts, first=True)
+"""Listed first: a rule's taints change the states of the devices it selects."""

@@ -10,6 +10,7 @@ from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, LabelGroup, Row, Stability, family
 from kdraexp.families.index import ClaimFacts, ClusterIndex, ResultFacts
+from kdraexp.families.kind import KindSpec, ShardKey
 
 C = LabelGroup(("namespace", "resourceclaim_name"))
 """The claim labels every new claim family leads with."""
@@ -370,3 +371,26 @@ FAMILIES = (
     device_condition,
     hourly_cost,
 )
+
+
+def _claim_facts(view: ClaimView, written: bool) -> ClaimFacts:
+    facts = view.facts()
+    facts.home = written  # a claim another shard writes still blocks devices here
+    return facts
+
+
+def _claim_shard(item: wire.ResourceClaim) -> ShardKey:
+    """A claim is written with the pool of its first result, else by its name.
+
+    The shards of every pool it uses read it too: it changes their device states and costs.
+    """
+    status = item.status
+    allocation = status.allocation if status else None
+    results = (allocation.devices.results or ()) if allocation and allocation.devices else ()
+    pools = tuple(f"{r.driver or ''}/{r.pool or ''}" for r in results)
+    meta = item.metadata
+    home = pools[0] if pools else f"{meta.namespace or ''}/{meta.name or ''}" if meta else "/"
+    return ShardKey(home, pools)
+
+
+KIND = KindSpec(RESOURCE_CLAIMS, ClaimView, _claim_facts, _claim_shard)

@@ -19,6 +19,7 @@ from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, LabelGroup, Row, Stability, family
 from kdraexp.families.index import ClusterIndex, DeviceFacts, SliceFacts
+from kdraexp.families.kind import KindSpec, ShardKey
 
 D = LabelGroup(("resourceslice_name", "driver", "pool", "device_name", "node_name"))
 """The device labels every device family leads with."""
@@ -525,3 +526,18 @@ FAMILIES = (
     shared_counter,
     device_state,
 )
+
+
+def _slice_facts(view: SliceView, written: bool) -> SliceFacts:
+    return view.facts()
+
+
+def _slice_shard(item: wire.ResourceSlice) -> ShardKey:
+    """A slice belongs with its pool: every family of a pool is made within one shard."""
+    spec = item.spec
+    driver = (spec.driver or "") if spec else ""
+    pool = (spec.pool.name or "") if spec and spec.pool else ""
+    return ShardKey(f"{driver}/{pool}")
+
+
+KIND = KindSpec(RESOURCE_SLICES, SliceView, _slice_facts, _slice_shard, reads_classes=True)

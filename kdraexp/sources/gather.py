@@ -1,8 +1,8 @@
 """One collection: the lists under one deadline, shared by concurrent scrapes.
 
-DeviceClasses (and DeviceTaintRules) are listed first: slices need the classes to match devices,
-claims to price their results.  ResourceSlices and ResourceClaims are then listed in parallel,
-each page read as it arrives.
+The kinds declared ``first`` (DeviceClasses, DeviceTaintRules) are listed first: slices need the
+classes to match devices, claims to price their results.  The others are then listed in
+parallel, each page read as it arrives.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from kdraexp.dra.devicecel import Matcher
-from kdraexp.dra.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, Kind, ListError, Reason, Source
+from kdraexp.dra.listing import Kind, ListError, Reason, Source
+from kdraexp.families import KINDS
 from kdraexp.families.selection import Selection
 from kdraexp.sources.protocol import CollectionFailed
 from kdraexp.store.collection import Collection, CollectionBuilder, Store
@@ -26,8 +27,10 @@ from kdraexp.util.turns import Turns
 
 log = Logger()
 
-FIRST = (DEVICE_CLASSES, DEVICE_TAINT_RULES)
-"""Listed before the others, which read them."""
+
+def listed_first(kind: Kind) -> bool:
+    """Whether *kind* is listed (and, watching, synchronised) before the others, which read it."""
+    return KINDS[kind].first
 
 
 class Gatherer:
@@ -85,10 +88,10 @@ class Gatherer:
         builder = CollectionBuilder(self._selection, self._matcher, self._store, self._shard)
         deadline = self._clock.seconds() + self._timeout
         kinds = self._selection.kinds
-        first = [kind for kind in kinds if kind in FIRST]
+        first = [kind for kind in kinds if listed_first(kind)]
         errors = await self._lists(first, builder, deadline)
         builder.classes_listed()
-        errors += await self._lists([k for k in kinds if k not in FIRST], builder, deadline)
+        errors += await self._lists([k for k in kinds if not listed_first(k)], builder, deadline)
         if errors:
             raise CollectionFailed(tuple(errors))
         collection = await builder.finish(Turns(self._clock))

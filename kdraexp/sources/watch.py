@@ -9,8 +9,9 @@ lists the kind again.  Each event updates the object's entry at once (its rows, 
 scrape only puts the current entries together, and families whose lists did not change keep
 their rendered text.
 
-DeviceClasses and DeviceTaintRules are synchronised first: devices are matched with the
-classes.  When a class changes, the ResourceSlices are listed again, matched with the new ones.
+The kinds declared ``first`` (DeviceClasses, DeviceTaintRules) are synchronised first: devices
+are matched with the classes.  When a class changes, the kept ResourceSlices (each kept
+deflated) are read again with the new classes: no list is made again.
 A resource not synchronised yet makes scrapes answer 503; one whose watch has failed for longer
 than ``--max-staleness`` makes them fail as a failed list does: no data older than that bound is
 served.
@@ -30,16 +31,15 @@ from twisted.logger import Logger
 from kdraexp.dra import wire
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import (
-    DEVICE_CLASSES,
-    RESOURCE_SLICES,
     Kind,
     ListError,
     Reason,
     ShapeError,
     Watcher,
 )
+from kdraexp.families import KINDS
 from kdraexp.families.selection import Selection
-from kdraexp.sources.gather import FIRST
+from kdraexp.sources.gather import listed_first
 from kdraexp.sources.protocol import CollectionFailed, NotSynced
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.store.sharding import Shard
@@ -108,11 +108,6 @@ class KindWatch:
         running, self._running = self._running, None
         if running is not None:
             running.cancel()
-
-    def relist(self, cause: str) -> None:
-        """List the kind again (its entries depend on something that changed), then follow."""
-        self._resync = cause
-        self._restart_watch()
 
     def stale_for(self, now: float) -> float:
         """Seconds this kind has been failing (0 while it is current)."""
@@ -341,26 +336,24 @@ class WatchGatherer:
         return self._flight()
 
     def _first(self) -> list[Kind]:
-        return [kind for kind in self._selection.kinds if kind in FIRST]
+        return [kind for kind in self._selection.kinds if listed_first(kind)]
 
     def _start_rest(self) -> None:
         for kind in self._selection.kinds:
-            if kind not in FIRST:
+            if not listed_first(kind):
                 self._watches[kind.plural].start()
 
     def _changed(self, kind: Kind) -> None:
         """A watch's reader changed (or synchronised)."""
-        if kind is not DEVICE_CLASSES:
-            if kind in FIRST and self._first_synced_now():
+        if not KINDS[kind].classes:
+            if listed_first(kind) and self._first_synced_now():
                 self._start_rest()
             return
         if not self._watches[kind.plural].synced:
             return
         first_time = self._first_synced_now()
         if self._builder.classes_listed() and not first_time:
-            slices = self._watches.get(RESOURCE_SLICES.plural)
-            if slices is not None and slices.ever_synced:
-                slices.relist("classes")
+            self._builder.reread_with_classes()  # from the kept objects: no list is made
         if first_time:
             self._start_rest()
 

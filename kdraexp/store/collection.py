@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import zlib
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -33,10 +34,10 @@ from kdraexp.dra.listing import (
     ShapeError,
 )
 from kdraexp.dra.problems import Problem, Problems
-from kdraexp.families import VIEWS
+from kdraexp.families import KINDS
 from kdraexp.families.context import Context, Options
 from kdraexp.families.family import CLUSTER, Family, Row
-from kdraexp.families.index import ClaimFacts, ClusterIndex
+from kdraexp.families.index import ClusterIndex
 from kdraexp.families.selection import Selection
 from kdraexp.store.clusterrows import ClusterRows, Laid
 from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, block_ends, blocks, expand, flatten
@@ -57,6 +58,9 @@ class Entry(msgspec.Struct, gc=False):
     problems: tuple[Problem, ...]
     class_errors: tuple[tuple[str, str], ...]
     """(class, reason) for each device whose match with a class could not be decided."""
+    source: bytes | None = None
+    """The object's JSON, deflated, where it must be read again without a list (watch mode,
+    kinds read with the classes)."""
 
 
 CLUSTER_NEEDS = frozenset({DEVICE_TAINT_RULES.plural})
@@ -77,7 +81,7 @@ def row_families(selection: Selection, kind: Kind) -> list[Family]:
     return [
         family
         for family in selection.families
-        if family.reads is kind and not (family.current_generation and kind is RESOURCE_SLICES)
+        if family.reads is kind and not family.current_generation
     ]
 
 
@@ -104,8 +108,11 @@ class KindReader:
         warm: dict[str, Entry] | None = None,
         shard: Shard = Shard(),  # noqa: B008 - frozen
         skipped: Mapping[str, str] | None = None,
+        keep_sources: bool = False,
     ) -> None:
         self.kind = kind
+        self._keep_sources = keep_sources
+        """Keep each object's JSON, compressed, so that :meth:`reread` needs no list."""
         self._shard = shard
         self._previous_skipped = skipped or {}
         self._families = row_families(selection, kind)
@@ -115,7 +122,7 @@ class KindReader:
             if family.reads is kind and family not in self._families
         ]
         self._options = selection.options
-        self._view = VIEWS[kind.plural]
+        self._spec = KINDS[kind]
         self._classes = classes
         self._context = context
         self._previous = previous
@@ -157,7 +164,8 @@ class KindReader:
                 self.entries[key] = old
                 continue
             item = self._decode(decoder, raw)
-            part = self._shard.part(self.kind.kind, item)
+            placed = self._spec.shard_key(item) if self._spec.shard_key else None
+            part = self._shard.part(placed)
             if part is Part.SKIP:
                 if version:
                     self.skipped[key] = version
@@ -165,6 +173,8 @@ class KindReader:
             if item.metadata is not None and item.metadata.uid == key:
                 item.metadata.uid = key  # one string for the identity and the rows
             entry = self.entries[key] = self._read(item, version, part is Part.WRITE)
+            if self._keep_sources:
+                entry.source = zlib.compress(raw, 1)
             if self._warm is not None:
                 self._warm[key] = entry  # kept even if this collection fails (a deadline)
             self.changed = True
@@ -197,6 +207,20 @@ class KindReader:
         elif entries.pop(key, None) is not None:
             self.changed = True  # it moved to another shard
 
+    def reread(self) -> None:
+        """Read every object again from its kept source, with the classes now configured.
+
+        What a DeviceClass change needs in watch mode: the slices' rows and facts made again
+        without listing them (the sources are kept by a live reader only).
+        """
+        kept, self.entries = self.entries, {}
+        for key, entry in kept.items():
+            if entry.source is None:
+                self.entries[key] = entry
+            else:
+                self.page([msgspec.Raw(zlib.decompress(entry.source))])
+        self.changed = True
+
     def reconfigure(self, classes: ClassIndex, context: Hashable) -> None:
         """New DeviceClasses: the entries made with the old ones are stale (see :meth:`resync`)."""
         self._classes = classes
@@ -213,15 +237,10 @@ class KindReader:
         """The object's entry; without *write* (another shard writes it) its facts only."""
         problems = Problems()
         context = Context(self._options, problems, self._classes)
-        view = self._view(item, context)
-        facts: Any = None
-        if self.kind in (RESOURCE_SLICES, RESOURCE_CLAIMS, DEVICE_TAINT_RULES):
-            facts = view.facts()
-        elif self.kind is DEVICE_CLASSES:
-            facts = view.entry
+        spec = self._spec
+        view = spec.view(item, context)
+        facts = spec.facts(view, write)
         if not write:
-            if isinstance(facts, ClaimFacts):
-                facts.home = False
             return Entry(version, self._context, self._unwritten, facts, (), ())
         for family in self._generation_families:
             found = flatten(family.rows(view))
@@ -393,12 +412,21 @@ class CollectionBuilder:
 
         A *live* reader lives on, applying watch events (see :meth:`snapshot`).
         """
-        context = self._context if kind is RESOURCE_SLICES else None
+        reads_classes = KINDS[kind].reads_classes
+        context = self._context if reads_classes else None
         previous = self._store.entries.get(kind.plural, {})
         warm = None if live else self._store.warm.setdefault(kind.plural, {})
         skipped = self._store.skipped.get(kind.plural, {})
         reader = KindReader(
-            kind, self._selection, self._classes, context, previous, warm, self._shard, skipped
+            kind,
+            self._selection,
+            self._classes,
+            context,
+            previous,
+            warm,
+            self._shard,
+            skipped,
+            keep_sources=live and reads_classes,
         )
         self._readers[kind.plural] = reader
         return reader
@@ -406,19 +434,29 @@ class CollectionBuilder:
     def classes_listed(self) -> bool:
         """The classes are in: devices are matched and claims priced against them from now on.
 
-        Return whether what devices are matched against changed (then the ResourceSlices'
-        entries, made with the old classes, must be read again).
+        Return whether what devices are matched against changed (then the entries of the kinds
+        read with the classes, made with the old ones, must be read again).
         """
-        reader = self._readers.get(DEVICE_CLASSES.plural)
-        entries: list[ClassEntry] = [e.facts for e in reader.entries.values()] if reader else []
+        entries: list[ClassEntry] = [
+            entry.facts
+            for reader in self._readers.values()
+            if KINDS[reader.kind].classes
+            for entry in reader.entries.values()
+        ]
         self._classes = ClassIndex(entries, self._matcher)
         context = tuple((e.name, e.expressions) for e in entries)
         changed = context != self._context
         self._context = context
-        slices = self._readers.get(RESOURCE_SLICES.plural)
-        if slices is not None:
-            slices.reconfigure(self._classes, context)
+        for reader in self._readers.values():
+            if KINDS[reader.kind].reads_classes:
+                reader.reconfigure(self._classes, context)
         return changed
+
+    def reread_with_classes(self) -> None:
+        """Read again, from what they kept, the live entries made with the old classes."""
+        for reader in self._readers.values():
+            if KINDS[reader.kind].reads_classes:
+                reader.reread()
 
     async def finish(self, turns: Turns | None = None) -> Collection:
         """The lists are complete: keep them in the store and make the collection.

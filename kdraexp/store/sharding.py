@@ -1,8 +1,9 @@
 """Which objects a shard writes, so that several exporters split one cluster.
 
 An object belongs to the shard its key hashes to (the first eight bytes of its SHA-256, modulo
-the number of shards: stable across processes and versions, unlike Python's ``hash``).  The key
-is what makes every family computable inside one shard:
+the number of shards: stable across processes and versions, unlike Python's ``hash``).  Each
+kind declares its key (:class:`kdraexp.families.kind.KindSpec`); the keys are what make every
+family computable inside one shard:
 
 - a ResourceSlice's key is its pool (driver/pool): a pool's slices, devices, counters and
   states are all in one shard;
@@ -22,9 +23,10 @@ from __future__ import annotations
 import hashlib
 import re
 from enum import Enum
-from typing import Any
 
 import attrs
+
+from kdraexp.families.kind import ShardKey
 
 
 class Part(Enum):
@@ -60,32 +62,15 @@ class Shard:
         digest = hashlib.sha256(key.encode()).digest()
         return int.from_bytes(digest[:8], "big") % self.total == self.index
 
-    def part(self, kind: str, item: Any) -> Part:
-        """What this shard does with *item*, an object of *kind* (decoded)."""
+    def part(self, key: ShardKey | None) -> Part:
+        """What this shard does with an object whose kind places it at *key* (see KindSpec)."""
         if self.total == 1:
             return Part.WRITE
-        if kind == "ResourceSlice":
-            spec = item.spec
-            driver = (spec.driver or "") if spec else ""
-            pool = (spec.pool.name or "") if spec and spec.pool else ""
-            return Part.WRITE if self.owns(f"{driver}/{pool}") else Part.SKIP
-        if kind == "ResourceClaim":
-            pools = [f"{r.driver or ''}/{r.pool or ''}" for r in _results(item)]
-            meta = item.metadata
-            home = (
-                pools[0] if pools else f"{meta.namespace or ''}/{meta.name or ''}" if meta else "/"
-            )
-            if self.owns(home):
-                return Part.WRITE
-            return Part.READ if any(self.owns(pool) for pool in pools) else Part.SKIP
-        return Part.WRITE if self.index == 0 else Part.READ
-
-
-def _results(claim: Any) -> list[Any]:
-    status = claim.status
-    allocation = status.allocation if status else None
-    devices = allocation.devices if allocation else None
-    return list(devices.results or ()) if devices else []
+        if key is None:
+            return Part.WRITE if self.index == 0 else Part.READ
+        if self.owns(key.home):
+            return Part.WRITE
+        return Part.READ if any(self.owns(reader) for reader in key.readers) else Part.SKIP
 
 
 _ORDINAL = re.compile(r"-(\d+)$")
