@@ -109,3 +109,28 @@ def test_no_private_twisted_module_at_run_time() -> None:
             }:
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} .{node.attr}")
     assert found == []
+
+
+GENERIC = ("store/collection.py", "store/sharding.py", "sources/gather.py", "sources/watch.py")
+"""Code that works for every kind, from the kinds' declarations (families/kind.py)."""
+KIND_NAMES = {"DEVICE_CLASSES", "DEVICE_TAINT_RULES", "RESOURCE_CLAIMS", "RESOURCE_SLICES"}
+
+
+def test_generic_code_names_no_kind() -> None:
+    """A kind's behaviour is in its KindSpec, not in branches of the generic code."""
+    found = []
+    for name in GENERIC:
+        tree = ast.parse((PACKAGE / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in KIND_NAMES:
+                found.append(f"{name}:{node.lineno} {node.id}")
+            if isinstance(node, ast.Constant) and node.value in {
+                "ResourceSlice",
+                "ResourceClaim",
+                "DeviceClass",
+                "resourceslices",
+                "resourceclaims",
+                "deviceclasses",
+            }:
+                found.append(f"{name}:{node.lineno} {node.value!r}")
+    assert found == []

@@ -18,6 +18,7 @@ import operator
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
+from kdraexp.dra.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.dra.problems import Problem, Problems
 from kdraexp.families.family import Family
 from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
@@ -53,6 +54,13 @@ class Laid:
         """Where the family's blocks end (see :mod:`kdraexp.store.rows`)."""
 
 
+CLUSTER_NEEDS = frozenset({DEVICE_TAINT_RULES.plural})
+"""What every cross-object family's key includes besides its needs: taint rules change device
+states, though a family is written without them."""
+_BASE = (RESOURCE_SLICES, DEVICE_CLASSES, DEVICE_TAINT_RULES)
+"""The kinds whose change makes the whole index again (claims are followed one by one)."""
+
+
 class ClusterRows:
     """Every cross-object family's rows, kept between collections."""
 
@@ -61,7 +69,7 @@ class ClusterRows:
         self.keys: dict[str, Hashable] = {}
         """Per family, the key of the rows it has."""
         self._index: ClusterIndex | None = None
-        self._base: Hashable = None
+        self._base: tuple[int, ...] | None = None
         """What the index was made of besides claims: slices, classes and rules versions."""
         self._claims: dict[str, ClaimFacts] = {}
         self._pools: tuple[int, Pools] | None = None
@@ -70,21 +78,24 @@ class ClusterRows:
         self,
         families: list[Family],
         keys: Mapping[str, Hashable],
-        base: tuple[int, int, int],
-        slices: list[SliceFacts],
-        claims: dict[str, ClaimFacts],
+        versions: Mapping[str, int],
+        facts: Mapping[str, dict[str, Any]],
         costs: dict[str, float],
-        rules: list[RuleFacts],
         turns: Turns,
     ) -> None:
         """Make again the rows of the *families* whose key changed.
 
-        *base* is the versions of the slices, the classes and the taint rules: while it is the
-        same, only claims changed and only what they touch is made again.
+        *versions* and *facts* are per resource, the facts per object: this is the one place
+        that joins the kinds.  While the versions of the slices, the classes and the taint rules
+        are the same, only claims changed and only what they touch is made again.
         """
         changed = [f for f in families if self.keys.get(f.name) != keys[f.name]]
         if not changed:
             return
+        base = tuple(versions.get(kind.plural, 0) for kind in _BASE)
+        slices: list[SliceFacts] = list(facts.get(RESOURCE_SLICES.plural, {}).values())
+        claims: dict[str, ClaimFacts] = facts.get(RESOURCE_CLAIMS.plural, {})
+        rules: list[RuleFacts] = list(facts.get(DEVICE_TAINT_RULES.plural, {}).values())
         index = self._index
         self._index = None  # until the update completes: one cut short is made whole next time
         if index is None or base != self._base:

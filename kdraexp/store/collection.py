@@ -26,10 +26,6 @@ from kdraexp.dra import wire
 from kdraexp.dra.classindex import ClassEntry, ClassIndex
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import (
-    DEVICE_CLASSES,
-    DEVICE_TAINT_RULES,
-    RESOURCE_CLAIMS,
-    RESOURCE_SLICES,
     Kind,
     ShapeError,
 )
@@ -39,7 +35,7 @@ from kdraexp.families.context import Context, Options
 from kdraexp.families.family import CLUSTER, Family, Row
 from kdraexp.families.index import ClusterIndex
 from kdraexp.families.selection import Selection
-from kdraexp.store.clusterrows import ClusterRows, Laid
+from kdraexp.store.clusterrows import CLUSTER_NEEDS, ClusterRows, Laid
 from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, block_ends, blocks, expand, flatten
 from kdraexp.store.sharding import Part, Shard
 from kdraexp.util.turns import Turns
@@ -63,9 +59,6 @@ class Entry(msgspec.Struct, gc=False):
     kinds read with the classes)."""
 
 
-CLUSTER_NEEDS = frozenset({DEVICE_TAINT_RULES.plural})
-"""What every cross-object family's key includes besides its needs: taint rules change device
-states, though a family is written without them."""
 _ROWS = operator.attrgetter("rows")
 _FACTS = operator.attrgetter("facts")
 _PROBLEMS = operator.attrgetter("problems")
@@ -538,20 +531,15 @@ class CollectionBuilder:
     async def _cluster(self, keys: dict[str, Hashable], turns: Turns) -> None:
         """Make again the cross-object families' rows that a change touched."""
         store = self._store
-        versions = store.versions
-        entries = store.entries
-        claims = entries.get(RESOURCE_CLAIMS.plural, {})
+        facts = {
+            plural: dict(zip(entries, map(_FACTS, entries.values()), strict=True))
+            for plural, entries in store.entries.items()
+        }
         await store.cluster.update(
             [f for f in self._selection.families if f.reads is CLUSTER],
             keys,
-            (
-                versions.get(RESOURCE_SLICES.plural, 0),
-                versions.get(DEVICE_CLASSES.plural, 0),
-                versions.get(DEVICE_TAINT_RULES.plural, 0),
-            ),
-            list(map(_FACTS, entries.get(RESOURCE_SLICES.plural, {}).values())),
-            dict(zip(claims, map(_FACTS, claims.values()), strict=True)),
+            store.versions,
+            facts,
             self._classes.costs,
-            [e.facts for e in entries.get(DEVICE_TAINT_RULES.plural, {}).values()],
             turns,
         )
