@@ -1,4 +1,4 @@
-"""The built wheel, installed into a fresh virtualenv, gives twistd its kdraexp plugin."""
+"""The built wheel, installed into a fresh virtualenv: twistd finds the plugin, kdraexp runs."""
 
 from __future__ import annotations
 
@@ -80,4 +80,13 @@ def test_wheel_installs_plugin(tmp_path: Path) -> None:
         timeout=120,
     )
     assert twistd.returncode == 0
-    assert "--page-size" in twistd.stdout
+    assert "--page-size" in twistd.stdout and "--log-format" in twistd.stdout
+    command = subprocess.run(
+        [str(python.parent / "kdraexp"), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert command.returncode == 0, command.stderr
+    assert command.stdout.startswith("Usage: kdraexp ") and "--page-size" in command.stdout
