@@ -92,13 +92,13 @@ def test_cookies_are_not_kept(fake: FakeKubeAPI, clock: Clock) -> None:
 
 
 def test_a_gzip_watch_is_read_line_by_line(fake: FakeKubeAPI, clock: Clock) -> None:
-    """A watch stream the server compresses is inflated as it arrives, not at its end."""
-    events = b"".join(
+    """A compressed watch stream: one gzip member per flush, as kube-apiserver 1.37 sends it."""
+    events = [
         json.dumps({"type": "ADDED", "object": {"metadata": {"name": f"c{i}"}}}).encode() + b"\n"
         for i in range(3)
-    )
+    ]
     fake.faults["deviceclasses"] = Fault(
-        200, gzip.compress(events), headers={"Content-Encoding": "gzip"}
+        200, b"".join(map(gzip.compress, events)), headers={"Content-Encoding": "gzip"}
     )
     client, _ = in_memory_client(fake, clock)
     seen: list[str] = []

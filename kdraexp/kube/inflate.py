@@ -6,7 +6,9 @@ decodes instead, as Twisted's decoding agent does (the response it returns carri
 ``Content-Encoding``, so treq's decoder leaves it alone), but hands the body on
 :data:`INFLATE_PIECE` bytes at a time, so that the collector above can refuse it as soon as it
 passes its limit, and stops inflating the moment that collector stops reading.  Bytes on the
-wire that inflate to nothing are bounded too.
+wire that inflate to nothing are bounded too.  A body may be several gzip members one after the
+other: kube-apiserver compresses a streaming list (watch-list compression, 1.37) that way,
+closing a member at each flush.
 """
 
 from __future__ import annotations
@@ -100,8 +102,13 @@ class _Inflating(Protocol):
             except zlib.error as error:
                 self._fail(ValueError(f"the gzip body cannot be inflated: {error}"))
                 return
-            consumed = len(data) - len(self._inflater.unconsumed_tail)
-            data = self._inflater.unconsumed_tail
+            if self._inflater.eof:  # one gzip member ends; another may follow
+                rest = self._inflater.unused_data
+                self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            else:
+                rest = self._inflater.unconsumed_tail
+            consumed = len(data) - len(rest)
+            data = rest
             if piece:
                 self._idle = 0
                 self._inner.dataReceived(piece)
