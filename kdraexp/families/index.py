@@ -9,7 +9,9 @@ are complete.  A pool is ``(driver, pool)``; its current generation is the highe
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -20,6 +22,12 @@ from kdraexp.util.turns import Turns
 
 Counters = tuple[tuple[str, dict[str, float]], ...]
 """(counter set, {counter: quantity}) pairs."""
+NOTHING: Mapping[str, float] = MappingProxyType({})
+"""The capacities a result that consumes none consumes (one read-only mapping for all)."""
+USABLE, INCOMPLETE, INVALID = "usable", "incomplete", "invalid"
+"""A pool's states, in the allocator's terms (kube_resourcepool_state)."""
+_PLACEMENT = re.compile(r"\d+$")
+"""A counter named with a trailing number is one of a placement group (``memory-slice-3``)."""
 
 
 class DeviceFacts(msgspec.Struct, gc=False):
@@ -37,6 +45,8 @@ class DeviceFacts(msgspec.Struct, gc=False):
     share_capacity: float | None
     """The capacity named by ``--cost-share-capacity``, for shareable devices' cost."""
     shareable: bool
+    capacities: Mapping[str, float] | None = None
+    """Every capacity, for a device that allows multiple allocations (None for the others)."""
 
 
 class SliceFacts(msgspec.Struct, gc=False):
@@ -64,6 +74,8 @@ class ResultFacts(msgspec.Struct, gc=False):
     """Whether the result has a consumedCapacity (a share of a shareable device)."""
     consumed_share: float | None
     """Its consumed ``--cost-share-capacity``."""
+    consumed_capacity: Mapping[str, float] = NOTHING
+    """Every capacity it consumes of a shareable device."""
 
 
 class ClaimFacts(msgspec.Struct, gc=False):
@@ -106,6 +118,7 @@ class Pool:
         "published",
         "slices",
         "stale",
+        "state",
         "totals",
     )
 
@@ -120,6 +133,7 @@ class Pool:
         self.devices: list[DeviceFacts] = []
         self.totals: dict[tuple[str, str], float] = {}
         self.consumed: dict[tuple[str, str], float] = {}
+        self.state = USABLE
 
     def settle(self) -> None:
         """Keep the current generation only; add up its counters."""
@@ -129,11 +143,29 @@ class Pool:
         self.stale = len(self.slices) - len(current)
         counts = [s.slice_count for s in current if s.slice_count is not None]
         self.expected = max(counts) if counts else None
+        sets: list[str] = []
         for facts in current:
             self.devices.extend(facts.devices)
             for counter_set, counters in facts.shared:
+                sets.append(counter_set)
                 for counter, value in counters.items():
                     self.totals.setdefault((counter_set, counter), value)
+        self.state = self._judged(sets)
+
+    def _judged(self, sets: list[str]) -> str:
+        """The allocator's verdict: it never validates a pool it will not use (incomplete)."""
+        if self.expected is None or self.published != self.expected:
+            return INCOMPLETE
+        names = [device.name for device in self.devices]
+        if len(set(names)) != len(names) or len(set(sets)) != len(sets):
+            return INVALID
+        for device in self.devices:
+            for counter_set, counters in device.consumes:
+                if any((counter_set, counter) not in self.totals for counter in counters):
+                    return INVALID  # a set or counter the pool does not define
+                if not counters and counter_set not in sets:
+                    return INVALID
+        return USABLE
 
 
 class Pools:
@@ -185,6 +217,8 @@ class ClusterIndex:
         self.rules = [rule for rule in rules or () if rule is not None]
         self.allocated: dict[tuple[str, str, str], int] = {}
         """The devices allocated (adminAccess aside), with the number of claims allocated each."""
+        self.consumed: dict[tuple[str, str, str], dict[str, float]] = {}
+        """Per shareable device, what its allocations consume of each capacity."""
 
     @classmethod
     async def build(
@@ -228,6 +262,11 @@ class ClusterIndex:
                 self.allocated[key] = count
             else:
                 self.allocated.pop(key, None)
+                self.consumed.pop(key, None)
+            if result.consumed_capacity and count > 0:
+                used = self.consumed.setdefault(key, {})
+                for name, value in result.consumed_capacity.items():
+                    used[name] = max(0.0, used.get(name, 0.0) + by * value)
             pools.add((result.driver, result.pool))
         return pools
 
@@ -257,11 +296,16 @@ class ClusterIndex:
                 yield facts
 
     def device_states(self) -> Iterator[tuple[GroupValues, str]]:
-        """Each current device's one state: allocated, tainted, blocked or available."""
+        """Each current device's one state: allocated, unusable, tainted, blocked or available.
+
+        ``available`` is what the allocator could pick now for a request tolerating nothing.
+        """
         for pool in self.pools.values():
             for device in pool.devices:
                 if (pool.driver, pool.name, device.name) in self.allocated:
                     state = "allocated"
+                elif pool.state != USABLE:
+                    state = "unusable"
                 elif device.tainted or self._ruled(pool, device):
                     state = "tainted"
                 elif _blocked(device, pool):
@@ -274,20 +318,55 @@ class ClusterIndex:
         return any(rule.selects(pool.driver, pool.name, device.name) for rule in self.rules)
 
     def utilization(self, pool: Pool) -> float | None:
-        """The mean use of the pool's units (see kube_resourcepool_utilization_ratio)."""
+        """The mean use of the pool's units (see kube_resourcepool_utilization_ratio).
+
+        A counter set's use is its most used counter or placement group: counters named alike
+        but for a trailing number (``memory-slice-0`` ... ``-7``) count as one, consumed over
+        total.  A shareable device is worth its most used capacity; another device consuming
+        no counters, 1 when allocated.
+        """
         units: list[float] = []
         for counter_set in dict.fromkeys(counter_set for counter_set, _ in pool.totals):
-            ratios = [
-                pool.consumed.get((counter_set, counter), 0.0) / total
-                for (name, counter), total in pool.totals.items()
-                if name == counter_set and total > 0
-            ]
+            ratios: list[float] = []
+            groups: dict[str, list[float]] = {}
+            for (name, counter), total in pool.totals.items():
+                if name != counter_set or total <= 0:
+                    continue
+                consumed = pool.consumed.get((counter_set, counter), 0.0)
+                group = _PLACEMENT.sub("", counter)
+                if group == counter:
+                    ratios.append(consumed / total)
+                else:
+                    summed = groups.setdefault(group, [0.0, 0.0])
+                    summed[0] += consumed
+                    summed[1] += total
+            ratios.extend(consumed / total for consumed, total in groups.values())
             units.append(max(ratios, default=0.0))
         for device in pool.devices:
-            if not device.consumes:
-                allocated = (pool.driver, pool.name, device.name) in self.allocated
-                units.append(1.0 if allocated else 0.0)
+            if device.consumes:
+                continue
+            key = (pool.driver, pool.name, device.name)
+            if device.capacities is not None:
+                used = self.consumed.get(key, {})
+                shares = [
+                    used.get(name, 0.0) / capacity
+                    for name, capacity in device.capacities.items()
+                    if capacity > 0
+                ]
+                units.append(max(shares, default=0.0))
+            else:
+                units.append(1.0 if key in self.allocated else 0.0)
         return sum(units) / len(units) if units else None
+
+    def capacity_available(self) -> Iterator[tuple[GroupValues, str, float]]:
+        """Per shareable device and capacity: what its allocations leave (never below 0)."""
+        for pool in self.pools.values():
+            for device in pool.devices:
+                if device.capacities is None:
+                    continue
+                used = self.consumed.get((pool.driver, pool.name, device.name), {})
+                for name, capacity in device.capacities.items():
+                    yield device.labels, name, max(0.0, capacity - used.get(name, 0.0))
 
     def claim_costs(self) -> Iterator[tuple[GroupValues, str, float]]:
         """Per claim and class: the class's hourly cost times the share of each device used."""

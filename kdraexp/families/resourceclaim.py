@@ -9,7 +9,7 @@ from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, LabelGroup, Row, Stability, family
-from kdraexp.families.index import ClaimFacts, ClusterIndex, ResultFacts
+from kdraexp.families.index import NOTHING, ClaimFacts, ClusterIndex, ResultFacts
 from kdraexp.families.kind import KindSpec, ShardKey
 
 C = LabelGroup(("namespace", "resourceclaim_name"))
@@ -122,6 +122,7 @@ class ClaimView:
                     r.deviceclass,
                     bool(r.consumed),
                     r.consumed.get(share, r.consumed.get(f"{r.driver}/{share}")),
+                    r.consumed or NOTHING,
                 )
                 for r in self.results
             ),

@@ -66,6 +66,22 @@ def pool_complete(index: ClusterIndex) -> Iterator[Row]:
 
 
 @family(
+    "kube_resourcepool_state",
+    "A resource pool's state as the allocator judges it: usable, incomplete, invalid.",
+    (*_POOL, "state"),
+    CLUSTER,
+    "spec.pool.{generation,resourceSliceCount}, spec.devices[].{name,consumesCounters}, "
+    "spec.sharedCounters",
+    needs=(RESOURCE_SLICES,),
+    per="pool",
+)
+def pool_state(index: ClusterIndex) -> Iterator[Row]:
+    """The allocator allocates from usable pools only; it skips incomplete and invalid ones."""
+    for pool in index.pools.values():
+        yield (pool.driver, pool.name, pool.state, 1.0)
+
+
+@family(
     "kube_resourcepool_counter",
     "A shared counter of a resource pool: its total, and what allocated devices consume.",
     (*_POOL, "counter_set", "counter", "state"),
@@ -95,15 +111,18 @@ def pool_counter(index: ClusterIndex) -> Iterator[Row]:
     per="pool",
 )
 def pool_utilization(index: ClusterIndex) -> Iterator[Row]:
-    """The mean use of the pool's units.
-
-    A counter set is one unit, worth its most used counter; a device consuming no counters is one
-    unit, worth 1 when allocated.
-    """
+    """The mean use of the pool's units (see :meth:`ClusterIndex.utilization`)."""
     for pool in index.pools.values():
         ratio = index.utilization(pool)
         if ratio is not None:
             yield (pool.driver, pool.name, ratio)
 
 
-FAMILIES = (pool_generation, pool_slices, pool_complete, pool_counter, pool_utilization)
+FAMILIES = (
+    pool_generation,
+    pool_slices,
+    pool_complete,
+    pool_state,
+    pool_counter,
+    pool_utilization,
+)

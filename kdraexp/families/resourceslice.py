@@ -308,6 +308,7 @@ class SliceView:
                 device.consumes(context, where),
                 device.named_capacity(context, where, share),
                 device.allow_multiple_allocations,
+                device.capacities(context, where) if device.allow_multiple_allocations else None,
             )
             for device in self.devices
         )
@@ -499,8 +500,23 @@ def shared_counter(view: SliceView) -> Iterator[Row]:
 
 
 @family(
+    "kube_resourceslice_device_capacity_available",
+    "What a device allowing multiple allocations has left of a capacity.",
+    (D, "capacity"),
+    CLUSTER,
+    "spec.devices[].{allowMultipleAllocations,capacity}, "
+    "ResourceClaim status.allocation.devices.results[].consumedCapacity",
+    needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
+    per="pool",
+)
+def device_capacity_available(index: ClusterIndex) -> Iterator[Row]:
+    """The capacity minus what every non-admin result naming the device consumes of it."""
+    yield from index.capacity_available()
+
+
+@family(
     "kube_resourceslice_device_state",
-    "Reports 1 for a device's state: allocated, tainted, blocked or available.",
+    "Reports 1 for a device's state: allocated, unusable, tainted, blocked or available.",
     (D, "state"),
     CLUSTER,
     "spec.devices[].{taints,consumesCounters}, spec.sharedCounters, "
@@ -525,6 +541,7 @@ FAMILIES = (
     device_class,
     shared_counter,
     device_state,
+    device_capacity_available,
 )
 
 

@@ -83,9 +83,19 @@ def test_device_states(body: str) -> None:
         ("e2e-health", "lost", "allocated"): 1,
         ("e2e-health", "fine", "tainted"): 1,
         ("e2e-share", "shared", "allocated"): 1,
-        ("e2e-incomplete", "gpu-0", "available"): 1,
+        ("e2e-incomplete", "gpu-0", "unusable"): 1,
         ("e2e-regen", "gpu-0", "available"): 1,
     }
+    assert ours(body, "kube_resourcepool_state", "pool", "state") == {
+        ("e2e-part", "usable"): 1,
+        ("e2e-health", "usable"): 1,
+        ("e2e-share", "usable"): 1,
+        ("e2e-incomplete", "incomplete"): 1,
+        ("e2e-regen", "usable"): 1,
+    }
+    assert ours(
+        body, "kube_resourceslice_device_capacity_available", "device_name", "capacity"
+    ) == {("shared", "memory"): 50 * 2**30}
     assert ours(
         body, "kube_resourceslice_device_taint", "device_name", "key", "value", "effect"
     ) == {
@@ -178,11 +188,11 @@ def test_pools(body: str) -> None:
         ("e2e-part", "slice-1", "consumed"): 0,
     }
     utilisation = ours(body, "kube_resourcepool_utilization_ratio", "pool")
-    assert utilisation[("e2e-part",)] == 1.0, "slice-0 is used up: the whole GPU is unavailable"
+    assert utilisation[("e2e-part",)] == 0.5, "slice-0 and slice-1 are one placement group"
     assert utilisation[("e2e-health",)] == pytest.approx(1 / 3), (
         "the adminAccess results do not count"
     )
-    assert utilisation[("e2e-share",)] == 1.0
+    assert utilisation[("e2e-share",)] == 30 / 80, "20Gi and 10Gi of the shared GPU's 80Gi"
     assert utilisation[("e2e-incomplete",)] == 0.0
 
 
