@@ -101,6 +101,22 @@ def test_scrape_without_changes_makes_no_request(watched: Watched) -> None:
     assert len(watched.fake.requests) == before
 
 
+def test_a_change_then_a_delete_between_scrapes(watched: Watched) -> None:
+    """An object modified, then deleted before the next scrape, is gone from it.
+
+    The controller manager does this to a generated claim within milliseconds: deallocated,
+    its finalizer removed, deleted.
+    """
+    watched.gatherer.start()
+    watched.settle()
+    assert "kube_resourceclaim_info{" in watched.text()
+    changed = {**SEED_CLAIM, "status": {}}
+    watched.fake.change("resourceclaims", "MODIFIED", changed)
+    watched.fake.change("resourceclaims", "DELETED", changed)
+    watched.settle()
+    assert "kube_resourceclaim_info{" not in watched.text()
+
+
 def test_list_then_watch_without_streaming(watched: Watched) -> None:
     """A server refusing streaming lists: a paged list, then a watch from its version."""
     watched.fake.streaming = False

@@ -187,7 +187,8 @@ class KindReader:
         key = identity(self._decode(_IDENTITY, raw).metadata)
         self.skipped.pop(key, None)
         if event == "DELETED":
-            self.changed = self.changed or self.entries.pop(key, None) is not None
+            dropped = self.entries.pop(key, None) is not None  # whatever changed before
+            self.changed = self.changed or dropped
             return
         self._previous = {}
         entries, self.entries = self.entries, {}
