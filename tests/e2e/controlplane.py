@@ -80,6 +80,9 @@ class Kube:
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
 
+    def put(self, path: str, obj: dict[str, Any]) -> Any:
+        return self.request("PUT", path, obj)
+
     def get(self, path: str) -> Any:
         return self.request("GET", path)
 
@@ -119,10 +122,16 @@ class ControlPlane:
                 process.wait()
 
 
-def start(directory: Path, extra_args: tuple[str, ...] = ()) -> ControlPlane:
+def start(
+    directory: Path,
+    extra_args: tuple[str, ...] = (),
+    identities: tuple[tuple[str, str], ...] = (),
+) -> ControlPlane:
     """Start etcd and kube-apiserver with their files in *directory*; wait until ready.
 
-    *extra_args* go to kube-apiserver (a short ``--etcd-compaction-interval``, say).
+    *extra_args* go to kube-apiserver (a short ``--etcd-compaction-interval``, say);
+    *identities* are (token, user name) pairs it accepts besides the admin's, for components
+    that run with their production identity and its bootstrap RBAC.
     """
     bin_dir = tools.control_plane()
     ca = trustme.CA()
@@ -143,7 +152,9 @@ def start(directory: Path, extra_args: tuple[str, ...] = ()) -> ControlPlane:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    (directory / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,1,"system:masters"\n')
+    lines = [f'{ADMIN_TOKEN},admin,1,"system:masters"']
+    lines += [f"{token},{user},{uid}" for uid, (token, user) in enumerate(identities, 2)]
+    (directory / "tokens.csv").write_text("\n".join(lines) + "\n")
     etcd_port, peer_port, port = free_port(), free_port(), free_port()
     processes = []
     etcd_log = (directory / "etcd.log").open("wb")

@@ -1,0 +1,205 @@
+"""A simulated DRA cluster: the real kube-scheduler and kube-controller-manager, no kubelet.
+
+Its own etcd and kube-apiserver (tests/e2e/controlplane.py), Nodes made through the API.
+
+The scheduler allocates claims with the structured allocator it is built with, the controller
+manager makes claims from templates, deallocates them, evicts for NoExecute taints and (its
+garbage collector) deletes generated claims.  Both run with their production identities
+(``system:kube-scheduler``, ``system:kube-controller-manager``) and the bootstrap RBAC.  Without
+a kubelet nothing confirms a graceful delete, so pods are deleted with a grace period of 0.
+"""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+
+from tests import tools
+from tests.e2e.controlplane import APIError, ControlPlane, Kube, start
+from tests.processes import free_port
+
+SCHEDULER = ("sim-scheduler-token", "system:kube-scheduler")
+CONTROLLER_MANAGER = ("sim-controller-manager-token", "system:kube-controller-manager")
+CONTROLLERS = (
+    "resourceclaim-controller,device-taint-eviction-controller,garbage-collector-controller"
+)
+READY_TIMEOUT = 60.0
+
+
+@attrs.define
+class Simulated:
+    """The control plane, the two components, and the means to arrange a cluster."""
+
+    plane: ControlPlane
+    components: list[subprocess.Popen[bytes]]
+
+    @property
+    def kube(self) -> Kube:
+        return self.plane.kube
+
+    def add_node(self, name: str, cpu: str = "8") -> None:
+        """A Ready Node, without the not-ready taint the admission plugin puts on new Nodes."""
+        capacity = {"cpu": cpu, "memory": "32Gi", "pods": "110"}
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {
+                "capacity": capacity,
+                "allocatable": capacity,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "simulated node",
+                        "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z",
+                    }
+                ],
+            },
+        }
+        made = self.kube.create("/api/v1/nodes", node)
+        made["spec"]["taints"] = []
+        self.kube.put(f"/api/v1/nodes/{name}", made)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod at once: no kubelet would confirm a graceful delete."""
+        self.kube.request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
+        )
+
+    def stop(self) -> None:
+        for process in self.components:
+            process.terminate()
+        for process in self.components:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.plane.stop()
+
+
+def _kubeconfig(path: Path, kube: Kube, token: str) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "sim",
+                "clusters": [
+                    {
+                        "name": "sim",
+                        "cluster": {
+                            "server": kube.server,
+                            "certificate-authority-data": base64.b64encode(kube.ca_pem).decode(),
+                        },
+                    }
+                ],
+                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "c"}}],
+                "users": [{"name": "c", "user": {"token": token}}],
+            }
+        )
+    )
+    return path
+
+
+def _component(
+    binary: Path, directory: Path, name: str, args: list[str]
+) -> subprocess.Popen[bytes]:
+    with (directory / f"{name}.log").open("wb") as log:
+        return subprocess.Popen(
+            [str(binary), *args], stdout=log, stderr=subprocess.STDOUT, cwd=directory
+        )
+
+
+def _ready(url: str) -> bool:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # the component's own self-signed serving certificate
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=5) as answer:
+            return bool(answer.read() == b"ok")
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def start_simulated(directory: Path) -> Simulated:
+    """Start the control plane, kube-scheduler and kube-controller-manager; wait until ready."""
+    plane = start(directory, identities=(SCHEDULER, CONTROLLER_MANAGER))
+    binaries = tools.control_plane()
+    scheduler_config = _kubeconfig(directory / "scheduler.kubeconfig", plane.kube, SCHEDULER[0])
+    manager_config = _kubeconfig(
+        directory / "controller-manager.kubeconfig", plane.kube, CONTROLLER_MANAGER[0]
+    )
+    scheduler_port, manager_port = free_port(), free_port()
+
+    def common(config: Path, port: int) -> list[str]:
+        return [
+            f"--kubeconfig={config}",
+            f"--authentication-kubeconfig={config}",
+            f"--authorization-kubeconfig={config}",
+            # No client CA is configured, so the lookup of its ConfigMap would fail in a loop.
+            "--authentication-skip-lookup=true",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            "--leader-elect=false",
+            "--profiling=false",
+        ]
+
+    components = [
+        _component(
+            binaries / "kube-scheduler",
+            directory,
+            "kube-scheduler",
+            common(scheduler_config, scheduler_port),
+        ),
+        _component(
+            binaries / "kube-controller-manager",
+            directory,
+            "kube-controller-manager",
+            [
+                *common(manager_config, manager_port),
+                "--use-service-account-credentials=true",
+                f"--controllers={CONTROLLERS}",
+            ],
+        ),
+    ]
+    simulated = Simulated(plane, components)
+    deadline = time.monotonic() + READY_TIMEOUT
+    checks = [
+        f"https://127.0.0.1:{scheduler_port}/readyz",
+        f"https://127.0.0.1:{manager_port}/healthz",
+    ]
+    while not all(_ready(url) for url in checks):
+        for process in components:
+            if process.poll() is not None:
+                simulated.stop()
+                raise RuntimeError(f"{process.args!r} exited; see {directory}")
+        if time.monotonic() > deadline:
+            simulated.stop()
+            raise RuntimeError(f"the scheduler or controller manager not ready; see {directory}")
+        time.sleep(0.2)
+    return simulated
+
+
+def ensure(kube: Kube, path: str, obj: dict[str, Any]) -> Any:
+    """Create *obj* unless it exists."""
+    try:
+        return kube.create(path, obj)
+    except APIError as error:
+        if error.code != 409:
+            raise
+        return None

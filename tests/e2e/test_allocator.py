@@ -1,0 +1,425 @@
+"""The real allocator as the judge: kube-scheduler allocates, the exporter must agree.
+
+A simulated cluster of its own (tests/e2e/simulated.py): two Nodes, whole GPUs, a partitionable
+GPU whose MIG devices consume shared counters, an incomplete pool, an invalid pool (a device
+name published twice) and a NoSchedule DeviceTaintRule.  Pods with a ResourceClaimTemplate and
+an explicit claim are scheduled by kube-scheduler; the test writes no status.  The exporter's
+allocations must be the scheduler's, and each device's state what the allocator implies: a
+device is ``available`` exactly when a pod pinned to its node and asking for it is scheduled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
+from tests.e2e.controlplane import APIError
+from tests.e2e.simulated import Simulated, ensure, start_simulated
+
+DRIVER = "gpu.sim.example"
+NAMESPACE = "sim"
+RESOURCE = "/apis/resource.k8s.io/v1"
+CLAIMS = f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+RESOURCES = "resourceclaims,resourceslices,deviceclasses,devicetaintrules"
+SCHEDULED = 30.0
+"""Seconds the scheduler (and the controller manager) get to act: they take tens of ms."""
+
+
+def gpu(pool: str, name: str, kind: str = "gpu", **extra: Any) -> dict[str, Any]:
+    """A device with a unique uuid, by which a claim can ask for it alone."""
+    return {
+        "name": name,
+        "attributes": {"type": {"string": kind}, "uuid": {"string": f"{pool}/{name}"}},
+        "capacity": {"memory": {"value": "40Gi" if kind == "gpu" else "10Gi"}},
+        **extra,
+    }
+
+
+def pool_slice(name: str, node: str, pool: str, count: int = 1, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": pool, "generation": 1, "resourceSliceCount": count},
+            **spec,
+        },
+    }
+
+
+def counters(**values: str) -> dict[str, dict[str, str]]:
+    return {name.replace("_", "-"): {"value": value} for name, value in values.items()}
+
+
+EVERY = counters(memory="40Gi", memory_slice_0="1", memory_slice_1="1", memory_slice_2="1")
+
+
+def partition(index: int) -> dict[str, Any]:
+    needs = counters(memory="10Gi", **{f"memory_slice_{index}": "1"})
+    return gpu(
+        "sim-a-mig",
+        f"mig-{index}",
+        "mig",
+        consumesCounters=[{"counterSet": "gpu", "counters": needs}],
+    )
+
+
+SLICES = [
+    pool_slice("sim-a", "sim-a", "sim-a", devices=[gpu("sim-a", "gpu-0"), gpu("sim-a", "gpu-1")]),
+    pool_slice(
+        "sim-a-mig-counters",
+        "sim-a",
+        "sim-a-mig",
+        2,
+        sharedCounters=[{"name": "gpu", "counters": EVERY}],
+    ),
+    pool_slice(
+        "sim-a-mig-devices",
+        "sim-a",
+        "sim-a-mig",
+        2,
+        devices=[
+            gpu(
+                "sim-a-mig",
+                "whole",
+                consumesCounters=[{"counterSet": "gpu", "counters": EVERY}],
+            ),
+            *(partition(index) for index in range(3)),
+        ],
+    ),
+    pool_slice("sim-b", "sim-b", "sim-b", devices=[gpu("sim-b", "gpu-0"), gpu("sim-b", "gpu-1")]),
+    pool_slice(
+        "sim-b-incomplete",
+        "sim-b",
+        "sim-b-incomplete",
+        2,
+        devices=[gpu("sim-b-incomplete", "gpu-0")],
+    ),
+    pool_slice(
+        "sim-b-invalid-1", "sim-b", "sim-b-invalid", 2, devices=[gpu("sim-b-invalid", "gpu-0")]
+    ),
+    pool_slice(
+        "sim-b-invalid-2", "sim-b", "sim-b-invalid", 2, devices=[gpu("sim-b-invalid", "gpu-0")]
+    ),
+]
+TAINTED = ("sim-b", "gpu-0")
+"""The device a NoSchedule DeviceTaintRule takes out of service."""
+
+
+def device_class(name: str, kind: str) -> dict[str, Any]:
+    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{kind}"'
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def claim_spec(device_class_name: str, uuid: str | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class_name, "count": 1}
+    if uuid is not None:
+        exactly["selectors"] = [
+            {"cel": {"expression": f'device.attributes["{DRIVER}"].uuid == "{uuid}"'}}
+        ]
+    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+
+
+def pod(name: str, claim: dict[str, str], node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "c",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"claims": [{"name": "gpu"}]},
+            }
+        ],
+        "resourceClaims": [{"name": "gpu", **claim}],
+    }
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
+    simulated = start_simulated(tmp_path_factory.mktemp("simulated"))
+    kube = simulated.kube
+    try:
+        for node in ("sim-a", "sim-b"):
+            simulated.add_node(node)
+        ensure(
+            kube,
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        )
+        for name, kind in (("sim-gpu", "gpu"), ("sim-mig", "mig")):
+            kube.create(f"{RESOURCE}/deviceclasses", device_class(name, kind))
+        for made in SLICES:
+            kube.create(f"{RESOURCE}/resourceslices", made)
+        kube.create(
+            f"{RESOURCE}/devicetaintrules",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": "maintenance"},
+                "spec": {
+                    "deviceSelector": {"driver": DRIVER, "pool": TAINTED[0], "device": TAINTED[1]},
+                    "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+                },
+            },
+        )
+        kube.create(
+            f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "one-gpu"},
+                "spec": {"spec": claim_spec("sim-gpu")},
+            },
+        )
+        kube.create(
+            CLAIMS,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "one-partition"},
+                "spec": claim_spec("sim-mig"),
+            },
+        )
+        kube.create(PODS, pod("trainer", {"resourceClaimTemplateName": "one-gpu"}))
+        kube.create(PODS, pod("inference", {"resourceClaimName": "one-partition"}))
+        for name in ("trainer", "inference"):
+            wait_until(partial(bound, simulated, name), SCHEDULED, f"{name} scheduled")
+        yield simulated
+    finally:
+        simulated.stop()
+
+
+def bound(simulated: Simulated, name: str) -> str | None:
+    """The node the scheduler bound pod *name* to, if it has."""
+    node: str | None = simulated.kube.get(f"{PODS}/{name}")["spec"].get("nodeName")
+    return node
+
+
+def claims(simulated: Simulated) -> list[dict[str, Any]]:
+    return list(simulated.kube.get(CLAIMS)["items"])
+
+
+def samples(body: str, family: str) -> list[dict[str, str]]:
+    return [
+        dict(sample.labels)
+        for parsed in text_string_to_metric_families(body)
+        if parsed.name == family
+        for sample in parsed.samples
+        if sample.value == 1
+    ]
+
+
+def device_states(body: str) -> dict[tuple[str, str], str]:
+    return {
+        (row["pool"], row["device_name"]): row["state"]
+        for row in samples(body, "kube_resourceslice_device_state")
+        if row["driver"] == DRIVER
+    }
+
+
+def exporter(simulated: Simulated, directory: Path, mode: str) -> Exporter:
+    config = write_kubeconfig(directory / "kubeconfig", simulated.kube, simulated.kube.token)
+    return Exporter(
+        directory / "run",
+        ["--resources", RESOURCES, "--mode", mode],
+        {"KUBECONFIG": str(config)},
+    )
+
+
+def implied(simulated: Simulated) -> dict[tuple[str, str], str]:
+    """Each device's state as the allocator's rules and the scheduler's allocations imply."""
+    allocated = {
+        (result["pool"], result["device"])
+        for claim in claims(simulated)
+        for result in claim.get("status", {})
+        .get("allocation", {})
+        .get("devices", {})
+        .get("results", [])
+    }
+    states = {}
+    for made in SLICES:
+        pool = made["spec"]["pool"]["name"]
+        for device in made["spec"].get("devices", []):
+            key = (pool, device["name"])
+            if key in allocated:
+                states[key] = "allocated"
+            elif pool in ("sim-b-incomplete", "sim-b-invalid"):
+                states[key] = "unusable"
+            elif key == TAINTED:
+                states[key] = "tainted"
+            elif (
+                pool == "sim-a-mig"
+                and device["name"] == "whole"
+                and any(p == "sim-a-mig" for p, _ in allocated)
+            ):
+                states[key] = "blocked"
+            else:
+                states[key] = "available"
+    return states
+
+
+@pytest.mark.parametrize("mode", ["list", "watch"])
+def test_allocations_are_the_schedulers(cluster: Simulated, tmp_path: Path, mode: str) -> None:
+    """Every result, its node and reservedFor, as the scheduler wrote them, nothing else."""
+    running = exporter(cluster, tmp_path, mode)
+    try:
+        _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
+    finally:
+        running.stop()
+    wanted = set()
+    reserved = set()
+    for claim in claims(cluster):
+        name = claim["metadata"]["name"]
+        for result in claim["status"]["allocation"]["devices"]["results"]:
+            wanted.add((name, result["request"], result["pool"], result["device"]))
+        for consumer in claim["status"]["reservedFor"]:
+            reserved.add((name, consumer["name"], consumer["uid"]))
+    assert len(wanted) == 2 and len(reserved) == 2  # the generated claim and the explicit one
+    assert {
+        (row["resourceclaim_name"], row["request"], row["pool"], row["device_name"])
+        for row in samples(body, "kube_resourceclaim_allocation_result_info")
+    } == wanted
+    assert {
+        (row["resourceclaim_name"], row["pod_name"], row["uid"])
+        for row in samples(body, "kube_resourceclaim_status_reserved_for_pod")
+    } == reserved
+    nodes = {
+        (row["pool"], row["device_name"]): row["node_name"]
+        for row in samples(body, "kube_resourceslice_device_info")
+    }
+    for claim in claims(cluster):
+        (owner,) = claim["status"]["reservedFor"]
+        node = bound(cluster, owner["name"])
+        for result in claim["status"]["allocation"]["devices"]["results"]:
+            assert nodes[(result["pool"], result["device"])] == node
+
+
+def ok(answer: tuple[int, str]) -> tuple[int, str] | None:
+    return answer if answer[0] == 200 else None
+
+
+def test_device_states_are_what_the_allocator_implies(cluster: Simulated, tmp_path: Path) -> None:
+    """allocated, unusable, tainted, blocked, available: then the scheduler is asked each one.
+
+    Every ``available`` device is given to a pod pinned to its node that asks for that device
+    alone; every other device asked for that way leaves its pod unschedulable.
+    """
+    running = exporter(cluster, tmp_path, "list")
+    try:
+        _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
+    finally:
+        running.stop()
+    states = device_states(body)
+    assert states == implied(cluster)
+    assert set(states.values()) == {"allocated", "unusable", "tainted", "blocked", "available"}
+    nodes = {(made["spec"]["pool"]["name"]): made["spec"]["nodeName"] for made in SLICES}
+    asked = {}
+    for index, ((pool, name), state) in enumerate(sorted(states.items())):
+        if state == "allocated":
+            continue
+        claim_name = f"ask-{index}"
+        device_class_name = "sim-mig" if name.startswith("mig-") else "sim-gpu"
+        cluster.kube.create(
+            CLAIMS,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": claim_name},
+                "spec": claim_spec(device_class_name, f"{pool}/{name}"),
+            },
+        )
+        cluster.kube.create(PODS, pod(claim_name, {"resourceClaimName": claim_name}, nodes[pool]))
+        asked[claim_name] = (pool, name, state)
+    try:
+        for claim_name, (pool, name, state) in asked.items():
+            if state == "available":
+                wait_until(
+                    partial(bound, cluster, claim_name), SCHEDULED, f"{pool}/{name} allocated"
+                )
+                got = cluster.kube.get(f"{CLAIMS}/{claim_name}")["status"]["allocation"]
+                assert [(r["pool"], r["device"]) for r in got["devices"]["results"]] == [
+                    (pool, name)
+                ]
+            else:
+                condition = wait_until(
+                    partial(unschedulable, cluster, claim_name),
+                    SCHEDULED,
+                    f"{pool}/{name} ({state}) refused",
+                )
+                assert condition["reason"] == "Unschedulable", condition
+                assert "allocation" not in cluster.kube.get(f"{CLAIMS}/{claim_name}").get(
+                    "status", {}
+                )
+    finally:
+        for claim_name in asked:
+            cluster.delete_pod(NAMESPACE, claim_name)
+            cluster.kube.delete(f"{CLAIMS}/{claim_name}")
+
+
+def unschedulable(simulated: Simulated, name: str) -> dict[str, Any] | None:
+    """The pod's PodScheduled=False condition, once the scheduler has given one."""
+    for condition in simulated.kube.get(f"{PODS}/{name}").get("status", {}).get("conditions", []):
+        if condition["type"] == "PodScheduled" and condition["status"] == "False":
+            return dict(condition)
+    return None
+
+
+def test_watch_follows_the_lifecycle(cluster: Simulated, tmp_path: Path) -> None:
+    """A pod deleted: the controller deallocates, the garbage collector deletes the claim.
+
+    The watch-mode exporter follows: the generated claim goes, its device is available again.
+    """
+    running = exporter(cluster, tmp_path, "watch")
+    try:
+        _, body = wait_until(lambda: ok(running.scrape()), 30, "a synchronised scrape")
+        generated = [
+            claim["metadata"]["name"]
+            for claim in claims(cluster)
+            if claim["metadata"].get("ownerReferences", [{}])[0].get("name") == "trainer"
+        ]
+        (claim_name,) = generated
+        (result,) = cluster.kube.get(f"{CLAIMS}/{claim_name}")["status"]["allocation"]["devices"][
+            "results"
+        ]
+        device = (result["pool"], result["device"])
+        assert device_states(body)[device] == "allocated"
+        cluster.delete_pod(NAMESPACE, "trainer")
+
+        def gone() -> bool:
+            try:
+                cluster.kube.get(f"{CLAIMS}/{claim_name}")
+            except APIError as error:
+                return error.code == 404
+            return False
+
+        wait_until(gone, SCHEDULED, "the garbage collector deleting the generated claim")
+
+        def followed() -> str | None:
+            _, now = running.scrape()
+            names = {row["resourceclaim_name"] for row in samples(now, "kube_resourceclaim_info")}
+            return (
+                now
+                if claim_name not in names and device_states(now)[device] == "available"
+                else None
+            )
+
+        followed_body = wait_until(followed, 10, "the exporter following the deletion")
+        assert device_states(followed_body) == implied(cluster)
+    finally:
+        running.stop()
