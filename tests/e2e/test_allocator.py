@@ -111,6 +111,19 @@ SLICES = [
         "sim-b-invalid-2", "sim-b", "sim-b-invalid", 2, devices=[gpu("sim-b-invalid", "gpu-0")]
     ),
 ]
+NIC = {
+    "name": "nic",
+    "attributes": {"type": {"string": "nic"}, "uuid": {"string": "sim-b-nic/nic"}},
+    "capacity": {
+        "bandwidth": {
+            "value": "100G",
+            "requestPolicy": {"default": "10G", "validRange": {"min": "1G", "max": "100G"}},
+        }
+    },
+    "allowMultipleAllocations": True,
+}
+"""A device shared by consumable capacity (DRAConsumableCapacity, served from 1.36 on)."""
+SLICES.append(pool_slice("sim-b-nic", "sim-b", "sim-b-nic", devices=[NIC]))
 TAINTED = ("sim-b", "gpu-0")
 """The device a NoSchedule DeviceTaintRule takes out of service."""
 
@@ -162,7 +175,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
             "/api/v1/namespaces",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         )
-        for name, kind in (("sim-gpu", "gpu"), ("sim-mig", "mig")):
+        for name, kind in (("sim-gpu", "gpu"), ("sim-mig", "mig"), ("sim-nic", "nic")):
             kube.create(f"{RESOURCE}/deviceclasses", device_class(name, kind))
         for made in SLICES:
             kube.create(f"{RESOURCE}/resourceslices", made)
@@ -196,9 +209,21 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
                 "spec": claim_spec("sim-mig"),
             },
         )
+        share = claim_spec("sim-nic")
+        share["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"bandwidth": "30G"}}
+        kube.create(
+            CLAIMS,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "bandwidth"},
+                "spec": share,
+            },
+        )
         kube.create(PODS, pod("trainer", {"resourceClaimTemplateName": "one-gpu"}))
         kube.create(PODS, pod("inference", {"resourceClaimName": "one-partition"}))
-        for name in ("trainer", "inference"):
+        kube.create(PODS, pod("streamer", {"resourceClaimName": "bandwidth"}))
+        for name in ("trainer", "inference", "streamer"):
             wait_until(partial(bound, simulated, name), SCHEDULED, f"{name} scheduled")
         yield simulated
     finally:
@@ -222,6 +247,15 @@ def samples(body: str, family: str) -> list[dict[str, str]]:
         if parsed.name == family
         for sample in parsed.samples
         if sample.value == 1
+    ]
+
+
+def values(body: str, family: str) -> list[tuple[dict[str, str], float]]:
+    return [
+        (dict(sample.labels), sample.value)
+        for parsed in text_string_to_metric_families(body)
+        if parsed.name == family
+        for sample in parsed.samples
     ]
 
 
@@ -252,6 +286,10 @@ def implied(simulated: Simulated) -> dict[tuple[str, str], str]:
         .get("devices", {})
         .get("results", [])
     }
+    tainted = {
+        (rule["spec"]["deviceSelector"]["pool"], rule["spec"]["deviceSelector"]["device"])
+        for rule in simulated.kube.get(f"{RESOURCE}/devicetaintrules")["items"]
+    }
     states = {}
     for made in SLICES:
         pool = made["spec"]["pool"]["name"]
@@ -261,7 +299,7 @@ def implied(simulated: Simulated) -> dict[tuple[str, str], str]:
                 states[key] = "allocated"
             elif pool in ("sim-b-incomplete", "sim-b-invalid"):
                 states[key] = "unusable"
-            elif key == TAINTED:
+            elif key in tainted:
                 states[key] = "tainted"
             elif (
                 pool == "sim-a-mig"
@@ -290,7 +328,7 @@ def test_allocations_are_the_schedulers(cluster: Simulated, tmp_path: Path, mode
             wanted.add((name, result["request"], result["pool"], result["device"]))
         for consumer in claim["status"]["reservedFor"]:
             reserved.add((name, consumer["name"], consumer["uid"]))
-    assert len(wanted) == 2 and len(reserved) == 2  # the generated claim and the explicit one
+    assert len(wanted) == 3 and len(reserved) == 3  # the generated claim and two explicit ones
     assert {
         (row["resourceclaim_name"], row["request"], row["pool"], row["device_name"])
         for row in samples(body, "kube_resourceclaim_allocation_result_info")
@@ -308,6 +346,14 @@ def test_allocations_are_the_schedulers(cluster: Simulated, tmp_path: Path, mode
         node = bound(cluster, owner["name"])
         for result in claim["status"]["allocation"]["devices"]["results"]:
             assert nodes[(result["pool"], result["device"])] == node
+    (shared,) = cluster.kube.get(f"{CLAIMS}/bandwidth")["status"]["allocation"]["devices"][
+        "results"
+    ]
+    assert shared["consumedCapacity"] == {"bandwidth": "30G"}
+    assert {
+        (row["device_name"], row["capacity"]): value
+        for row, value in values(body, "kube_resourceslice_device_capacity_available")
+    } == {("nic", "bandwidth"): 70e9}
 
 
 def ok(answer: tuple[int, str]) -> tuple[int, str] | None:
@@ -384,6 +430,8 @@ def test_watch_follows_the_lifecycle(cluster: Simulated, tmp_path: Path) -> None
     """A pod deleted: the controller deallocates, the garbage collector deletes the claim.
 
     The watch-mode exporter follows: the generated claim goes, its device is available again.
+    Then a NoExecute DeviceTaintRule on the device an explicit claim holds: the eviction
+    controller deletes the pod, the claim is deallocated, the device shows tainted.
     """
     running = exporter(cluster, tmp_path, "watch")
     try:
@@ -421,5 +469,41 @@ def test_watch_follows_the_lifecycle(cluster: Simulated, tmp_path: Path) -> None
 
         followed_body = wait_until(followed, 10, "the exporter following the deletion")
         assert device_states(followed_body) == implied(cluster)
+
+        (used,) = cluster.kube.get(f"{CLAIMS}/one-partition")["status"]["allocation"]["devices"][
+            "results"
+        ]
+        cluster.kube.create(
+            f"{RESOURCE}/devicetaintrules",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": "evict"},
+                "spec": {
+                    "deviceSelector": {
+                        "driver": DRIVER,
+                        "pool": used["pool"],
+                        "device": used["device"],
+                    },
+                    "taint": {"key": "example.com/xid", "effect": "NoExecute"},
+                },
+            },
+        )
+
+        def evicted() -> bool:
+            meta = cluster.kube.get(f"{PODS}/inference")["metadata"]
+            return "deletionTimestamp" in meta
+
+        wait_until(evicted, SCHEDULED, "the eviction controller deleting the pod")
+        cluster.delete_pod(NAMESPACE, "inference")  # as a kubelet would confirm it
+
+        def released() -> str | None:
+            _, now = running.scrape()
+            deallocated = device_states(now)[(used["pool"], used["device"])] == "tainted"
+            return now if deallocated else None  # allocated while the claim held it
+
+        wait_until(released, SCHEDULED, "the exporter following the eviction")
+        assert "allocation" not in cluster.kube.get(f"{CLAIMS}/one-partition").get("status", {})
+        assert device_states(wait_until(released, SCHEDULED, "a scrape")) == implied(cluster)
     finally:
         running.stop()
