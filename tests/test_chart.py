@@ -588,3 +588,25 @@ def test_readme_manifests() -> None:
                         "resourceslices",
                         "deviceclasses",
                     }
+
+
+@pytest.mark.parametrize(
+    ("setting", "served", "listed"),
+    [
+        ("auto", None, False),
+        ("auto", "resource.k8s.io/v1/DeviceTaintRule", True),
+        ("auto", "resource.k8s.io/v1beta2/DeviceTaintRule", True),
+        (False, "resource.k8s.io/v1/DeviceTaintRule", False),
+        (True, None, True),
+    ],
+)
+def test_device_taint_rules_where_served(setting: Any, served: str | None, listed: bool) -> None:
+    """DeviceTaintRules are listed (and granted) where the API serves them, unless told not to."""
+    extra = ("--api-versions", served) if served else ()
+    docs = render({"exporter": {"deviceTaintRules": setting}}, extra=extra)
+    args = container(docs)["args"]
+    wanted = "resourceclaims,resourceslices,deviceclasses" + (",devicetaintrules" if listed else "")
+    assert f"--resources={wanted}" in args
+    granted = resource(docs, "ClusterRole")["rules"][0]["resources"]
+    assert ("devicetaintrules" in granted) == listed
+    assert granted == wanted.split(",")

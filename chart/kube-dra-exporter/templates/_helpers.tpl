@@ -100,6 +100,21 @@ image.repository, or [registry/][namespace/]name; then :tag@digest, :tag, @diges
 {{- end -}}
 
 {{/* The exporter's command-line arguments, from .Values.exporter and .Values.extraArgs. */}}
+{{/*
+The resources listed, comma-separated: exporter.resources, and devicetaintrules when
+exporter.deviceTaintRules is true, or auto and the API serves them.
+*/}}
+{{- define "kube-dra-exporter.resources" -}}
+{{- $e := .Values.exporter -}}
+{{- $resources := $e.resources -}}
+{{- $served := or (.Capabilities.APIVersions.Has "resource.k8s.io/v1/DeviceTaintRule") (.Capabilities.APIVersions.Has "resource.k8s.io/v1beta2/DeviceTaintRule") -}}
+{{- $wanted := or (eq (toString $e.deviceTaintRules) "true") (and (eq (toString $e.deviceTaintRules) "auto") $served) -}}
+{{- if and $wanted (not (has "devicetaintrules" $resources)) -}}
+{{- $resources = append $resources "devicetaintrules" -}}
+{{- end -}}
+{{- join "," $resources -}}
+{{- end -}}
+
 {{- define "kube-dra-exporter.args" -}}
 {{- $e := .Values.exporter -}}
 - {{ printf "--listen=:%v" $e.port | quote }}
@@ -117,7 +132,7 @@ image.repository, or [registry/][namespace/]name; then :tag@digest, :tag, @diges
 {{- end }}
 - {{ printf "--timeout=%v" $e.timeout | quote }}
 - {{ printf "--page-size=%v" $e.pageSize | quote }}
-- {{ printf "--resources=%s" (join "," $e.resources) | quote }}
+- {{ printf "--resources=%s" (include "kube-dra-exporter.resources" .) | quote }}
 {{- with $e.metricAllowlist }}
 - {{ printf "--metric-allowlist=%s" (join "," .) | quote }}
 {{- end }}
