@@ -241,7 +241,77 @@ def test_stale_past_the_bound_fails(fake: FakeKubeAPI, clock: Clock) -> None:
     del fake.faults["resourceclaims"]
     clock.advance(60)
     watched.settle()
+    fake.bookmark()  # the API server sends one about every minute: the state is current again
+    watched.settle()
     assert "kube_resourceclaim" in watched.text()
+
+
+def test_accepted_then_broken_at_once_goes_stale(fake: FakeKubeAPI, clock: Clock) -> None:
+    """Staleness runs from the last event or bookmark applied, not from the last 200.
+
+    Every watch is accepted and breaks at its first event (an object the decoder refuses):
+    past --max-staleness scrapes fail, and the deleted slice is not served as current.
+    """
+    seed(fake)
+    watched = Watched(fake, clock, staleness=10)
+    watched.gatherer.start()
+    watched.settle()
+    fake.close_watches()
+    fake.change("resourceslices", "ADDED", {"metadata": {"name": "odd"}, "spec": "not a spec"})
+    for _ in range(30):
+        clock.advance(1)
+        watched.settle()
+    pending = watched.gatherer.gather()
+    watched.settle()
+    failure = failure_of(pending).value
+    assert isinstance(failure, CollectionFailed)
+    assert [(e.resource, e.reason) for e in failure.errors] == [("resourceslices", "Decode")]
+
+
+def test_410_on_every_relist_backs_off_and_goes_stale(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A 410 while listing again is a failure: backed off, counted, stale past the bound."""
+    seed(fake)
+    watched = Watched(fake, clock, staleness=10)
+    watched.gatherer.start()
+    watched.settle()
+    fake.faults["resourceclaims"] = Fault(410, status(410, "Expired", "too old"))
+    fake.close_watches()
+    before = len(fake.requests)
+    for _ in range(30):
+        clock.advance(1)
+        watched.settle()
+    assert len(fake.requests) - before <= 8, "1, 2, 4, 8, 16 s apart: not a hot loop"
+    assert watched.metric(
+        "kube_dra_exporter_list_errors_total", {"resource": "resourceclaims", "reason": "Expired"}
+    )
+    pending = watched.gatherer.gather()
+    watched.settle()
+    assert isinstance(failure_of(pending).value, CollectionFailed)
+
+
+def test_a_version_refused_again_and_again_is_listed_again(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A watch refused three times from one version lists the kind again, from a fresh one."""
+    seed(fake)
+    watched = Watched(fake, clock)
+    watched.gatherer.start()
+    watched.settle()
+    fake.faults["resourceclaims"] = Fault(
+        400, status(400, "BadRequest", "invalid resourceVersion"), times=3
+    )
+    fake.close_watches()
+    for _ in range(20):
+        clock.advance(1)
+        watched.settle()
+    assert (
+        watched.metric(
+            "kube_dra_exporter_watch_relists_total",
+            {"resource": "resourceclaims", "cause": "refused"},
+        )
+        == 1
+    )
+    fake.change("resourceclaims", "ADDED", claim("after"))
+    watched.settle()
+    assert 'resourceclaim_name="after"' in watched.text()
 
 
 def test_readyz_names_what_each_resource_waits_for(fake: FakeKubeAPI, clock: Clock) -> None:

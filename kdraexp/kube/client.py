@@ -279,6 +279,8 @@ class KubeListClient:
             raise
         except ResponseTooLarge as error:
             raise ListError(kind.plural, Reason.TOO_LARGE, None, str(error), public=True) from None
+        except ShapeError as error:  # an object of a watch the reader refused
+            raise ListError(kind.plural, Reason.DECODE, None, str(error)) from None
         except Exception as error:
             if cancelled(Failure(error)):
                 raise CancelledError() from None

@@ -58,6 +58,9 @@ IDLE = 150.0
 before it is restarted."""
 BACKOFF = (1.0, 30.0)
 """Seconds waited after a failure: the first, then doubling up to the last."""
+REFUSALS = 3
+"""Watches from one resourceVersion the server refuses in a row before the kind is listed
+again: a version it will never accept (a bookmark gone bad) must not be retried forever."""
 _IDENTITY = msgspec.json.Decoder(wire.Identity)
 
 
@@ -98,6 +101,8 @@ class KindWatch:
         self._sync_started = 0.0
         self._watching: Deferred[None] | None = None
         self._idle: IDelayedCall | None = None
+        self._refusals: tuple[str | None, int] = (None, 0)
+        """The version watches were last refused from, and how many times in a row."""
 
     def start(self) -> None:
         """Start following (until :meth:`stop`)."""
@@ -127,12 +132,22 @@ class KindWatch:
                 self._stats.restarted(self.kind.plural)  # idle, or asked to list again
             except (ListError, ShapeError) as raised:
                 error = _as_list_error(self.kind, raised)
-                if error.code == 410 or error.reason in ("Expired", "Gone"):
-                    self._resync = "expired"
+                expired = error.code == 410 or error.reason in ("Expired", "Gone")
+                if expired and self._resync is None:
+                    self._resync = "expired"  # compacted while following: list again at once
                     continue
-                self._failed(error)
+                if self._resync is None and error.code is not None and self._refused():
+                    self._resync = "refused"  # the version itself is what the server refuses
+                self._failed(error)  # a 410 while listing again too: back off, as client-go
                 await deferLater(self._clock, backoff, lambda: None)
                 backoff = min(backoff * 2, BACKOFF[1])
+
+    def _refused(self) -> bool:
+        """Count a refusal of the watch's version; whether it is refused too often now."""
+        version, count = self._refusals
+        count = count + 1 if version == self._version else 1
+        self._refusals = (self._version, count)
+        return count >= REFUSALS
 
     async def _sync(self, cause: str) -> None:
         if cause != "start":
@@ -169,6 +184,7 @@ class KindWatch:
             if kind == "BOOKMARK":
                 meta = _IDENTITY.decode(raw).metadata
                 self._version = (meta.resource_version if meta else None) or self._version
+                self._current()
                 annotations = (meta.annotations if meta else None) or {}
                 if annotations.get(INITIAL_EVENTS_END) == "true":
                     done = True
@@ -194,6 +210,7 @@ class KindWatch:
             if kind == "BOOKMARK":
                 meta = _IDENTITY.decode(raw).metadata
                 self._version = (meta.resource_version if meta else None) or self._version
+                self._current()
                 return
             self._apply(kind, raw)
 
@@ -216,7 +233,6 @@ class KindWatch:
                     event,
                     initial=initial,
                     timeout_seconds=timeout,
-                    opened=self._opened,
                 )
             )
             await self._watching
@@ -246,12 +262,18 @@ class KindWatch:
             return
         self._reader.apply(kind, raw)
         self._version = _version_of(raw) or self._version
+        self._current()
         self._stats.event(self.kind.plural, kind, self._clock.seconds())
         if self._reader.changed:
             self._changed(self.kind)
 
-    def _opened(self) -> None:
-        """The server accepted the watch: whatever failed before works again."""
+    def _current(self) -> None:
+        """An event or bookmark applied: the state is current again, whatever failed before.
+
+        Not when the server merely accepts a watch: one that breaks at its first event, every
+        time, must go stale.
+        """
+        self._refusals = (None, 0)
         if self.failing_since is not None:
             log.info("Watching {resource} again", resource=self.kind.plural)
         self.failing_since = None
@@ -261,8 +283,7 @@ class KindWatch:
         self._resync = None  # from now on a broken watch resumes from its version
         self.synced = True
         self.ever_synced = True
-        self.failing_since = None
-        self.error = None
+        self._current()
         objects = len(self._reader.entries) + len(self._reader.skipped)
         took = self._clock.seconds() - self._sync_started
         self._stats.synced(self.kind.plural, objects, took)
@@ -273,7 +294,11 @@ class KindWatch:
             self.failing_since = self._clock.seconds()
         self.error = error
         self._stats.failed(self.kind.plural, error.reason)
-        log.error("Error watching {resource}: {error}", resource=self.kind.plural, error=str(error))
+        log.error(
+            "Error watching {resource}: {error} (retrying; state served until --max-staleness)",
+            resource=self.kind.plural,
+            error=str(error),
+        )
 
 
 class WatchGatherer:
