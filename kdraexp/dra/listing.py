@@ -127,12 +127,11 @@ class Watcher(Source, Protocol):
         *,
         initial: bool,
         timeout_seconds: int,
-        opened: Callable[[], None] = ...,
     ) -> None:
         """Follow *kind*'s changes from *resource_version*, handing each event to *handle*.
 
         With *initial*, a streaming list: every object as ``ADDED``, then a bookmark annotated
-        ``k8s.io/initial-events-end``.  *opened* is called once the server has accepted.
+        ``k8s.io/initial-events-end``.
 
         :raises ListError: when the watch cannot be opened, breaks, or sends an ``ERROR``
             event (its Status as the error: 410 for a compacted version).

@@ -187,14 +187,12 @@ class KubeListClient:
         *,
         initial: bool,
         timeout_seconds: int,
-        opened: Callable[[], None] = lambda: None,
     ) -> None:
         """Follow *kind*'s changes from *resource_version*, handing each event to *handle*.
 
         With *initial*, a streaming list: the server first sends every object as ``ADDED``,
-        then a bookmark annotated ``k8s.io/initial-events-end``.  *opened* is called once the
-        server has accepted the watch.  Ends when the server closes the watch (after about
-        *timeout_seconds*); an exception from *handle* ends it too.
+        then a bookmark annotated ``k8s.io/initial-events-end``.  Ends when the server closes
+        the watch (after about *timeout_seconds*); an exception from *handle* ends it too.
 
         :raises ListError: when the watch cannot be opened or breaks.
         """
@@ -210,7 +208,7 @@ class KubeListClient:
             elif resource_version:
                 url = url.add("resourceVersion", resource_version)
             try:
-                await self._watch(kind, url, handle, opened)
+                await self._watch(kind, url, handle)
             except ListError as error:
                 if error.code != 404 or version == versions[-1]:
                     raise
@@ -223,7 +221,6 @@ class KubeListClient:
         kind: Kind,
         url: DecodedURL,
         handle: Callable[[str, msgspec.Raw], None],
-        opened: Callable[[], None],
     ) -> None:
         def line(data: bytes) -> None:
             try:
@@ -244,7 +241,6 @@ class KubeListClient:
             if response.code != 200:
                 body = await read_body(response, self._limits.body)
                 raise status_error(kind.plural, response.code, body)
-            opened()
             await read_lines(response, self._limits.body, line)
 
     async def _get(
