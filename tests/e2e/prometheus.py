@@ -54,7 +54,11 @@ def api(port: int, path: str, **params: str) -> Any:
         with urllib.request.urlopen(url, timeout=10) as response:
             answer = json.load(response)
     except urllib.error.HTTPError as error:
-        answer = json.load(error)
+        body = error.read()
+        try:
+            answer = json.loads(body)
+        except ValueError:  # not its API answering yet (503 while it starts): try again
+            raise OSError(f"Prometheus answered {error.code}: {body[:200]!r}") from None
     assert answer["status"] == "success", answer
     return answer["data"]
 

@@ -161,15 +161,24 @@ def test_every_alert_fires(prometheus_port: int) -> None:
 
 
 def test_every_dashboard_query_answers(prometheus_port: int) -> None:
-    """Every panel's queries evaluate without error, and each panel has data here."""
-    empty = []
-    for title, panel_queries in _panels().items():
-        results = [
-            prometheus.query(prometheus_port, dashboard.as_run(q, JOB)) for q in panel_queries
-        ]
-        if not any(results):
-            empty.append(title)
-    assert empty == sorted(NEVER_EMPTY_EXCEPT), empty
+    """Every panel's queries evaluate without error, and each panel has data here.
+
+    Polled with a bound: a panel over a counter's increase has data once two scrapes of it fall
+    in its window.
+    """
+
+    def empty() -> list[str]:
+        found = []
+        for title, panel_queries in _panels().items():
+            results = [
+                prometheus.query(prometheus_port, dashboard.as_run(q, JOB)) for q in panel_queries
+            ]
+            if not any(results):
+                found.append(title)
+        return found
+
+    settled = wait_until(lambda: empty() == sorted(NEVER_EMPTY_EXCEPT), 60, "every panel answering")
+    assert settled, empty()
 
 
 def _panels() -> dict[str, list[str]]:
