@@ -81,7 +81,7 @@ def test_request_counts() -> None:
     written = collect(claims=[new_claim("c", results, requests=requests)])
     assert values(
         written,
-        "kube_resourceclaim_request_count",
+        "kube_resourceclaim_request_devices",
         "request",
         "deviceclass_name",
         "allocation_mode",
@@ -93,7 +93,7 @@ def test_request_counts() -> None:
         ("alt/small", "mig.nvidia.com", "ExactCount"): 3,
     }
     pending = collect(claims=[new_claim("c", requests=requests[2:3])])
-    assert values(pending, "kube_resourceclaim_request_count", "request") == {("all",): 0}
+    assert values(pending, "kube_resourceclaim_request_devices", "request") == {("all",): 0}
 
 
 def test_allocation_results() -> None:

@@ -51,7 +51,7 @@ def test_partitioned_gpu_counts_once() -> None:
     """A GPU and its partitions are one unit: its most used counter, never the device count."""
     slices, claims = dynamic_mig("mig-a")
     written = collect(slices=slices, claims=claims)
-    counter = pool(written, "counter", "counter", "state")
+    counter = pool(written, "shared_quantity", "counter", "state")
     assert counter[("node", "memory-slice-0", "consumed")] == 1
     assert counter[("node", "memory-slice-1", "consumed")] == 0
     assert counter[("node", "multiprocessors", "total")] == 98

@@ -187,7 +187,7 @@ def test_partitions_block_each_other() -> None:
         "mig-b": "available",
         "mig-ab": "blocked",
     }
-    shared = values(collection, "kube_resourceslice_shared_counter", "counter_set", "counter")
+    shared = values(collection, "kube_resourceslice_shared_quantity", "counter_set", "counter")
     assert shared[("gpu-0-set", "memory-slice-0")] == 1
     assert shared[("gpu-0-set", "multiprocessors")] == 98
 
@@ -282,7 +282,7 @@ def test_shared_counters_bad_set() -> None:
         {"name": "bad", "counters": {"memory": "1Gi"}},
     ]
     collection = collect(slices=[pool_slice("s", [], sharedCounters=shared)])
-    assert list(values(collection, "kube_resourceslice_shared_counter", "counter_set")) == [
+    assert list(values(collection, "kube_resourceslice_shared_quantity", "counter_set")) == [
         ("good",)
     ]
     assert [p.field for p in collection.problems] == ["sharedCounters"]

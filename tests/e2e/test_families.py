@@ -140,7 +140,7 @@ def test_classes_and_counters(body: str) -> None:
     expected[("e2e-share", "shared", "e2e-share")] = 1.0
     assert classes == expected
     assert ours(
-        body, "kube_resourceslice_shared_counter", "resourceslice_name", "counter_set", "counter"
+        body, "kube_resourceslice_shared_quantity", "resourceslice_name", "counter_set", "counter"
     ) == {
         ("e2e-part-counters", "gpu-0", "memory"): 80 * GiB,
         ("e2e-part-counters", "gpu-0", "slice-0"): 1,
@@ -179,7 +179,7 @@ def test_pools(body: str) -> None:
     }
     complete = ours(body, "kube_resourcepool_complete", "pool")
     assert complete[("e2e-incomplete",)] == 0 and complete[("e2e-part",)] == 1
-    assert ours(body, "kube_resourcepool_counter", "pool", "counter", "state") == {
+    assert ours(body, "kube_resourcepool_shared_quantity", "pool", "counter", "state") == {
         ("e2e-part", "memory", "total"): 80 * GiB,
         ("e2e-part", "memory", "consumed"): 40 * GiB,
         ("e2e-part", "slice-0", "total"): 1,
@@ -222,7 +222,7 @@ def test_claims(body: str, claims: dict[str, dict[str, Any]]) -> None:
     assert (
         ours(
             body,
-            "kube_resourceclaim_request_count",
+            "kube_resourceclaim_request_devices",
             "resourceclaim_name",
             "deviceclass_name",
             "allocation_mode",
