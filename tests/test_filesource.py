@@ -58,7 +58,10 @@ def test_forms(tmp_path: Path, form: str) -> None:
 
 
 def test_example_cluster() -> None:
-    """The shipped example gives every family, opt-in ones included, and reads cleanly."""
+    """The shipped example gives every family, opt-in ones included, and reads cleanly.
+
+    Its one problem is on purpose: a pending claim whose own selector is not valid CEL.
+    """
     everything = select(
         resources=",".join(kind.plural for kind in KINDS), opt_in=".*", device_attributes="profile"
     )
@@ -70,7 +73,8 @@ def test_example_cluster() -> None:
         everything,
     )
     collection = result_of(gatherer.gather())
-    assert [p.message for p in collection.problems] == []
+    assert [(p.resource, p.field) for p in collection.problems] == [("resourceclaims", "selectors")]
+    assert "train-b-gpu-selector-error request gpu selector" in collection.problems[0].message
     assert collection.class_errors == {}
     written = {family.name for family, _ in collection.families()}
     assert written == {family.name for family in everything.families}

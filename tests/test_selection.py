@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kdraexp.dra import devicecel
@@ -9,7 +11,7 @@ from kdraexp.families import FAMILIES
 from kdraexp.families.selection import SelectionError, select
 
 
-def names(**flags: str) -> set[str]:
+def names(**flags: Any) -> set[str]:
     return {family.name for family in select(**flags).families}
 
 
@@ -79,9 +81,11 @@ def test_opt_in_families() -> None:
         ({"device_attributes": "a-b"}, "--device-attributes: 'a-b' is not an attribute name"),
         ({"device_attributes": "a.com/x,b.com/x"}, "both give attribute_x"),
         ({"cost_share_capacity": "mem ory"}, "--cost-share-capacity: 'mem ory' is not a name"),
+        ({"claim_device_data": "pci.id,pci_id"}, "--claim-device-data: 'pci_id' and 'pci.id' both"),
+        ({"claim_device_data": "k" * 64}, "--claim-device-data: 'kkkk"),
     ],
 )
-def test_bad_flags(flags: dict[str, str], message: str) -> None:
+def test_bad_flags(flags: dict[str, Any], message: str) -> None:
     """A bad value is refused with one line naming the flag."""
     with pytest.raises(
         SelectionError, match=message.replace("(", r"\(").replace("[", r"\[").replace("*", r"\*")
@@ -100,12 +104,18 @@ def test_device_attributes_extend_device_info() -> None:
     ]
 
 
-def test_without_cel_the_class_family_is_not_written(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_cel_the_class_families_are_not_written(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a platform with no CEL runtime, device classes cannot be matched: said, not faked."""
     monkeypatch.setattr(devicecel, "AVAILABLE", False)
     chosen = select()
-    assert "kube_resourceslice_device_class" not in {f.name for f in chosen.families}
-    assert chosen.warnings == (
-        "kube_resourceslice_device_class is not written: no CEL runtime (cel-expr-python) is "
-        "available for this platform",
-    )
+    written = {f.name for f in chosen.families}
+    for name in (
+        "kube_resourceslice_device_class",
+        "kube_resourcepool_allocatable_devices",
+        "kube_resourceclaim_pending_reason",
+        "kube_resourceclaim_request_matching_devices",
+    ):
+        assert name not in written
+        assert f"{name} is not written: no CEL runtime is available for this platform" in (
+            chosen.warnings
+        )

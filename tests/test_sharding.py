@@ -11,11 +11,14 @@ import yaml
 
 from benchmarks.cluster import cluster, node_name
 from kdraexp.dra.listing import RESOURCE_SLICES
-from kdraexp.families import KINDS
+from kdraexp.families import KINDS, NEED_EVERY_POOL
+from kdraexp.families.selection import select
 from kdraexp.store.collection import Collection
 from kdraexp.store.sharding import Part, Shard, ordinal
 from tests.collect import collect, samples
 from tests.test_filesource import EXAMPLE
+
+RESOURCES = "resourceclaims,resourceslices,deviceclasses,devicetaintrules"
 
 
 def example() -> dict[str, Any]:
@@ -64,11 +67,18 @@ def written(collection: Collection) -> Counter[tuple[str, tuple[tuple[str, str],
 @pytest.mark.parametrize("objects", [example(), synthetic()], ids=["example", "synthetic"])
 @pytest.mark.parametrize("total", [2, 3])
 def test_union_of_shards_is_the_whole(objects: dict[str, Any], total: int) -> None:
-    """Each sample is written by exactly one shard, and the union equals the unsharded set."""
-    whole = written(collect(**objects))
+    """Each sample is written by exactly one shard, and the union equals the unsharded set.
+
+    Sharded, the families that judge a pending claim against every pool are not written.
+    """
+    chosen = select(resources=RESOURCES, sharded=True)
+    assert {f.name for f in select(resources=RESOURCES).families} - {
+        f.name for f in chosen.families
+    } == {f.name for f in NEED_EVERY_POOL}
+    whole = written(collect(**objects, selection=chosen))
     union: Counter[tuple[str, tuple[tuple[str, str], ...], float]] = Counter()
     for index in range(total):
-        part = written(collect(**objects, shard=Shard(index, total)))
+        part = written(collect(**objects, shard=Shard(index, total), selection=chosen))
         assert part, f"shard {index} of {total} wrote nothing"
         union.update(part)
     assert union == whole

@@ -128,6 +128,12 @@ class Options(usage.Options):
             "Device attributes (name or domain/name) added to kube_resourceslice_device_info.",
         ],
         [
+            "claim-device-data",
+            None,
+            "",
+            "Keys of status.devices[].data that kube_resourceclaim_status_device_info shows.",
+        ],
+        [
             "device-capacities",
             None,
             DEFAULT_DEVICE_CAPACITIES,
@@ -193,6 +199,7 @@ class Options(usage.Options):
             file = source[5:]
         elif source != "cluster":
             raise usage.UsageError(f"--source {source!r}: expected 'cluster' or 'file:PATH'")
+        shard = self._shard()
         try:
             selection = select(
                 resources=self["resources"],
@@ -202,10 +209,11 @@ class Options(usage.Options):
                 device_attributes=self["device-attributes"],
                 device_capacities=self["device-capacities"],
                 cost_share_capacity=self["cost-share-capacity"],
+                claim_device_data=self["claim-device-data"],
+                sharded=not shard.whole,
             )
         except SelectionError as error:
             raise usage.UsageError(str(error)) from None
-        shard = self._shard()
         if self["log-level"] not in logs.LEVELS:
             raise usage.UsageError(
                 f"--log-level {self['log-level']!r}: expected one of {', '.join(logs.LEVELS)}"

@@ -38,6 +38,11 @@ class ClassIndex:
         self._by_projection: dict[Any, tuple[list[str], list[tuple[str, str]]]] = {}
         """Devices that read alike match alike: the answer for every class at once."""
 
+    @property
+    def matcher(self) -> Matcher | None:
+        """What evaluates the selectors (None when classes are not listed)."""
+        return self._matcher
+
     def matching(self, device: DeviceFields, errors: list[tuple[str, str]]) -> list[str]:
         """The names of the classes whose every selector *device* satisfies.
 

@@ -104,8 +104,12 @@ def counter_sets(
 
 def taints(
     raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
-) -> list[tuple[str, str, str]]:
-    """A device's taints as (key, value, effect); unknown effects are reported and left out."""
+) -> list[tuple[str, str, str, float | None]]:
+    """A device's taints as (key, value, effect, timeAdded in seconds or None).
+
+    Unknown effects are reported and left out; an unreadable ``timeAdded`` is reported and read
+    as None.
+    """
     try:
         value = raw_value(raw)
     except Unreadable as error:
@@ -128,7 +132,14 @@ def taints(
                 resource, "taints", f"{where} taint {key}: unknown effect {_short(effect)}"
             )
             continue
-        found.append((key, text if isinstance(text, str) else "", effect))
+        added = taint.get("timeAdded")
+        when = None
+        if added is not None:
+            try:
+                when = timestamp(added if isinstance(added, str) else None)
+            except Unreadable as error:
+                problems.add(resource, "taints", f"{where} taint {key} timeAdded: {error}")
+        found.append((key, text if isinstance(text, str) else "", effect, when))
     return found
 
 
@@ -160,30 +171,14 @@ def consumed_capacity(
 
 
 def device_conditions(
-    raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
+    entries: list[dict[str, Any]], problems: Problems, resource: str, where: str
 ) -> list[tuple[str, str, str, str, str]]:
-    """``status.devices[].conditions[]`` as (driver, pool, device, type, status lower-cased)."""
-    try:
-        value = raw_value(raw)
-    except Unreadable as error:
-        problems.add(resource, "status.devices", f"{where} status.devices: {error}")
-        return []
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        problems.add(
-            resource,
-            "status.devices",
-            f"{where} status.devices: expected a list, got {_short(value)}",
-        )
-        return []
+    """The conditions of ``status.devices[]`` entries (see :func:`device_statuses`).
+
+    Each as (driver, pool, device, type, status lower-cased).
+    """
     found = []
-    for entry in value:
-        if not isinstance(entry, dict):
-            problems.add(
-                resource, "status.devices", f"{where} status.devices: an entry is not a map"
-            )
-            continue
+    for entry in entries:
         driver, pool, device = (_text(entry.get(k)) for k in ("driver", "pool", "device"))
         conditions = entry.get("conditions") or []
         if not isinstance(conditions, list):
@@ -237,10 +232,161 @@ def attribute_text(value: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
+    """A string field as it is; "" when absent or not a string."""
     return value if isinstance(value, str) else ""
+
+
+_text = text
+
+
+def scalar_text(value: Any) -> str:
+    """A string or number as label text (numbers in their JSON spelling); "" for the others."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return ""
+    return _decode_text(value)
+
+
+def _decode_text(value: int | float) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+def device_statuses(
+    raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
+) -> list[dict[str, Any]]:
+    """``status.devices[]`` entries that are maps; the others reported."""
+    try:
+        value = raw_value(raw)
+    except Unreadable as error:
+        problems.add(resource, "status.devices", f"{where} status.devices: {error}")
+        return []
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        problems.add(
+            resource,
+            "status.devices",
+            f"{where} status.devices: expected a list, got {_short(value)}",
+        )
+        return []
+    found = []
+    for entry in value:
+        if isinstance(entry, dict):
+            found.append(entry)
+        else:
+            problems.add(
+                resource, "status.devices", f"{where} status.devices: an entry is not a map"
+            )
+    return found
 
 
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+Toleration = tuple[str, str, str, str]
+"""(key, operator, value, effect) of a request's toleration; "" where absent."""
+
+
+def tolerations(
+    raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
+) -> tuple[Toleration, ...]:
+    """A request's ``tolerations``; entries of another shape are reported and left out."""
+    try:
+        value = raw_value(raw)
+    except Unreadable as error:
+        problems.add(resource, "tolerations", f"{where} tolerations: {error}")
+        return ()
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        problems.add(
+            resource, "tolerations", f"{where} tolerations: expected a list, got {_short(value)}"
+        )
+        return ()
+    found = []
+    for entry in value:
+        if not isinstance(entry, dict):
+            problems.add(resource, "tolerations", f"{where} tolerations: an entry is not a map")
+            continue
+        key, operator, text, effect = (
+            entry.get(name) for name in ("key", "operator", "value", "effect")
+        )
+        found.append(
+            (
+                key if isinstance(key, str) else "",
+                operator if isinstance(operator, str) and operator else "Equal",
+                text if isinstance(text, str) else "",
+                effect if isinstance(effect, str) else "",
+            )
+        )
+    return tuple(found)
+
+
+def tolerated(tolerations: tuple[Toleration, ...], key: str, value: str, effect: str) -> bool:
+    """Whether a toleration matches the taint (``DeviceToleration.ToleratesTaint``).
+
+    An empty key matches every key (the API allows it with ``Exists`` only), an empty effect
+    every effect.
+    """
+    for t_key, operator, t_value, t_effect in tolerations:
+        if (t_effect and t_effect != effect) or (t_key and t_key != key):
+            continue
+        if operator == "Exists" or (operator == "Equal" and t_value == value):
+            return True
+    return False
+
+
+def capacity_requests(
+    raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
+) -> dict[str, float]:
+    """A request's ``capacity.requests``: capacity name -> quantity; bad ones reported."""
+    try:
+        value = raw_value(raw)
+    except Unreadable as error:
+        problems.add(resource, "capacity", f"{where} capacity: {error}")
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    requests = value.get("requests")
+    if not isinstance(requests, dict):
+        return {}
+    found = {}
+    for name, amount in requests.items():
+        try:
+            found[name] = quantity(amount)
+        except Unreadable as error:
+            problems.add(resource, "capacity", f"{where} capacity {name}: {error}")
+    return found
+
+
+def conditions(
+    raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
+) -> list[tuple[str, str]]:
+    """An object's ``status.conditions[]`` as (type, status lower-cased)."""
+    try:
+        value = raw_value(raw)
+    except Unreadable as error:
+        problems.add(resource, "status.conditions", f"{where} status.conditions: {error}")
+        return []
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        value = [value]
+    found = []
+    for condition in value:
+        kind = condition.get("type") if isinstance(condition, dict) else None
+        status = condition.get("status") if isinstance(condition, dict) else None
+        if not isinstance(kind, str) or status not in CONDITION_STATUSES:
+            problems.add(
+                resource,
+                "status.conditions",
+                f"{where} condition: expected a type and a status of True, False or Unknown, "
+                f"got {_short(condition)}",
+            )
+            continue
+        found.append((kind, CONDITION_STATUSES[status]))
+    return found

@@ -67,6 +67,10 @@ class Subrequest(Wire):
     device_class_name: str | None = msgspec.field(default=None, name="deviceClassName")
     allocation_mode: str | None = msgspec.field(default=None, name="allocationMode")
     count: int | None = None
+    selectors: list[Selector] | None = None
+    tolerations: msgspec.Raw = ABSENT
+    capacity: msgspec.Raw = ABSENT
+    """``capacity.requests``: what the request consumes of a device allowing several."""
 
 
 class ExactRequest(Wire):
@@ -76,6 +80,10 @@ class ExactRequest(Wire):
     allocation_mode: str | None = msgspec.field(default=None, name="allocationMode")
     count: int | None = None
     admin_access: bool | None = msgspec.field(default=None, name="adminAccess")
+    selectors: list[Selector] | None = None
+    tolerations: msgspec.Raw = ABSENT
+    capacity: msgspec.Raw = ABSENT
+    """``capacity.requests``: what the request consumes of a device allowing several."""
 
 
 class Request(Wire):
@@ -239,11 +247,12 @@ class TaintSelector(Wire):
 
 
 class DeviceTaint(Wire):
-    """A taint: ``key``, ``value``, ``effect``."""
+    """A taint: ``key``, ``value``, ``effect`` and when it was added."""
 
     key: str | None = None
     value: str | None = None
     effect: str | None = None
+    time_added: Any = msgspec.field(default=None, name="timeAdded")
 
 
 class TaintRuleSpec(Wire):
@@ -253,11 +262,18 @@ class TaintRuleSpec(Wire):
     taint: DeviceTaint | None = None
 
 
+class TaintRuleStatus(Wire):
+    """``status`` of a DeviceTaintRule: its conditions, read one at a time."""
+
+    conditions: msgspec.Raw = ABSENT
+
+
 class DeviceTaintRule(Wire):
     """A DeviceTaintRule (``v1beta2`` in 1.36, ``v1`` from 1.37)."""
 
     metadata: ObjectMeta | None = None
     spec: TaintRuleSpec | None = None
+    status: TaintRuleStatus | None = None
 
 
 class Page(Wire):

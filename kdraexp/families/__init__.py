@@ -46,3 +46,13 @@ KINDS: dict[Kind, KindSpec] = {
 
 DEVICE_INFO = resourceslice.device_info
 DEVICE_CLASS = resourceslice.device_class
+CLAIM_DEVICE_INFO = resourceclaim.status_device_info
+NEED_CEL = (
+    resourceslice.device_class,
+    resourcepool.pool_allocatable,
+    resourceclaim.pending_reason,
+    resourceclaim.request_matching,
+)
+"""The families that evaluate DeviceClass selectors."""
+NEED_EVERY_POOL = (resourceclaim.pending_reason, resourceclaim.request_matching)
+"""The families that judge a claim against every pool: one shard does not see them all."""

@@ -25,6 +25,15 @@ class DeviceAttribute:
 
 
 @attrs.frozen
+class DataKey:
+    """A key of a driver's device ``data`` that ``--claim-device-data`` writes as a label."""
+
+    label: str
+    """``data_<key>``, sanitised."""
+    name: str
+
+
+@attrs.frozen
 class Options:
     """How the families are written (``--device-attributes`` and the like)."""
 
@@ -32,6 +41,7 @@ class Options:
     device_capacities: re.Pattern[str] = re.compile(DEFAULT_DEVICE_CAPACITIES)
     cost_share_capacity: str = "memory"
     """The capacity whose consumed share of a shareable device is the share of its cost."""
+    claim_device_data: tuple[DataKey, ...] = ()
 
     def capacity_wanted(self, name: str) -> bool:
         """Whether ``kube_resourceslice_device_capacity`` reports the capacity *name*."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kdraexp.dra import wire
+from kdraexp.dra import gated, wire
 from kdraexp.dra.gated import TAINT_EFFECTS
 from kdraexp.dra.listing import DEVICE_TAINT_RULES
 from kdraexp.families.context import Context
@@ -20,7 +20,7 @@ from kdraexp.families.kind import KindSpec
 class TaintRuleView:
     """One DeviceTaintRule."""
 
-    __slots__ = ("context", "name", "selector", "taint")
+    __slots__ = ("context", "name", "selector", "status", "taint")
 
     def __init__(self, item: wire.DeviceTaintRule, context: Context) -> None:
         spec = item.spec or wire.TaintRuleSpec()
@@ -28,13 +28,34 @@ class TaintRuleView:
         self.name = (item.metadata or wire.ObjectMeta()).name or ""
         self.selector = spec.device_selector or wire.TaintSelector()
         self.taint = spec.taint or wire.DeviceTaint()
+        self.status = item.status or wire.TaintRuleStatus()
 
     def facts(self) -> RuleFacts | None:
-        """The rule's selector, when its taint keeps claims off the devices it selects."""
-        if self.taint.effect not in ("NoSchedule", "NoExecute"):
+        """The rule's selector and taint, when its effect is known."""
+        taint, selector = self.taint, self.selector
+        if taint.effect not in TAINT_EFFECTS:
             return None
-        selector = self.selector
-        return RuleFacts(selector.driver or "", selector.pool or "", selector.device or "")
+        added = None
+        if taint.time_added is not None:
+            try:
+                added = gated.timestamp(
+                    taint.time_added if isinstance(taint.time_added, str) else None
+                )
+            except gated.Unreadable as error:
+                self.context.problems.add(
+                    DEVICE_TAINT_RULES.plural,
+                    "spec.taint.timeAdded",
+                    f"DeviceTaintRule {self.name} timeAdded: {error}",
+                )
+        return RuleFacts(
+            selector.driver or "",
+            selector.pool or "",
+            selector.device or "",
+            taint.key or "",
+            taint.value or "",
+            taint.effect,
+            added,
+        )
 
 
 @family(
@@ -66,7 +87,24 @@ def taint_rule_info(view: TaintRuleView) -> Iterator[Row]:
     )
 
 
-FAMILIES = (taint_rule_info,)
+@family(
+    "kube_devicetaintrule_status_condition",
+    "A condition of a DeviceTaintRule (EvictionInProgress), by its status.",
+    ("devicetaintrule", "condition", "status"),
+    DEVICE_TAINT_RULES,
+    "status.conditions[].{type,status}",
+)
+def taint_rule_condition(view: TaintRuleView) -> Iterator[Row]:
+    """One row per condition; status is true, false or unknown."""
+    where = f"DeviceTaintRule {view.name}"
+    plural = DEVICE_TAINT_RULES.plural
+    for condition, status in gated.conditions(
+        view.status.conditions, view.context.problems, plural, where
+    ):
+        yield (view.name, condition, status, 1.0)
+
+
+FAMILIES = (taint_rule_info, taint_rule_condition)
 
 
 def _rule_facts(view: TaintRuleView, written: bool) -> RuleFacts | None:

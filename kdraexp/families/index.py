@@ -9,8 +9,9 @@ are complete.  A pool is ``(driver, pool)``; its current generation is the highe
 from __future__ import annotations
 
 import copy
+import operator
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -27,6 +28,7 @@ NOTHING: Mapping[str, float] = MappingProxyType({})
 USABLE, INCOMPLETE, INVALID = "usable", "incomplete", "invalid"
 """A pool's states, in the allocator's terms (kube_resourcepool_state)."""
 _PLACEMENT = re.compile(r"\d+$")
+_NAME = operator.attrgetter("name")
 """A counter named with a trailing number is one of a placement group (``memory-slice-3``)."""
 
 
@@ -39,14 +41,29 @@ class DeviceFacts(msgspec.Struct, gc=False):
 
     labels: GroupValues
     name: str
-    tainted: bool
-    """A taint with effect NoSchedule or NoExecute."""
+    taints: tuple[tuple[str, str, str], ...]
+    """(key, value, effect) of each taint with effect NoSchedule or NoExecute."""
     consumes: Counters
     share_capacity: float | None
     """The capacity named by ``--cost-share-capacity``, for shareable devices' cost."""
     shareable: bool
     capacities: Mapping[str, float] | None = None
     """Every capacity, for a device that allows multiple allocations (None for the others)."""
+    defaults: Mapping[str, float] | None = None
+    """What a request naming no capacity consumes of each (its policy's default, else all)."""
+    classes: tuple[str, ...] = ()
+    """The DeviceClasses whose every selector the device satisfies."""
+    unsure: tuple[str, ...] = ()
+    """The DeviceClasses whose match with the device could not be decided (a selector error)."""
+    node: str = ""
+    """The node the device is on; "" for a network-attached device."""
+    taint_times: tuple[tuple[str, str, str, float], ...] = ()
+    """(key, value, effect, timeAdded) of each taint whose time is known."""
+
+    @property
+    def tainted(self) -> bool:
+        """Whether a taint keeps requests that tolerate nothing off the device."""
+        return bool(self.taints)
 
 
 class SliceFacts(msgspec.Struct, gc=False):
@@ -60,6 +77,9 @@ class SliceFacts(msgspec.Struct, gc=False):
     devices: tuple[DeviceFacts, ...]
     rows: list[tuple[str, tuple[Any, ...]]] = msgspec.field(default_factory=list)
     """(family, flattened rows) of the families that count only the current generation."""
+    source: bytes | None = None
+    """The slice's JSON, deflated: read again when a claim's own selectors must be judged."""
+    name: str = ""
 
 
 class ResultFacts(msgspec.Struct, gc=False):
@@ -78,6 +98,25 @@ class ResultFacts(msgspec.Struct, gc=False):
     """Every capacity it consumes of a shareable device."""
 
 
+class RequestFacts(msgspec.Struct, gc=False, frozen=True):
+    """One request (or ``firstAvailable`` alternative) of a pending claim, as it is judged.
+
+    Equal requests are judged alike: claims made from one template share one judgement.
+    """
+
+    name: str
+    """As results name it: ``<request>`` or ``<request>/<alternative>``."""
+    deviceclass: str
+    selectors: tuple[str, ...]
+    all: bool
+    """``allocationMode: All``."""
+    count: int
+    tolerations: tuple[tuple[str, str, str, str], ...]
+    admin: bool
+    capacity: tuple[tuple[str, float], ...]
+    """``capacity.requests``: what it consumes of a device that allows multiple allocations."""
+
+
 class ClaimFacts(msgspec.Struct, gc=False):
     """What the cost and pool families need of one claim."""
 
@@ -86,17 +125,26 @@ class ClaimFacts(msgspec.Struct, gc=False):
     results: tuple[ResultFacts, ...]
     home: bool = True
     """Whether this shard writes the claim (else its results only mark devices allocated)."""
+    pending: tuple[RequestFacts, ...] = ()
+    """Its requests, while it is pending (not allocated, not being deleted)."""
 
 
 class RuleFacts(msgspec.Struct, gc=False):
-    """A DeviceTaintRule's selector, when its taint keeps new claims off (NoSchedule, NoExecute).
-
-    An empty driver, pool or device selects every one.
-    """
+    """A DeviceTaintRule's selector and taint (an empty driver, pool or device selects all)."""
 
     driver: str
     pool: str
     device: str
+    key: str = ""
+    value: str = ""
+    effect: str = "NoSchedule"
+    added: float | None = None
+    """The taint's ``timeAdded``, in seconds."""
+
+    @property
+    def blocking(self) -> bool:
+        """Whether the taint keeps claims that do not tolerate it off (NoSchedule, NoExecute)."""
+        return self.effect in ("NoSchedule", "NoExecute")
 
     def selects(self, driver: str, pool: str, device: str) -> bool:
         """Whether the rule's selector matches the device."""
@@ -110,6 +158,7 @@ class Pool:
 
     __slots__ = (
         "consumed",
+        "current",
         "devices",
         "driver",
         "expected",
@@ -126,6 +175,8 @@ class Pool:
         self.driver = driver
         self.name = name
         self.slices: list[SliceFacts] = []
+        self.current: list[SliceFacts] = []
+        """The slices of the current generation."""
         self.generation = 0
         self.expected: int | None = None
         self.published = 0
@@ -139,6 +190,8 @@ class Pool:
         """Keep the current generation only; add up its counters."""
         self.generation = max(s.generation for s in self.slices)
         current = [s for s in self.slices if s.generation == self.generation]
+        current.sort(key=_NAME)  # the allocator walks a pool's slices by name
+        self.current = current
         self.published = len(current)
         self.stale = len(self.slices) - len(current)
         counts = [s.slice_count for s in current if s.slice_count is not None]
@@ -174,6 +227,10 @@ class Pools:
     def __init__(self) -> None:
         self.pools: dict[tuple[str, str], Pool] = {}
         self.devices: dict[tuple[str, str, str], DeviceFacts] = {}
+        self.by_class: dict[str, list[tuple[Pool, DeviceFacts]]] = {}
+        """Per DeviceClass, the current devices it selects, each (driver, pool, name) once."""
+        self.unsure: set[str] = set()
+        """The classes whose match with some current device could not be decided."""
 
     @classmethod
     async def build(cls, slices: list[SliceFacts], turns: Turns) -> Pools:
@@ -189,7 +246,13 @@ class Pools:
         for count, pool in enumerate(made.pools.values()):
             pool.settle()
             for device in pool.devices:
-                made.devices.setdefault((pool.driver, pool.name, device.name), device)
+                named = (pool.driver, pool.name, device.name)
+                if named in made.devices:
+                    continue
+                made.devices[named] = device
+                for deviceclass in device.classes:
+                    made.by_class.setdefault(deviceclass, []).append((pool, device))
+                made.unsure.update(device.unsure)
             if count % 256 == 0:
                 await turns.take()
         return made
@@ -208,13 +271,27 @@ class ClusterIndex:
         costs: dict[str, float],
         problems: Problems,
         rules: list[RuleFacts] | None = None,
+        classes: frozenset[str] = frozenset(),
     ) -> None:
         self.pools: dict[tuple[str, str], Pool] = {}
         self.devices: dict[tuple[str, str, str], DeviceFacts] = {}
         self.claims = claims
         self.costs = costs
         self.problems = problems
-        self.rules = [rule for rule in rules or () if rule is not None]
+        self.all_rules = [rule for rule in rules or () if rule is not None]
+        """Every taint rule, for the taints' times."""
+        self.rules = [rule for rule in self.all_rules if rule.blocking]
+        """The rules whose taints keep claims off."""
+        self.classes = classes
+        """The names of the DeviceClasses listed."""
+        self.by_class: dict[str, list[tuple[Pool, DeviceFacts]]] = {}
+        self.unsure: set[str] = set()
+        self.judged: dict[Any, Any] = {}
+        """Pending requests judged since claims last changed (see :mod:`.pending`)."""
+        self.owns: Callable[[str, str], bool] = _everything
+        """Whether the pool (driver, pool) is this shard's (always, unsharded)."""
+        self.selectors: Any = None
+        """Claims' own selectors' answers (:class:`kdraexp.families.pending.SelectorAnswers`)."""
         self.allocated: dict[tuple[str, str, str], int] = {}
         """The devices allocated (adminAccess aside), with the number of claims allocated each."""
         self.consumed: dict[tuple[str, str, str], dict[str, float]] = {}
@@ -230,16 +307,18 @@ class ClusterIndex:
         rules: list[RuleFacts] | None = None,
         turns: Turns | None = None,
         pools: Pools | None = None,
+        classes: frozenset[str] = frozenset(),
     ) -> ClusterIndex:
         """Join *slices* and *claims*, yielding to the reactor between steps.
 
         *pools*, made of the same slices before, are used again (what claims consume is not).
         """
         turns = turns or Turns.never()
-        index = cls(claims, costs, problems, rules)
+        index = cls(claims, costs, problems, rules, classes)
         if pools is None:
             pools = await Pools.build(slices, turns)
         index.pools, index.devices = pools.pools, pools.devices
+        index.by_class, index.unsure = pools.by_class, pools.unsure
         for count, claim in enumerate(claims):
             index.allocate(claim, 1)
             if count % 1024 == 0:
@@ -302,20 +381,39 @@ class ClusterIndex:
         """
         for pool in self.pools.values():
             for device in pool.devices:
-                if (pool.driver, pool.name, device.name) in self.allocated:
-                    state = "allocated"
-                elif pool.state != USABLE:
-                    state = "unusable"
-                elif device.tainted or self._ruled(pool, device):
-                    state = "tainted"
-                elif _blocked(device, pool):
-                    state = "blocked"
-                else:
-                    state = "available"
-                yield device.labels, state
+                yield device.labels, self.state(pool, device)
+
+    def state(self, pool: Pool, device: DeviceFacts) -> str:
+        """The device's one state (see :meth:`device_states`)."""
+        if (pool.driver, pool.name, device.name) in self.allocated:
+            return "allocated"
+        if pool.state != USABLE:
+            return "unusable"
+        if device.taints or self._ruled(pool, device):
+            return "tainted"
+        if blocked(device, pool):
+            return "blocked"
+        return "available"
+
+    def taint_times(self) -> Iterator[tuple[GroupValues, str, str, str, float]]:
+        """Each current device's taints with a known time: its own, then its rules'."""
+        for pool in self.pools.values():
+            for device in pool.devices:
+                for key, value, effect, added in device.taint_times:
+                    yield device.labels, key, value, effect, added
+                for rule in self.all_rules:
+                    if rule.added is not None and rule.selects(pool.driver, pool.name, device.name):
+                        yield device.labels, rule.key, rule.value, rule.effect, rule.added
 
     def _ruled(self, pool: Pool, device: DeviceFacts) -> bool:
         return any(rule.selects(pool.driver, pool.name, device.name) for rule in self.rules)
+
+    def taints(self, pool: Pool, device: DeviceFacts) -> Iterator[tuple[str, str, str]]:
+        """The device's blocking taints: its own, then those of the rules that select it."""
+        yield from device.taints
+        for rule in self.rules:
+            if rule.selects(pool.driver, pool.name, device.name):
+                yield rule.key, rule.value, rule.effect
 
     def utilization(self, pool: Pool) -> float | None:
         """The mean use of the pool's units (see kube_resourcepool_utilization_ratio).
@@ -401,12 +499,28 @@ class ClusterIndex:
         return result.consumed_share / capacity
 
 
-def _blocked(device: DeviceFacts, pool: Pool) -> bool:
-    """Whether the counters the device consumes exceed what its pool has left."""
+def _everything(driver: str, pool: str) -> bool:
+    return True
+
+
+def blocked(device: DeviceFacts, pool: Pool, consumed: Mapping[Any, float] | None = None) -> bool:
+    """Whether the counters the device consumes exceed what its pool has left.
+
+    *consumed* is what is taken of each (counter set, counter); the pool's allocations by default.
+    """
+    taken = pool.consumed if consumed is None else consumed
     for counter_set, counters in device.consumes:
         for counter, need in counters.items():
             key = (counter_set, counter)
-            left = pool.totals.get(key, 0.0) - pool.consumed.get(key, 0.0)
+            left = pool.totals.get(key, 0.0) - taken.get(key, 0.0)
             if need - left > 1e-9 * max(1.0, abs(need)):
                 return True
     return False
+
+
+def take(device: DeviceFacts, consumed: dict[tuple[str, str], float]) -> None:
+    """Add what the device consumes of its pool's counters to *consumed*."""
+    for counter_set, counters in device.consumes:
+        for counter, need in counters.items():
+            key = (counter_set, counter)
+            consumed[key] = consumed.get(key, 0.0) + need

@@ -54,3 +54,6 @@ class KindSpec:
     reads_classes: bool = False
     """Its entries depend on the classes: when they change, its objects are read again (from
     what is kept, in watch mode: no list is made again)."""
+    keeps_source: bool = False
+    """Its facts keep the object's JSON, deflated, in their ``source``: the cluster families
+    read it again (a claim's own selectors are judged on the devices of the slices)."""

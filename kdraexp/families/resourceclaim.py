@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kdraexp.families import pending
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, LabelGroup, Row, Stability, family
-from kdraexp.families.index import NOTHING, ClaimFacts, ClusterIndex, ResultFacts
+from kdraexp.families.index import NOTHING, ClaimFacts, ClusterIndex, RequestFacts, ResultFacts
 from kdraexp.families.kind import KindSpec, ShardKey
 
 C = LabelGroup(("namespace", "resourceclaim_name"))
@@ -59,6 +61,7 @@ class ClaimView:
     """One ResourceClaim, read once for all its families."""
 
     __slots__ = (
+        "_statuses",
         "context",
         "deleting",
         "labels",
@@ -91,6 +94,15 @@ class ClaimView:
         allocation = self.status.allocation
         results = allocation.devices.results if allocation and allocation.devices else None
         self.results = [Result(result, self, admin_requests) for result in results or ()]
+        self._statuses: list[dict[str, Any]] | None = None
+
+    def device_statuses(self) -> list[dict[str, Any]]:
+        """``status.devices[]`` entries, read once for the families that read them."""
+        if self._statuses is None:
+            self._statuses = gated.device_statuses(
+                self.status.devices, self.context.problems, _RESOURCE, self.where
+            )
+        return self._statuses
 
     def requests(self) -> Iterator[tuple[str, str, wire.ExactRequest | wire.Subrequest]]:
         """(request name as results name it, request name, the request or alternative)."""
@@ -106,6 +118,36 @@ class ClaimView:
     def allocated(self) -> bool:
         """Whether the claim has an allocation."""
         return self.status.allocation is not None
+
+    def pending_requests(self) -> tuple[RequestFacts, ...]:
+        """Each request and alternative as it is judged, while the claim is pending."""
+        if self.state() != "pending":
+            return ()
+        problems, found = self.context.problems, []
+        for request, _, spec in self.requests():
+            where = f"{self.where} request {request}"
+            found.append(
+                RequestFacts(
+                    request,
+                    sys.intern(spec.device_class_name or ""),
+                    tuple(
+                        (selector.cel.expression or "") if selector.cel else ""
+                        for selector in spec.selectors or ()
+                    ),
+                    spec.allocation_mode == "All",
+                    gated.integer(spec.count) or 1,
+                    gated.tolerations(spec.tolerations, problems, _RESOURCE, where),
+                    isinstance(spec, wire.ExactRequest) and spec.admin_access is True,
+                    tuple(
+                        sorted(
+                            gated.capacity_requests(
+                                spec.capacity, problems, _RESOURCE, where
+                            ).items()
+                        )
+                    ),
+                )
+            )
+        return tuple(found)
 
     def facts(self) -> ClaimFacts:
         """What the cost and pool families need of this claim."""
@@ -126,6 +168,7 @@ class ClaimView:
                 )
                 for r in self.results
             ),
+            pending=self.pending_requests(),
         )
 
     def state(self) -> str:
@@ -259,14 +302,14 @@ def claim_state(view: ClaimView) -> Iterator[Row]:
 
 
 @family(
-    "kube_resourceclaim_request_count",
+    "kube_resourceclaim_request_devices",
     "Devices a ResourceClaim requests, per request (firstAvailable alternatives as request/sub).",
     (C, "request", "deviceclass_name", "allocation_mode"),
     RESOURCE_CLAIMS,
     "spec.devices.requests[].{name,exactly,firstAvailable[]}.{deviceClassName,allocationMode,count}"
     ", status.allocation.devices.results[].request",
 )
-def request_count(view: ClaimView) -> Iterator[Row]:
+def request_devices(view: ClaimView) -> Iterator[Row]:
     """``count`` (default 1); for ``All``, the results given so far (0 while pending).
 
     Alternatives of one request are written side by side: they are not to be summed.
@@ -337,7 +380,7 @@ def consumed_capacity(view: ClaimView) -> Iterator[Row]:
 def device_condition(view: ClaimView) -> Iterator[Row]:
     """One row per condition; status is true, false or unknown."""
     conditions = gated.device_conditions(
-        view.status.devices, view.context.problems, _RESOURCE, view.where
+        view.device_statuses(), view.context.problems, _RESOURCE, view.where
     )
     for driver, pool, device, condition, status in conditions:
         yield (view.labels, driver, pool, device, condition, status, 1.0)
@@ -358,6 +401,90 @@ def hourly_cost(index: ClusterIndex) -> Iterator[Row]:
     yield from index.claim_costs()
 
 
+@family(
+    "kube_resourceclaim_pending_reason",
+    "Why a pending ResourceClaim's request cannot be allocated now, as the allocator judges it.",
+    (C, "request", "deviceclass_name", "reason"),
+    CLUSTER,
+    "spec.devices.requests[] (class, selectors, allocationMode, count, tolerations, capacity), "
+    "DeviceClass selectors, ResourceSlices, allocations, DeviceTaintRules (when listed)",
+    needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
+    per="pending",
+)
+def pending_reason(index: ClusterIndex) -> Iterator[Row]:
+    """One reason per request or alternative of each pending claim (see pending.REASONS)."""
+    for labels, request, deviceclass, reason, _ in pending.reasons(index, report=True):
+        yield (labels, request, deviceclass, reason, 1.0)
+
+
+@family(
+    "kube_resourceclaim_request_matching_devices",
+    "Devices a pending ResourceClaim's request matches, by their state.",
+    (C, "request", "state"),
+    CLUSTER,
+    "spec.devices.requests[].{deviceClassName,selectors}, DeviceClass selectors, ResourceSlices, "
+    "allocations",
+    needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
+    per="pending",
+)
+def request_matching(index: ClusterIndex) -> Iterator[Row]:
+    """Per request of each pending claim, each device state with at least one device."""
+    for labels, request, _, _, judgement in pending.reasons(index):
+        for state, count in judgement.matching:
+            yield (labels, request, state, float(count))
+
+
+@family(
+    "kube_resourceclaim_allocation_orphaned",
+    "Reports 1 for a device allocated to a ResourceClaim that its pool no longer publishes.",
+    (C, "driver", "pool", "device_name"),
+    CLUSTER,
+    "status.allocation.devices.results[].{driver,pool,device,adminAccess}, the current "
+    "generation of each pool's ResourceSlices",
+    needs=(RESOURCE_CLAIMS, RESOURCE_SLICES),
+    per="claim",
+)
+def allocation_orphaned(index: ClusterIndex) -> Iterator[Row]:
+    """Each non-admin result naming a device the current generation of its pool lacks.
+
+    Written by the shard of the result's pool, which alone knows whether the pool publishes it.
+    """
+    for claim in index.claims:
+        for result in claim.results:
+            key = (result.driver, result.pool, result.device)
+            if not result.admin and key not in index.devices and index.owns(key[0], key[1]):
+                yield (claim.labels, result.driver, result.pool, result.device, 1.0)
+
+
+@family(
+    "kube_resourceclaim_status_device_info",
+    "A device a driver reports in a ResourceClaim's status, with its network data.",
+    (C, "driver", "pool", "device_name", "share_id", "interface_name", "hardware_address"),
+    RESOURCE_CLAIMS,
+    "status.devices[].{driver,pool,device,shareID,networkData.{interfaceName,hardwareAddress},"
+    "data} (data keys named by --claim-device-data)",
+)
+def status_device_info(view: ClaimView) -> Iterator[Row]:
+    """One row per ``status.devices[]`` entry; ``--claim-device-data`` adds ``data_<key>``."""
+    keys = view.context.options.claim_device_data
+    for entry in view.device_statuses():
+        network = entry.get("networkData")
+        network = network if isinstance(network, dict) else {}
+        data = entry.get("data")
+        data = data if isinstance(data, dict) else {}
+        yield (
+            view.labels,
+            gated.text(entry.get("driver")),
+            gated.text(entry.get("pool")),
+            gated.text(entry.get("device")),
+            gated.text(entry.get("shareID")),
+            gated.text(network.get("interfaceName")),
+            gated.text(network.get("hardwareAddress")),
+            *(gated.scalar_text(data.get(key.name)) for key in keys),
+            1.0,
+        )
+
+
 FAMILIES = (
     allocated_device,
     reserved_for_pod,
@@ -366,11 +493,15 @@ FAMILIES = (
     claim_created,
     claim_allocated_at,
     claim_state,
-    request_count,
+    request_devices,
     allocation_result_info,
     consumed_capacity,
     device_condition,
     hourly_cost,
+    pending_reason,
+    request_matching,
+    allocation_orphaned,
+    status_device_info,
 )
 
 

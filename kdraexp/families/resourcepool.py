@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kdraexp.dra.listing import RESOURCE_CLAIMS, RESOURCE_SLICES
+from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.family import CLUSTER, Row, family
+from kdraexp.families.headroom import allocatable
 from kdraexp.families.index import ClusterIndex
 
 _POOL = ("driver", "pool")
@@ -82,7 +83,7 @@ def pool_state(index: ClusterIndex) -> Iterator[Row]:
 
 
 @family(
-    "kube_resourcepool_counter",
+    "kube_resourcepool_shared_quantity",
     "A shared counter of a resource pool: its total, and what allocated devices consume.",
     (*_POOL, "counter_set", "counter", "state"),
     CLUSTER,
@@ -91,7 +92,7 @@ def pool_state(index: ClusterIndex) -> Iterator[Row]:
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
     per="pool",
 )
-def pool_counter(index: ClusterIndex) -> Iterator[Row]:
+def pool_shared_quantity(index: ClusterIndex) -> Iterator[Row]:
     """total from sharedCounters; consumed by the devices allocated (adminAccess aside)."""
     for pool in index.pools.values():
         for (counter_set, counter), total in pool.totals.items():
@@ -118,11 +119,30 @@ def pool_utilization(index: ClusterIndex) -> Iterator[Row]:
             yield (pool.driver, pool.name, ratio)
 
 
+@family(
+    "kube_resourcepool_allocatable_devices",
+    "How many more one-device claims of a DeviceClass the allocator would place in a pool.",
+    (*_POOL, "node_name", "deviceclass_name"),
+    CLUSTER,
+    "spec.devices[] against DeviceClass selectors, spec.devices[].{taints,consumesCounters,"
+    "capacity.requestPolicy}, spec.sharedCounters, ResourceClaim status.allocation, "
+    "DeviceTaintRules (when listed)",
+    needs=(RESOURCE_SLICES, RESOURCE_CLAIMS, DEVICE_CLASSES),
+    per="pool",
+)
+def pool_allocatable(index: ClusterIndex) -> Iterator[Row]:
+    """First fit in the allocator's order, counters deducted as it goes (see headroom)."""
+    for pool in index.pools.values():
+        for node, deviceclass, count in allocatable(index, pool):
+            yield (pool.driver, pool.name, node, deviceclass, count)
+
+
 FAMILIES = (
     pool_generation,
     pool_slices,
     pool_complete,
     pool_state,
-    pool_counter,
+    pool_shared_quantity,
     pool_utilization,
+    pool_allocatable,
 )

@@ -28,9 +28,10 @@ _RESOURCE = RESOURCE_SLICES.plural
 
 
 class CapacityValue(wire.Wire):
-    """A device capacity: a Kubernetes quantity (and a request policy, not read)."""
+    """A device capacity: a Kubernetes quantity, and how requests consume it."""
 
     value: Any = None
+    request_policy: Any = msgspec.field(default=None, name="requestPolicy")
 
 
 class AttributeValue(wire.Wire):
@@ -77,7 +78,9 @@ class DeviceView:
 
     __slots__ = (
         "_capacities",
+        "_classes",
         "_consumes",
+        "_defaults",
         "_strings",
         "_taints",
         "allow_multiple_allocations",
@@ -100,12 +103,14 @@ class DeviceView:
         self.capacity_raw = device.capacity or {}
         self.allow_multiple_allocations = device.allow_multiple_allocations is True
         self._capacities: dict[str, float] | None = None
-        self._taints: list[tuple[str, str, str]] | None = None
+        self._defaults: dict[str, float] = {}
+        self._classes: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+        self._taints: list[tuple[str, str, str, float | None]] | None = None
         self._consumes: tuple[tuple[str, dict[str, float]], ...] | None = None
         self._strings: dict[str, str] = {}
 
-    def taints(self, context: Context, where: str) -> list[tuple[str, str, str]]:
-        """The device's taints as (key, value, effect); unreadable ones reported once."""
+    def taints(self, context: Context, where: str) -> list[tuple[str, str, str, float | None]]:
+        """The device's taints as (key, value, effect, time added); bad ones reported once."""
         if self._taints is None:
             self._taints = gated.taints(
                 self.wire.taints, context.problems, _RESOURCE, f"{where} device {self.name}"
@@ -156,13 +161,35 @@ class DeviceView:
             for key, raw in self.capacity_raw.items():
                 try:
                     capacity = _CAPACITY.decode(raw)
-                    found[sys.intern(key)] = gated.quantity(capacity.value if capacity else None)
+                    name = sys.intern(key)
+                    found[name] = gated.quantity(capacity.value if capacity else None)
+                    policy = capacity.request_policy if capacity else None
+                    default = policy.get("default") if isinstance(policy, dict) else None
+                    if default is not None:
+                        self._defaults[name] = gated.quantity(default)
                 except (msgspec.ValidationError, gated.Unreadable) as error:
                     context.problems.add(
                         _RESOURCE, "capacity", f"{where} device {self.name} capacity {key}: {error}"
                     )
             self._capacities = found
         return self._capacities
+
+    def defaults(self, context: Context, where: str) -> dict[str, float]:
+        """What a request naming no capacity consumes of each: the policy's default, else all."""
+        capacities = self.capacities(context, where)
+        return {name: self._defaults.get(name, value) for name, value in capacities.items()}
+
+    def classes(self, context: Context) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(the classes the device satisfies, those whose match could not be decided).
+
+        Matched once for every family; the undecided ones are reported once.
+        """
+        if self._classes is None:
+            errors: list[tuple[str, str]] = []
+            found = context.classes.matching(self, errors)
+            context.class_errors.extend(errors)
+            self._classes = (_shared(tuple(found)), _shared(tuple(name for name, _ in errors)))
+        return self._classes
 
     def named_capacity(self, context: Context, where: str, name: str) -> float | None:
         """A capacity by name, bare or in the driver's domain."""
@@ -234,6 +261,16 @@ class DeviceView:
         )
 
 
+_TUPLES: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
+    """One tuple object for equal tuples of class names: devices repeat a handful of them."""
+    if len(_TUPLES) >= 4096:
+        _TUPLES.clear()
+    return _TUPLES.setdefault(names, names)
+
+
 @functools.lru_cache(maxsize=4096)
 def _cel_attribute(raw: bytes) -> Any:
     value = _attribute(raw)
@@ -300,25 +337,35 @@ class SliceView:
         """What the pool, state and cost families need of this slice."""
         context, where = self.context, self.where
         share = context.options.cost_share_capacity
-        devices = tuple(
-            DeviceFacts(
-                device.labels,
-                device.name,
-                any(effect in _BLOCKING for _, _, effect in device.taints(context, where)),
-                device.consumes(context, where),
-                device.named_capacity(context, where, share),
-                device.allow_multiple_allocations,
-                device.capacities(context, where) if device.allow_multiple_allocations else None,
+        devices = []
+        for device in self.devices:
+            shareable = device.allow_multiple_allocations
+            classes, unsure = device.classes(context)
+            taints = device.taints(context, where)
+            devices.append(
+                DeviceFacts(
+                    device.labels,
+                    device.name,
+                    tuple([(k, v, effect) for k, v, effect, _ in taints if effect in _BLOCKING]),
+                    device.consumes(context, where),
+                    device.named_capacity(context, where, share),
+                    shareable,
+                    device.capacities(context, where) if shareable else None,
+                    device.defaults(context, where) if shareable else None,
+                    classes,
+                    unsure,
+                    device.node_name,
+                    tuple([(k, v, e, t) for k, v, e, t in taints if t is not None]),
+                )
             )
-            for device in self.devices
-        )
         return SliceFacts(
             self.driver,
             self.pool,
             self.generation or 0,
             self.slice_count,
             self.shared_counters,
-            devices,
+            tuple(devices),
+            name=self.name,
         )
 
 
@@ -462,7 +509,7 @@ def device_capacity(view: SliceView) -> Iterator[Row]:
 def device_taint(view: SliceView) -> Iterator[Row]:
     """One row per taint of a known effect (None, NoSchedule, NoExecute)."""
     for device in view.devices:
-        for key, value, effect in device.taints(view.context, view.where):
+        for key, value, effect, _ in device.taints(view.context, view.where):
             yield (device.labels, key, value, effect, 1.0)
 
 
@@ -478,21 +525,20 @@ def device_taint(view: SliceView) -> Iterator[Row]:
 )
 def device_class(view: SliceView) -> Iterator[Row]:
     """One row per (device, class) that matches."""
-    classes, errors = view.context.classes, view.context.class_errors
     for device in view.devices:
-        for name in classes.matching(device, errors):
+        for name in device.classes(view.context)[0]:
             yield (device.labels, name, 1.0)
 
 
 @family(
-    "kube_resourceslice_shared_counter",
+    "kube_resourceslice_shared_quantity",
     "A counter a ResourceSlice shares among the devices of its pool.",
     ("resourceslice_name", "driver", "pool", "counter_set", "counter"),
     RESOURCE_SLICES,
     "spec.sharedCounters[].{name,counters}",
     current_generation=True,
 )
-def shared_counter(view: SliceView) -> Iterator[Row]:
+def shared_quantity(view: SliceView) -> Iterator[Row]:
     """Each counter of each shared counter set, as a float."""
     for counter_set, counters in view.shared_counters:
         for counter, value in counters.items():
@@ -530,6 +576,20 @@ def device_state(index: ClusterIndex) -> Iterator[Row]:
         yield (labels, state, 1.0)
 
 
+@family(
+    "kube_resourceslice_device_taint_added_timestamp_seconds",
+    "Unix time a taint was put on a device: age is time() minus this.",
+    (D, "key", "value", "effect"),
+    CLUSTER,
+    "spec.devices[].taints[].timeAdded, DeviceTaintRule spec.taint.timeAdded (when listed)",
+    needs=(RESOURCE_SLICES,),
+    per="pool",
+)
+def device_taint_added(index: ClusterIndex) -> Iterator[Row]:
+    """The device's own taints, then those of the DeviceTaintRules that select it."""
+    yield from index.taint_times()
+
+
 FAMILIES = (
     capacity_memory_bytes,
     capacity_multiprocessors,
@@ -539,9 +599,10 @@ FAMILIES = (
     device_capacity,
     device_taint,
     device_class,
-    shared_counter,
+    shared_quantity,
     device_state,
     device_capacity_available,
+    device_taint_added,
 )
 
 
@@ -549,12 +610,19 @@ def _slice_facts(view: SliceView, written: bool) -> SliceFacts:
     return view.facts()
 
 
+def pool_key(driver: str, pool: str) -> str:
+    """The shard key of a pool's slices."""
+    return f"{driver}/{pool}"
+
+
 def _slice_shard(item: wire.ResourceSlice) -> ShardKey:
     """A slice belongs with its pool: every family of a pool is made within one shard."""
     spec = item.spec
     driver = (spec.driver or "") if spec else ""
     pool = (spec.pool.name or "") if spec and spec.pool else ""
-    return ShardKey(f"{driver}/{pool}")
+    return ShardKey(pool_key(driver, pool))
 
 
-KIND = KindSpec(RESOURCE_SLICES, SliceView, _slice_facts, _slice_shard, reads_classes=True)
+KIND = KindSpec(
+    RESOURCE_SLICES, SliceView, _slice_facts, _slice_shard, reads_classes=True, keeps_source=True
+)

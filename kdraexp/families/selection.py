@@ -14,8 +14,8 @@ import attrs
 
 from kdraexp.dra import devicecel
 from kdraexp.dra.listing import BY_PLURAL, DEFAULT_RESOURCES, KINDS, Kind
-from kdraexp.families import DEVICE_CLASS, DEVICE_INFO, FAMILIES
-from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES, DeviceAttribute, Options
+from kdraexp.families import CLAIM_DEVICE_INFO, DEVICE_INFO, FAMILIES, NEED_CEL, NEED_EVERY_POOL
+from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES, DataKey, DeviceAttribute, Options
 from kdraexp.families.family import Family
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
@@ -90,6 +90,24 @@ def device_attributes_of(value: str) -> tuple[DeviceAttribute, ...]:
     return tuple(found.values())
 
 
+def claim_device_data_of(value: str) -> tuple[DataKey, ...]:
+    """The ``--claim-device-data`` value: top-level keys of a driver's device ``data``.
+
+    :raises SelectionError: for two keys that give the same label.
+    """
+    found: dict[str, DataKey] = {}
+    for item in _items(value):
+        label = "data_" + re.sub(r"[^A-Za-z0-9_]", "_", item)
+        if len(item) > 63:
+            raise SelectionError(f"--claim-device-data: {item!r} is longer than 63 characters")
+        if label in found:
+            raise SelectionError(
+                f"--claim-device-data: {item!r} and {found[label].name!r} both give {label}"
+            )
+        found[label] = DataKey(label, item)
+    return tuple(found.values())
+
+
 def select(
     resources: str = ",".join(DEFAULT_RESOURCES),
     allowlist: str = "",
@@ -98,6 +116,8 @@ def select(
     device_attributes: str = "",
     device_capacities: str = DEFAULT_DEVICE_CAPACITIES,
     cost_share_capacity: str = "memory",
+    claim_device_data: str = "",
+    sharded: bool = False,
 ) -> Selection:
     """The selection the flags describe.
 
@@ -118,7 +138,8 @@ def select(
     if not _IDENTIFIER.fullmatch(cost_share_capacity.rpartition("/")[2]):
         raise SelectionError(f"--cost-share-capacity: {cost_share_capacity!r} is not a name")
     attributes = device_attributes_of(device_attributes)
-    options = Options(attributes, capacities, cost_share_capacity)
+    data_keys = claim_device_data_of(claim_device_data)
+    options = Options(attributes, capacities, cost_share_capacity, data_keys)
 
     def wanted(family: Family) -> bool:
         if not family.needs <= chosen:
@@ -131,15 +152,27 @@ def select(
 
     families = [family for family in FAMILIES if wanted(family)]
     warnings = []
-    if DEVICE_CLASS in families and not devicecel.AVAILABLE:
-        families.remove(DEVICE_CLASS)
-        warnings.append(
-            f"{DEVICE_CLASS.name} is not written: no CEL runtime (cel-expr-python) is available "
-            "for this platform"
-        )
+    for needs_cel in NEED_CEL:
+        if needs_cel in families and not devicecel.AVAILABLE:
+            families.remove(needs_cel)
+            warnings.append(
+                f"{needs_cel.name} is not written: no CEL runtime is available for this platform"
+            )
     if attributes and DEVICE_INFO in families:
         index = families.index(DEVICE_INFO)
         families[index] = attrs.evolve(
             DEVICE_INFO, labels=(*DEVICE_INFO.labels, *(a.label for a in attributes))
+        )
+    for whole in NEED_EVERY_POOL:
+        if sharded and whole in families:
+            families.remove(whole)
+            warnings.append(
+                f"{whole.name} is not written: a shard does not see every pool a pending claim "
+                "could be allocated from"
+            )
+    if data_keys and CLAIM_DEVICE_INFO in families:
+        index = families.index(CLAIM_DEVICE_INFO)
+        families[index] = attrs.evolve(
+            CLAIM_DEVICE_INFO, labels=(*CLAIM_DEVICE_INFO.labels, *(k.label for k in data_keys))
         )
     return Selection(chosen, tuple(families), options, tuple(warnings))

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
+from kdraexp.dra.classindex import ClassIndex
 from kdraexp.dra.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.dra.problems import Problem, Problems
 from kdraexp.families.family import Family
 from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
+from kdraexp.families.pending import SelectorAnswers
+from kdraexp.families.resourceslice import pool_key
 from kdraexp.store.rows import Flat, block_ends, flatten, mask_for
+from kdraexp.store.sharding import Shard
 from kdraexp.util.turns import Turns
 
 OWNERS_PER_TURN = 256
@@ -61,6 +65,13 @@ _BASE = (RESOURCE_SLICES, DEVICE_CLASSES, DEVICE_TAINT_RULES)
 """The kinds whose change makes the whole index again (claims are followed one by one)."""
 
 
+def _owner(shard: Shard) -> Callable[[str, str], bool]:
+    def owns(driver: str, pool: str) -> bool:
+        return shard.owns(pool_key(driver, pool))
+
+    return owns
+
+
 class ClusterRows:
     """Every cross-object family's rows, kept between collections."""
 
@@ -73,6 +84,7 @@ class ClusterRows:
         """What the index was made of besides claims: slices, classes and rules versions."""
         self._claims: dict[str, ClaimFacts] = {}
         self._pools: tuple[int, Pools] | None = None
+        self._selectors: SelectorAnswers | None = None
 
     async def update(
         self,
@@ -80,8 +92,9 @@ class ClusterRows:
         keys: Mapping[str, Hashable],
         versions: Mapping[str, int],
         facts: Mapping[str, dict[str, Any]],
-        costs: dict[str, float],
+        classes: ClassIndex,
         turns: Turns,
+        shard: Shard = Shard(),  # noqa: B008 - frozen
     ) -> None:
         """Make again the rows of the *families* whose key changed.
 
@@ -102,12 +115,32 @@ class ClusterRows:
             if self._pools is None or self._pools[0] != base[0]:
                 self._pools = (base[0], await Pools.build(slices, turns))
             index = await ClusterIndex.build(
-                slices, list(claims.values()), costs, Problems(), rules, turns, self._pools[1]
+                slices,
+                list(claims.values()),
+                classes.costs,
+                Problems(),
+                rules,
+                turns,
+                self._pools[1],
+                frozenset(classes.entries),
             )
             pools: Iterable[tuple[str, str]] | None = None
             moved: Iterable[str] | None = None
         else:
             pools, moved = await self._follow(index, claims, turns)
+        if self._selectors is None or self._selectors.matcher is not classes.matcher:
+            self._selectors = SelectorAnswers(classes.matcher)
+        index.selectors = self._selectors
+        index.owns = _owner(shard)
+        index.judged = {}  # what is allocated may have changed
+        self._selectors.forget(
+            {
+                (r.deviceclass, r.selectors)
+                for c in claims.values()
+                for r in c.pending
+                if r.selectors
+            }
+        )
         for family in changed:
             self.laid[family.name] = await self._lay(family, index, claims, pools, moved, turns)
             self.keys[family.name] = keys[family.name]
@@ -128,8 +161,8 @@ class ClusterRows:
             if key in claims:
                 pools |= index.allocate(claims[key], 1)
         index.claims = list(claims.values())
-        for count, pool_key in enumerate(pools):
-            pool = index.pools.get(pool_key)
+        for count, touched in enumerate(pools):
+            pool = index.pools.get(touched)
             if pool is not None:
                 index.consume(pool)
             if count % OWNERS_PER_TURN == OWNERS_PER_TURN - 1:
@@ -151,6 +184,8 @@ class ClusterRows:
         everyone: Mapping[Any, Any] = index.pools if family.per == "pool" else claims
         old = self.laid.get(family.name)
         given = pools if family.per == "pool" else moved
+        if family.per == "pending" and pools and moved is not None:
+            given = set(moved) | {key for key, claim in claims.items() if claim.pending}
         mask: int | None = None
         touched: Iterable[Any]
         if given is None or old is None:  # every set made again

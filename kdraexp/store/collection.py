@@ -166,8 +166,10 @@ class KindReader:
             if item.metadata is not None and item.metadata.uid == key:
                 item.metadata.uid = key  # one string for the identity and the rows
             entry = self.entries[key] = self._read(item, version, part is Part.WRITE)
-            if self._keep_sources:
+            if self._keep_sources or self._spec.keeps_source:
                 entry.source = zlib.compress(raw, 1)
+                if self._spec.keeps_source:
+                    entry.facts.source = entry.source
             if self._warm is not None:
                 self._warm[key] = entry  # kept even if this collection fails (a deadline)
             self.changed = True
@@ -541,6 +543,7 @@ class CollectionBuilder:
             keys,
             store.versions,
             facts,
-            self._classes.costs,
+            self._classes,
             turns,
+            self._shard,
         )

@@ -1,0 +1,264 @@
+"""Why a pending claim's request cannot be allocated, judged as the allocator judges it.
+
+The scheduler gives every cause one sentence ("cannot allocate all claims"); this names it.  Each
+request (or ``firstAvailable`` alternative) is judged alone against what the allocator sees: the
+devices its class and its own selectors match (current generations only), their pools' states,
+their taints against its tolerations, what is allocated, and the counters.  The first reason that
+applies is the one given (the metrics reference lists them in order); ``feasible`` says the
+request alone could be allocated now, so the claim waits for something else.
+
+Equal requests get one judgement per collection: claims made from one template cost one.  A
+request's own selectors are evaluated on devices read again from their slices' kept JSON, the
+answers kept per slice while it is unchanged.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+
+import attrs
+import msgspec
+
+from kdraexp.dra import gated, wire
+from kdraexp.dra.devicecel import CompiledClass, Matcher
+from kdraexp.dra.listing import RESOURCE_CLAIMS
+from kdraexp.families.context import Context, Options
+from kdraexp.families.headroom import shares
+from kdraexp.families.index import (
+    USABLE,
+    ClusterIndex,
+    DeviceFacts,
+    Pool,
+    RequestFacts,
+    SliceFacts,
+    blocked,
+    take,
+)
+from kdraexp.families.resourceslice import SliceView
+
+REASONS = (
+    "class_not_found",
+    "selector_error",
+    "no_matching_device",
+    "pool_unusable",
+    "tainted",
+    "in_use",
+    "insufficient",
+    "feasible",
+)
+"""Every reason, in the order they are tried."""
+
+_SLICE = msgspec.json.Decoder(wire.ResourceSlice)
+Candidate = tuple[Pool, DeviceFacts]
+Answers = dict[str, bool | str]
+"""Per device name: whether it satisfies the selectors, or why that cannot be said."""
+
+
+@attrs.frozen
+class Judgement:
+    """A request's reason, and how many devices it matches in each device state."""
+
+    reason: str
+    matching: tuple[tuple[str, int], ...] = ()
+    error: str = ""
+    """Why one of the request's own selectors could not be evaluated, if one could not."""
+
+
+class SelectorAnswers:
+    """Claims' own selectors against devices: answers kept per (class, selectors) and slice.
+
+    Lives as long as the exporter; a slice's answers go when the slice changes or goes.
+    """
+
+    def __init__(self, matcher: Matcher | None) -> None:
+        self.matcher = matcher
+        self._kept: dict[tuple[str, tuple[str, ...]], dict[int, tuple[SliceFacts, Answers]]] = {}
+
+    def answers(
+        self, deviceclass: str, selectors: tuple[str, ...], pools: list[Pool]
+    ) -> dict[tuple[str, str, str], bool | str]:
+        """Per device of *pools* the class selects: True, False, or why it cannot be said."""
+        if self.matcher is None:
+            return {}
+        compiled = self.matcher.compile(selectors)
+        old = self._kept.get((deviceclass, selectors), {})
+        kept: dict[int, tuple[SliceFacts, Answers]] = {}
+        found: dict[tuple[str, str, str], bool | str] = {}
+        for pool in pools:
+            for facts in pool.current:
+                known = old.get(id(facts))
+                if known is None or known[0] is not facts:
+                    known = (facts, self._judge(facts, deviceclass, selectors, compiled))
+                kept[id(facts)] = known
+                for name, answer in known[1].items():
+                    found.setdefault((pool.driver, pool.name, name), answer)
+        self._kept[(deviceclass, selectors)] = kept
+        return found
+
+    def _judge(
+        self,
+        facts: SliceFacts,
+        deviceclass: str,
+        selectors: tuple[str, ...],
+        compiled: CompiledClass,
+    ) -> Answers:
+        wanted = {device.name for device in facts.devices if deviceclass in device.classes}
+        if not wanted:
+            return {}
+        if facts.source is None:
+            return dict.fromkeys(wanted, "the slice's devices were not kept")
+        assert self.matcher is not None
+        view = SliceView(_SLICE.decode(zlib.decompress(facts.source)), Context(Options()))
+        return {
+            device.name: self.matcher.matches(selectors, compiled, device)
+            for device in view.devices
+            if device.name in wanted
+        }
+
+    def forget(self, keep: set[tuple[str, tuple[str, ...]]]) -> None:
+        """Drop the answers of selectors no pending request has now."""
+        for key in [key for key in self._kept if key not in keep]:
+            del self._kept[key]
+
+
+def judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
+    """The request's reason (kept per index: equal requests are judged once)."""
+    known = index.judged.get(request)
+    if known is None:
+        known = index.judged[request] = _judge(index, request)
+    return known
+
+
+def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
+    if request.deviceclass not in index.classes:
+        return Judgement("class_not_found")
+    candidates = index.by_class.get(request.deviceclass, [])
+    error = request.deviceclass in index.unsure
+    own = ""
+    if request.selectors and candidates:
+        pools = list({id(pool): pool for pool, _ in candidates}.values())
+        answers = index.selectors.answers(request.deviceclass, request.selectors, pools)
+        kept = []
+        for pool, device in candidates:
+            answer = answers.get((pool.driver, pool.name, device.name), False)
+            if answer is True:
+                kept.append((pool, device))
+            elif answer is not False:
+                own = own or f"on device {pool.driver}/{pool.name}/{device.name}: {answer}"
+        candidates = kept
+    states: dict[str, int] = {}
+    for pool, device in candidates:
+        state = index.state(pool, device)
+        states[state] = states.get(state, 0) + 1
+    matching = tuple(sorted(states.items()))
+    if error or own:
+        return Judgement("selector_error", matching, own)
+    if not candidates:
+        return Judgement("no_matching_device", matching)
+    usable = [(pool, device) for pool, device in candidates if pool.state == USABLE]
+    if not usable:
+        return Judgement("pool_unusable", matching)
+    open_, free = [], []
+    for pool, device in usable:
+        if not _unclaimed(index, request, pool, device) or blocked(device, pool):
+            continue
+        open_.append((pool, device))
+        if not any(_forbids(request, taint) for taint in index.taints(pool, device)):
+            free.append((pool, device))
+    if not free:
+        return Judgement("tainted" if open_ else "in_use", matching)
+    if request.all:
+        fits = len(usable) == len(candidates) and _all_fit(index, request, candidates, free)
+    else:
+        fits = any(n >= request.count for n in _per_node(index, request, free).values())
+    return Judgement("feasible" if fits else "insufficient", matching)
+
+
+def _forbids(request: RequestFacts, taint: tuple[str, str, str]) -> bool:
+    return not gated.tolerated(request.tolerations, *taint)
+
+
+def _unclaimed(index: ClusterIndex, request: RequestFacts, pool: Pool, device: DeviceFacts) -> bool:
+    """Whether the device is not allocated, or still has room for the request."""
+    key = (pool.driver, pool.name, device.name)
+    if request.admin:
+        return True  # adminAccess may use a device in use
+    if device.capacities is not None:
+        return _room(request, device, index.consumed.get(key, {}))
+    return key not in index.allocated
+
+
+def _room(request: RequestFacts, device: DeviceFacts, used: dict[str, float]) -> bool:
+    """Whether a device allowing several allocations has what the request consumes left."""
+    if not request.capacity:
+        return shares(device, used) >= 1
+    asked = dict(request.capacity)
+    for name, value in (device.capacities or {}).items():
+        need = asked.get(name, (device.defaults or {}).get(name, value))
+        if need > value - used.get(name, 0.0) + 1e-9 * max(1.0, need):
+            return False
+    return True
+
+
+def _per_node(index: ClusterIndex, request: RequestFacts, free: list[Candidate]) -> dict[str, int]:
+    """Per node, how many of the free devices can be taken together, counters deducted.
+
+    A network-attached device (node "") is counted on every node.
+    """
+    taken: dict[int, dict[tuple[str, str], float]] = {}
+    everywhere = 0
+    counts: dict[str, int] = {}
+    for pool, device in free:
+        consumed = taken.setdefault(id(pool), dict(pool.consumed))
+        if device.consumes and blocked(device, pool, consumed):
+            continue
+        take(device, consumed)
+        if device.node:
+            counts[device.node] = counts.get(device.node, 0) + 1
+        else:
+            everywhere += 1
+    return {node: count + everywhere for node, count in counts.items()} or {"": everywhere}
+
+
+def _all_fit(
+    index: ClusterIndex, request: RequestFacts, candidates: list[Candidate], free: list[Candidate]
+) -> bool:
+    """``All``: on some node, every matching device there is free and they fit together."""
+    free_keys = {id(device) for _, device in free}
+    nodes = {device.node for _, device in candidates if device.node} or {""}
+    for node in nodes:
+        here = [(p, d) for p, d in candidates if d.node in (node, "")]
+        if all(id(d) in free_keys for _, d in here):
+            consumed: dict[int, dict[tuple[str, str], float]] = {}
+            fits = True
+            for pool, device in here:
+                taken = consumed.setdefault(id(pool), dict(pool.consumed))
+                if blocked(device, pool, taken):
+                    fits = False
+                    break
+                take(device, taken)
+            if fits:
+                return True
+    return False
+
+
+def reasons(
+    index: ClusterIndex, report: bool = False
+) -> Iterator[tuple[object, str, str, str, Judgement]]:
+    """(claim labels, request, class, reason, judgement) for each request of each pending claim.
+
+    With *report*, a claim's own selector that cannot be evaluated is reported as a problem.
+    """
+    for claim in index.claims:
+        if not claim.home:
+            continue
+        for request in claim.pending:
+            judgement = judge(index, request)
+            if report and judgement.error:
+                index.problems.add(
+                    RESOURCE_CLAIMS.plural,
+                    "selectors",
+                    f"{claim.where} request {request.name} selector {judgement.error}",
+                )
+            yield claim.labels, request.name, request.deviceclass, judgement.reason, judgement

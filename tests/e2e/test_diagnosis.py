@@ -1,0 +1,402 @@
+"""Why pending, and how many more fit: kube-scheduler is the judge of both.
+
+A simulated cluster of its own (tests/e2e/simulated.py) with two Nodes: whole GPUs, a GPU in
+dynamic MIG mode with one partition in use, a shareable NIC with a 30G share in use, an
+incomplete pool and a tainted spare.  For each reason a claim is built and its pod must stay
+Pending while the exporter names the reason; for each (node, class) the exporter's headroom must
+be the number of one-device pods the scheduler places there one after another.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import wait_until
+from tests.e2e.controlplane import APIError
+from tests.e2e.simulated import Simulated, ensure, start_simulated
+from tests.e2e.test_allocator import (
+    CLAIMS,
+    NAMESPACE,
+    PODS,
+    RESOURCE,
+    SCHEDULED,
+    bound,
+    counters,
+    exporter,
+    ok,
+    samples,
+    unschedulable,
+    values,
+)
+
+DRIVER = "gpu.sim.example"
+SLICES_PATH = f"{RESOURCE}/resourceslices"
+EVERY = counters(memory_slice_0="1", memory_slice_1="1", memory_slice_2="1", memory_slice_3="1")
+
+
+def device(pool: str, name: str, kind: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "attributes": {"type": {"string": kind}, "uuid": {"string": f"{pool}/{name}"}},
+        **extra,
+    }
+
+
+def partition(name: str, *memory_slices: int) -> dict[str, Any]:
+    needs = counters(**{f"memory_slice_{index}": "1" for index in memory_slices})
+    return device(
+        "diag-a-mig", name, "mig", consumesCounters=[{"counterSet": "gpu", "counters": needs}]
+    )
+
+
+def pool_slice(name: str, node: str, pool: str, count: int = 1, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": pool, "generation": 1, "resourceSliceCount": count},
+            **spec,
+        },
+    }
+
+
+SLICES = [
+    pool_slice(
+        "diag-a",
+        "diag-a",
+        "diag-a",
+        devices=[device("diag-a", f"gpu-{index}", "gpu") for index in range(3)],
+    ),
+    pool_slice(
+        "diag-a-mig-counters",
+        "diag-a",
+        "diag-a-mig",
+        2,
+        sharedCounters=[{"name": "gpu", "counters": EVERY}],
+    ),
+    pool_slice(
+        "diag-a-mig-devices",
+        "diag-a",
+        "diag-a-mig",
+        2,
+        devices=[
+            device(
+                "diag-a-mig",
+                "whole",
+                "gpu",
+                consumesCounters=[{"counterSet": "gpu", "counters": EVERY}],
+            ),
+            partition("mig-2g-0", 0, 1),
+            *(partition(f"mig-1g-{index}", index) for index in range(4)),
+        ],
+    ),
+    pool_slice(
+        "diag-b-nic",
+        "diag-b",
+        "diag-b-nic",
+        devices=[
+            device(
+                "diag-b-nic",
+                "nic",
+                "nic",
+                allowMultipleAllocations=True,
+                capacity={
+                    "bandwidth": {
+                        "value": "100G",
+                        "requestPolicy": {
+                            "default": "10G",
+                            "validRange": {"min": "1G", "max": "100G"},
+                        },
+                    }
+                },
+            )
+        ],
+    ),
+    pool_slice(
+        "diag-b-incomplete",
+        "diag-b",
+        "diag-b-incomplete",
+        2,
+        devices=[device("diag-b-incomplete", "gpu-0", "gpu")],
+    ),
+    pool_slice(
+        "diag-b",
+        "diag-b",
+        "diag-b",
+        devices=[
+            device(
+                "diag-b",
+                "spare-0",
+                "spare",
+                taints=[{"key": "example.com/burn-in", "effect": "NoSchedule"}],
+            )
+        ],
+    ),
+    pool_slice(
+        "diag-b-lost", "diag-b", "diag-b-lost", devices=[device("diag-b-lost", "x", "lost")]
+    ),
+]
+KINDS = ("gpu", "mig", "nic", "spare", "lost")
+
+
+def device_class(kind: str) -> dict[str, Any]:
+    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{kind}"'
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": f"diag-{kind}"},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def claim(name: str, deviceclass: str, *selectors: str, **exactly: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"deviceClassName": deviceclass, **exactly}
+    if selectors:
+        body["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "dev", "exactly": body}]}},
+    }
+
+
+def pod(name: str, claim_name: str, node: str | None = None, cpu: str = "100m") -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "c",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"claims": [{"name": "dev"}], "requests": {"cpu": cpu}},
+            }
+        ],
+        "resourceClaims": [{"name": "dev", "resourceClaimName": claim_name}],
+    }
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def run(cluster: Simulated, name: str, made: dict[str, Any], **where: Any) -> None:
+    """A claim and a pod of the same name that uses it."""
+    cluster.kube.create(CLAIMS, made)
+    cluster.kube.create(PODS, pod(name, name, **where))
+
+
+def remove(cluster: Simulated, names: list[str]) -> None:
+    """Pods deleted at once, then their claims; wait until the claims are gone."""
+    for name in names:
+        try:
+            cluster.delete_pod(NAMESPACE, name)
+        except APIError as error:
+            if error.code != 404:
+                raise
+    for name in names:
+        try:
+            cluster.kube.delete(f"{CLAIMS}/{name}")
+        except APIError as error:
+            if error.code != 404:
+                raise
+
+    def gone() -> bool:
+        left = {c["metadata"]["name"] for c in cluster.kube.get(CLAIMS)["items"]}
+        return not left & set(names)
+
+    wait_until(gone, SCHEDULED, "the claims deleted (deallocated first)")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
+    simulated = start_simulated(tmp_path_factory.mktemp("diagnosis"))
+    kube = simulated.kube
+    try:
+        for node in ("diag-a", "diag-b"):
+            simulated.add_node(node)
+        ensure(
+            kube,
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        )
+        for kind in KINDS:
+            kube.create(f"{RESOURCE}/deviceclasses", device_class(kind))
+        for made in SLICES:
+            kube.create(SLICES_PATH, made)
+        run(simulated, "held-partition", claim("held-partition", "diag-mig"))
+        share = claim("held-share", "diag-nic", capacity={"requests": {"bandwidth": "30G"}})
+        run(simulated, "held-share", share)
+        run(simulated, "held-lost", claim("held-lost", "diag-lost"))
+        for name in ("held-partition", "held-share", "held-lost"):
+            wait_until(partial(bound, simulated, name), SCHEDULED, f"{name} scheduled")
+        yield simulated
+    finally:
+        simulated.stop()
+
+
+def scrape(cluster: Simulated, directory: Path) -> str:
+    running = exporter(cluster, directory, "list")
+    try:
+        _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
+    finally:
+        running.stop()
+    return body
+
+
+def held(cluster: Simulated, name: str) -> str:
+    """The device the scheduler gave claim *name*."""
+    (result,) = cluster.kube.get(f"{CLAIMS}/{name}")["status"]["allocation"]["devices"]["results"]
+    return str(result["device"])
+
+
+def reasons(body: str) -> dict[str, str]:
+    return {
+        row["resourceclaim_name"]: row["reason"]
+        for row in samples(body, "kube_resourceclaim_pending_reason")
+    }
+
+
+TYPE = f'device.attributes["{DRIVER}"]'
+
+
+def test_each_reason_and_the_scheduler_agrees(cluster: Simulated, tmp_path: Path) -> None:
+    """A claim built for each reason has it, and its pod stays Pending.
+
+    The feasible one (its pod asks for more CPU than a node has) is allocated once its pod is
+    replaced by one asking for little.
+    """
+    partition_held = held(cluster, "held-partition")
+    built = {
+        "r-class": ("class_not_found", claim("r-class", "diag-nope")),
+        "r-selector": ("selector_error", claim("r-selector", "diag-gpu", f"{TYPE}.type > 1")),
+        "r-none": ("no_matching_device", claim("r-none", "diag-gpu", f'{TYPE}.uuid == "none"')),
+        "r-pool": (
+            "pool_unusable",
+            claim("r-pool", "diag-gpu", f'{TYPE}.uuid == "diag-b-incomplete/gpu-0"'),
+        ),
+        "r-taint": ("tainted", claim("r-taint", "diag-spare")),
+        "r-use": (
+            "in_use",
+            claim("r-use", "diag-mig", f'{TYPE}.uuid == "diag-a-mig/{partition_held}"'),
+        ),
+        "r-many": ("insufficient", claim("r-many", "diag-gpu", count=5)),
+        "r-cpu": ("feasible", claim("r-cpu", "diag-gpu")),
+    }
+    for name, (_, made) in built.items():
+        run(cluster, name, made, cpu="100" if name == "r-cpu" else "100m")
+    try:
+        for name in built:
+            condition = wait_until(
+                partial(unschedulable, cluster, name), SCHEDULED, f"{name} left pending"
+            )
+            assert condition["reason"] in ("Unschedulable", "SchedulerError"), condition
+        body = scrape(cluster, tmp_path / "pending")
+        assert {n: r for n, r in reasons(body).items() if n in built} == {
+            name: reason for name, (reason, _) in built.items()
+        }
+        matching = {
+            (row["resourceclaim_name"], row["state"]): value
+            for row, value in values(body, "kube_resourceclaim_request_matching_devices")
+        }
+        assert matching[("r-use", "allocated")] == 1
+        assert matching[("r-pool", "unusable")] == 1
+        assert matching[("r-taint", "tainted")] == 1
+        for name, (_, _) in built.items():
+            assert "allocation" not in cluster.kube.get(f"{CLAIMS}/{name}").get("status", {})
+        cluster.delete_pod(NAMESPACE, "r-cpu")
+        cluster.kube.create(PODS, pod("r-cpu", "r-cpu"))
+        wait_until(partial(bound, cluster, "r-cpu"), SCHEDULED, "the feasible claim's new pod")
+        assert cluster.kube.get(f"{CLAIMS}/r-cpu")["status"]["allocation"]
+    finally:
+        remove(cluster, list(built))
+
+
+def placed_one_after_another(cluster: Simulated, node: str, deviceclass: str) -> int:
+    """How many one-device pods pinned to *node* the scheduler places before one stays Pending."""
+    names: list[str] = []
+    try:
+        while True:
+            name = f"fit-{node}-{deviceclass}-{len(names)}"
+            names.append(name)
+            run(cluster, name, claim(name, deviceclass), node=node)
+
+            def decided(name: str = name) -> str | None:
+                if bound(cluster, name):
+                    return "bound"
+                return "pending" if unschedulable(cluster, name) else None
+
+            if wait_until(decided, SCHEDULED, f"{name} decided") == "pending":
+                return len(names) - 1
+            assert len(names) < 20, "more fit than the test expects"
+    finally:
+        remove(cluster, names)
+
+
+def test_headroom_is_what_the_scheduler_places(cluster: Simulated, tmp_path: Path) -> None:
+    """Whole GPUs, MIG partitions with one in use, a shared NIC, an incomplete pool."""
+    body = scrape(cluster, tmp_path / "headroom")
+    headroom: dict[tuple[str, str], float] = {}
+    for row, value in values(body, "kube_resourcepool_allocatable_devices"):
+        key = (row["node_name"], row["deviceclass_name"])
+        headroom[key] = headroom.get(key, 0.0) + value
+    cases = [("diag-a", "diag-gpu"), ("diag-a", "diag-mig"), ("diag-b", "diag-nic")]
+    cases.append(("diag-b", "diag-gpu"))
+    expected = {("diag-a", "diag-gpu"): 3, ("diag-a", "diag-mig"): 3, ("diag-b", "diag-nic"): 7}
+    expected[("diag-b", "diag-gpu")] = 0
+    assert {case: headroom[case] for case in cases} == expected
+    for node, deviceclass in cases:
+        placed = placed_one_after_another(cluster, node, deviceclass)
+        assert placed == headroom[(node, deviceclass)], (node, deviceclass)
+
+
+def test_orphaned_device_and_eviction_condition(cluster: Simulated, tmp_path: Path) -> None:
+    """A device republished away under its claim is orphaned.
+
+    A NoExecute DeviceTaintRule's condition, as the eviction controller writes it, and its
+    taint's age are shown.
+    """
+    lost = cluster.kube.get(f"{SLICES_PATH}/diag-b-lost")
+    lost["spec"]["devices"] = [device("diag-b-lost", "y", "lost")]
+    cluster.kube.put(f"{SLICES_PATH}/diag-b-lost", lost)
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "evict-share"},
+        "spec": {
+            "deviceSelector": {"driver": DRIVER, "pool": "diag-b-nic", "device": "nic"},
+            "taint": {"key": "example.com/link-down", "effect": "NoExecute"},
+        },
+    }
+    cluster.kube.create(f"{RESOURCE}/devicetaintrules", rule)
+    started = time.time()
+
+    def conditioned() -> dict[str, Any] | None:
+        got = cluster.kube.get(f"{RESOURCE}/devicetaintrules/evict-share")
+        return got if got.get("status", {}).get("conditions") else None
+
+    written = wait_until(conditioned, SCHEDULED, "the eviction controller's condition")
+    body = scrape(cluster, tmp_path / "lost")
+    assert [
+        (row["resourceclaim_name"], row["pool"], row["device_name"])
+        for row in samples(body, "kube_resourceclaim_allocation_orphaned")
+    ] == [("held-lost", "diag-b-lost", "x")]
+    conditions = {
+        (row["condition"], row["status"])
+        for row in samples(body, "kube_devicetaintrule_status_condition")
+        if row["devicetaintrule"] == "evict-share"
+    }
+    assert conditions == {(c["type"], c["status"].lower()) for c in written["status"]["conditions"]}
+    assert {c for c, _ in conditions} == {"EvictionInProgress"}
+    added = [
+        value
+        for row, value in values(body, "kube_resourceslice_device_taint_added_timestamp_seconds")
+        if row["key"] == "example.com/link-down" and row["device_name"] == "nic"
+    ]
+    assert len(added) == 1 and started - 60 <= added[0] <= time.time() + 1, added

@@ -1,0 +1,192 @@
+"""kube_resourceclaim_pending_reason and _request_matching_devices: each reason, in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kdraexp.families.pending import REASONS
+from kdraexp.store.collection import Collection, Store
+from tests.collect import collect, samples, values
+from tests.objects import classy, device, gpu, new_claim, pool_slice, result
+from tests.test_headroom import MIG, WHOLE, mig_gpu
+from tests.test_metrics_reference import REFERENCE
+
+TAINT = [{"key": "xid", "value": "48", "effect": "NoSchedule"}]
+
+
+def request(deviceclass: str = "gpu", name: str = "gpu", **exactly: Any) -> dict[str, Any]:
+    return {"name": name, "exactly": {"deviceClassName": deviceclass, **exactly}}
+
+
+def reasons(collection: Collection) -> dict[tuple[str, str], str]:
+    return {
+        (labels["resourceclaim_name"], labels["request"]): labels["reason"]
+        for labels, _ in samples(collection).get("kube_resourceclaim_pending_reason", [])
+    }
+
+
+def matching(collection: Collection, claim: str) -> dict[str, float]:
+    found = values(
+        collection, "kube_resourceclaim_request_matching_devices", "resourceclaim_name", "state"
+    )
+    return {state: count for (name, state), count in found.items() if name == claim}
+
+
+def cluster() -> dict[str, list[dict[str, Any]]]:
+    """Two nodes of one GPU each, one of them taken; a tainted GPU; an incomplete pool."""
+    return {
+        "slices": [
+            pool_slice("a", [gpu("g0")], pool="n1"),
+            pool_slice("b", [gpu("g0")], pool="n2"),
+            pool_slice("c", [gpu("g0", taints=TAINT, product="H100")], pool="n3"),
+            pool_slice("d", [gpu("g0", product="B200")], pool="n4", count=2),
+        ],
+        "claims": [new_claim("taken", [result("g0", "n1")])],
+        "classes": [WHOLE, classy("broken", "device.attributes['gpu.nvidia.com'].type > 1")],
+    }
+
+
+def judged(*requests: dict[str, Any], **changes: Any) -> dict[tuple[str, str], str]:
+    objects = cluster()
+    objects["claims"] = [
+        *objects["claims"],
+        *(new_claim(f"c{i}", None, requests=[r]) for i, r in enumerate(requests)),
+    ]
+    objects.update(changes)
+    return reasons(collect(**objects))
+
+
+def selected(expression: str) -> list[dict[str, Any]]:
+    return [{"cel": {"expression": expression}}]
+
+
+PRODUCT = "device.attributes['gpu.nvidia.com'].productName == '{}'"
+
+
+@pytest.mark.parametrize(
+    ("ask", "reason"),
+    [
+        (request("nope"), "class_not_found"),
+        (request("broken"), "selector_error"),
+        (
+            request(selectors=selected("device.attributes['gpu.nvidia.com'].type > 1")),
+            "selector_error",
+        ),
+        (
+            request(selectors=selected("device.attributes['gpu.nvidia.com'].type =")),
+            "selector_error",
+        ),
+        (request(selectors=selected(PRODUCT.format("GB300"))), "no_matching_device"),
+        (request(selectors=selected(PRODUCT.format("B200"))), "pool_unusable"),
+        (request(selectors=selected(PRODUCT.format("H100"))), "tainted"),
+        (
+            request(
+                selectors=selected(PRODUCT.format("H100")),
+                tolerations=[{"key": "xid", "operator": "Exists"}],
+            ),
+            "feasible",
+        ),
+        (request(count=2), "insufficient"),
+        (request(allocationMode="All"), "insufficient"),
+        (request(), "feasible"),
+    ],
+)
+def test_each_reason(ask: dict[str, Any], reason: str) -> None:
+    """A claim built for each reason has it."""
+    assert judged(ask) == {("c0", "gpu"): reason}
+
+
+def test_in_use_and_first_available() -> None:
+    """Every matching device allocated: in_use; alternatives are judged one by one."""
+    claims = [
+        new_claim("taken", [result("g0", "n1")]),
+        new_claim("taken-2", [result("g0", "n2")]),
+        new_claim(
+            "alt",
+            None,
+            requests=[
+                {
+                    "name": "gpu",
+                    "firstAvailable": [
+                        {"name": "a", "deviceClassName": "gpu"},
+                        {"name": "b", "deviceClassName": "nope"},
+                    ],
+                }
+            ],
+        ),
+    ]
+    slices = cluster()["slices"][:2]
+    assert judged(claims=claims, slices=slices) == {
+        ("alt", "gpu/a"): "in_use",
+        ("alt", "gpu/b"): "class_not_found",
+    }
+
+
+def test_matching_devices_by_state() -> None:
+    """The devices a request matches, counted by state."""
+    objects = cluster()
+    objects["claims"].append(new_claim("p", None, requests=[request()]))
+    collection = collect(**objects)
+    assert matching(collection, "p") == {
+        "allocated": 1,
+        "available": 1,
+        "tainted": 1,
+        "unusable": 1,
+    }
+    assert reasons(collection) == {("p", "gpu"): "feasible"}
+
+
+def test_counters_make_a_pair_insufficient() -> None:
+    """Two 1g partitions on one GPU fit; a whole GPU and its own partition do not make two."""
+    slices = mig_gpu()
+    claims = [new_claim("two", None, requests=[request("mig", count=2)])]
+    assert reasons(collect(slices=slices, claims=claims, classes=[MIG])) == {
+        ("two", "gpu"): "feasible"
+    }
+    both = classy("any", "device.driver == 'gpu.nvidia.com'")
+    claims = [
+        new_claim("used", [result(f"mig-1g-{i}", "node") for i in (1, 2, 3)]),
+        new_claim("two", None, requests=[request("any", count=2)]),
+    ]
+    written = collect(slices=slices, claims=claims, classes=[both])
+    assert reasons(written) == {("two", "gpu"): "insufficient"}
+    assert matching(written, "two") == {"allocated": 3, "available": 1, "blocked": 2}
+
+
+def test_shareable_device_with_room() -> None:
+    """A device allowing several allocations is free while what the request asks fits."""
+    nic = device("nic", allowMultipleAllocations=True)
+    nic["capacity"] = {"bandwidth": {"value": "800G"}}
+    slices = [pool_slice("s", [nic], pool="node")]
+    shared = classy("nic", "device.allowMultipleAllocations")
+    used = new_claim("used", [result("nic", "node", consumedCapacity={"bandwidth": "600G"})])
+    ask = [request("nic", capacity={"requests": {"bandwidth": "200G"}})]
+    more = [request("nic", capacity={"requests": {"bandwidth": "300G"}})]
+    claims = [used, new_claim("fits", None, requests=ask), new_claim("no", None, requests=more)]
+    assert reasons(collect(slices=slices, claims=claims, classes=[shared])) == {
+        ("fits", "gpu"): "feasible",
+        ("no", "gpu"): "in_use",
+    }
+
+
+def test_reasons_follow_allocations() -> None:
+    """When another claim takes the last free device, a pending claim's reason follows.
+
+    Only the tainted GPU is left: the claim's reason turns from feasible to tainted.
+    """
+    objects = cluster()
+    objects["claims"].append(new_claim("p", None, requests=[request()]))
+    store = Store()
+    assert reasons(collect(**objects, store=store)) == {("p", "gpu"): "feasible"}
+    objects["claims"].append(new_claim("late", [result("g0", "n2")]))
+    assert reasons(collect(**objects, store=store)) == {("p", "gpu"): "tainted"}
+
+
+def test_every_reason_is_documented() -> None:
+    """The reference's table lists each reason in the order they are tried."""
+    text = REFERENCE.read_text()
+    found = [reason for reason in REASONS if f"| `{reason}` |" in text]
+    assert found == list(REASONS)
+    assert sorted(found, key=lambda r: text.index(f"| `{r}` |")) == list(REASONS)
