@@ -242,6 +242,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
 
 
 def scrape(cluster: Simulated, directory: Path) -> str:
+    directory.mkdir()
     running = exporter(cluster, directory, "list")
     try:
         _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
@@ -348,7 +349,10 @@ def test_headroom_is_what_the_scheduler_places(cluster: Simulated, tmp_path: Pat
         headroom[key] = headroom.get(key, 0.0) + value
     cases = [("diag-a", "diag-gpu"), ("diag-a", "diag-mig"), ("diag-b", "diag-nic")]
     cases.append(("diag-b", "diag-gpu"))
-    expected = {("diag-a", "diag-gpu"): 3, ("diag-a", "diag-mig"): 3, ("diag-b", "diag-nic"): 7}
+    # First fit gave the held partition's claim the 2g partition (memory slices 0 and 1): two
+    # 1g partitions are left, the whole GPU is blocked.
+    assert held(cluster, "held-partition") == "mig-2g-0"
+    expected = {("diag-a", "diag-gpu"): 3, ("diag-a", "diag-mig"): 2, ("diag-b", "diag-nic"): 7}
     expected[("diag-b", "diag-gpu")] = 0
     assert {case: headroom[case] for case in cases} == expected
     for node, deviceclass in cases:
