@@ -16,6 +16,7 @@ from tests.helm import RenderError, render, resource
 RULE_TESTS = Path(__file__).parent / "rules" / "alerts.test.yaml"
 ALERTS = (
     "DRAResourceClaimPendingTooLong",
+    "DRAResourceClaimUnsatisfiable",
     "DRAResourceClaimAllocatedUnreserved",
     "DRAClaimDeviceNotReady",
     "DRADeviceTainted",
@@ -54,7 +55,7 @@ def test_rules_check_and_unit_tests(tmp_path: Path) -> None:
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
     checked = promtool(tmp_path, "check", "rules", "rules.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 15 rules found" in checked.stdout
+    assert "SUCCESS: 16 rules found" in checked.stdout
     tested = promtool(tmp_path, "test", "rules", RULE_TESTS.name)
     assert tested.returncode == 0, tested.stdout + tested.stderr
 

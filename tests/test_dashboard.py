@@ -9,7 +9,16 @@ from kdraexp.families import BY_NAME
 from tests import dashboard
 from tests.helm import render, resource
 
-ROWS = ["Overview", "Supply and demand", "Utilisation", "Claims", "Health", "Cost", "The exporter"]
+ROWS = [
+    "Overview",
+    "Supply and demand",
+    "Utilisation",
+    "Claims",
+    "Why pending, and what still fits",
+    "Health",
+    "Cost",
+    "The exporter",
+]
 VARIABLES = ["datasource", "job", "cluster", "driver", "model", "node", "namespace", "deviceclass"]
 
 

@@ -152,6 +152,9 @@ def test_every_alert_fires(prometheus_port: int) -> None:
     } == {
         ("families", "waiting")  # the standalone claims wait too, legitimately
     }
+    assert {
+        (a["resourceclaim_name"], a["reason"]) for a in alerts["DRAResourceClaimUnsatisfiable"]
+    } == {("scarce", "no_matching_device")}
     assert {a["deviceclass_name"] for a in alerts["DRADeviceClassExhausted"]} == {"alerts-scarce"}
     assert {a["device_name"] for a in alerts["DRATaintedDeviceInUse"]} == {"lost"}
     assert "e2e-incomplete" in {a["pool"] for a in alerts["DRAResourcePoolIncomplete"]}
