@@ -26,7 +26,7 @@ demo: runtime
 	@echo "Serving examples/cluster.yaml: the DRA metrics on $(LISTEN), the exporter's own on $(TELEMETRY)"
 	$(BIN)/kdraexp --listen $(LISTEN) --telemetry-listen $(TELEMETRY) --source file:examples/cluster.yaml \
 	  --resources resourceclaims,resourceslices,deviceclasses,devicetaintrules \
-	  --device-attributes profile
+	  --device-attributes profile --claim-device-data uuid
 
 lint: install
 	$(BIN)/ruff check .

@@ -145,6 +145,9 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 {{- with $e.deviceAttributes }}
 - {{ printf "--device-attributes=%s" (join "," .) | quote }}
 {{- end }}
+{{- with $e.claimDeviceData }}
+- {{ printf "--claim-device-data=%s" (join "," .) | quote }}
+{{- end }}
 {{- with $e.deviceCapacities }}
 - {{ printf "--device-capacities=%s" . | quote }}
 {{- end }}
