@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kdraexp.families import pending
 from kdraexp.families.pending import REASONS
 from kdraexp.store.collection import Collection, Store
 from tests.collect import collect, samples, values
@@ -34,7 +35,7 @@ def matching(collection: Collection, claim: str) -> dict[str, float]:
     return {state: count for (name, state), count in found.items() if name == claim}
 
 
-def cluster() -> dict[str, list[dict[str, Any]]]:
+def cluster() -> dict[str, Any]:
     """Two nodes of one GPU each, one of them taken; a tainted GPU; an incomplete pool."""
     return {
         "slices": [
@@ -63,6 +64,7 @@ def selected(expression: str) -> list[dict[str, Any]]:
 
 
 PRODUCT = "device.attributes['gpu.nvidia.com'].productName == '{}'"
+UUID = "device.attributes['gpu.nvidia.com'].uuid"
 
 
 @pytest.mark.parametrize(
@@ -190,3 +192,22 @@ def test_every_reason_is_documented() -> None:
     found = [reason for reason in REASONS if f"| `{reason}` |" in text]
     assert found == list(REASONS)
     assert sorted(found, key=lambda r: text.index(f"| `{r}` |")) == list(REASONS)
+
+
+def test_own_selectors_within_a_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claims each pinning a device by its own selector: evaluated within a budget a collection.
+
+    A request the budget did not reach gets no reason and is reported; one it reached does.
+    """
+    monkeypatch.setattr(pending, "BUDGET", 4)  # the four GPUs, once
+    objects = cluster()
+    pins = [
+        new_claim(f"pin-{n}", None, requests=[request(selectors=selected(f'{UUID} == "GPU-g{n}"'))])
+        for n in range(3)
+    ]
+    objects["claims"] = [*objects["claims"], *pins]
+    collection = collect(**objects)
+    judged_now = reasons(collection)
+    assert judged_now == {("pin-0", "gpu"): "feasible"}
+    messages = [p.message for p in collection.problems if p.field == "selectors"]
+    assert len(messages) == 2 and all("not judged in this collection" in m for m in messages)

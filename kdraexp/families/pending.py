@@ -52,7 +52,13 @@ REASONS = (
 _SLICE = msgspec.json.Decoder(wire.ResourceSlice)
 Candidate = tuple[Pool, DeviceFacts]
 Answers = dict[str, bool | str]
-"""Per device name: whether it satisfies the selectors, or why that cannot be said."""
+"""Per device name that satisfies the selectors (True), or why that cannot be said."""
+BUDGET = 65536
+"""Devices a collection evaluates claims' own selectors on, at most."""
+KEPT = 32
+"""Distinct (class, selectors) of pending requests whose answers are kept."""
+NOT_JUDGED = "not_judged"
+"""No reason yet: the collection's budget for claims' own selectors ran out first."""
 
 
 @attrs.frozen
@@ -68,33 +74,51 @@ class Judgement:
 class SelectorAnswers:
     """Claims' own selectors against devices: answers kept per (class, selectors) and slice.
 
-    Lives as long as the exporter; a slice's answers go when the slice changes or goes.
+    Lives as long as the exporter; a slice's answers go when the slice changes or goes.  Bounded
+    against claims that each pin one device by its own selector: at most :data:`BUDGET` devices
+    are evaluated a collection (what is left is evaluated by the next ones, the answers so far
+    kept) and the answers of :data:`KEPT` selectors are kept, the oldest dropped first.
     """
 
     def __init__(self, matcher: Matcher | None) -> None:
         self.matcher = matcher
         self._kept: dict[tuple[str, tuple[str, ...]], dict[int, tuple[SliceFacts, Answers]]] = {}
+        self._left = BUDGET
+
+    def new_collection(self) -> None:
+        """A new collection: a new budget."""
+        self._left = BUDGET
 
     def answers(
         self, deviceclass: str, selectors: tuple[str, ...], pools: list[Pool]
-    ) -> dict[tuple[str, str, str], bool | str]:
-        """Per device of *pools* the class selects: True, False, or why it cannot be said."""
+    ) -> dict[tuple[str, str, str], bool | str] | None:
+        """Per device of *pools* the class selects that matches: True, or why it cannot be said.
+
+        None when this collection's budget ran out first.
+        """
         if self.matcher is None:
             return {}
         compiled = self.matcher.compile(selectors)
-        old = self._kept.get((deviceclass, selectors), {})
+        key = (deviceclass, selectors)
+        old = self._kept.pop(key, {})
         kept: dict[int, tuple[SliceFacts, Answers]] = {}
         found: dict[tuple[str, str, str], bool | str] = {}
+        complete = True
         for pool in pools:
             for facts in pool.current:
                 known = old.get(id(facts))
                 if known is None or known[0] is not facts:
+                    if self._left <= 0:
+                        complete = False
+                        continue
                     known = (facts, self._judge(facts, deviceclass, selectors, compiled))
                 kept[id(facts)] = known
                 for name, answer in known[1].items():
                     found.setdefault((pool.driver, pool.name, name), answer)
-        self._kept[(deviceclass, selectors)] = kept
-        return found
+        while len(self._kept) >= KEPT:
+            del self._kept[next(iter(self._kept))]
+        self._kept[key] = kept
+        return found if complete else None
 
     def _judge(
         self,
@@ -103,18 +127,22 @@ class SelectorAnswers:
         selectors: tuple[str, ...],
         compiled: CompiledClass,
     ) -> Answers:
+        """The slice's devices of the class that match (True) or cannot be judged (why)."""
         wanted = {device.name for device in facts.devices if deviceclass in device.classes}
         if not wanted:
             return {}
+        self._left -= len(wanted)
         if facts.source is None:
             return dict.fromkeys(wanted, "the slice's devices were not kept")
         assert self.matcher is not None
         view = SliceView(_SLICE.decode(zlib.decompress(facts.source)), Context(Options()))
-        return {
-            device.name: self.matcher.matches(selectors, compiled, device)
-            for device in view.devices
-            if device.name in wanted
-        }
+        found: Answers = {}
+        for device in view.devices:
+            if device.name in wanted:
+                answer = self.matcher.matches(selectors, compiled, device)
+                if answer is not False:
+                    found[device.name] = answer
+        return found
 
     def forget(self, keep: set[tuple[str, tuple[str, ...]]]) -> None:
         """Drop the answers of selectors no pending request has now."""
@@ -139,6 +167,8 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     if request.selectors and candidates:
         pools = list({id(pool): pool for pool, _ in candidates}.values())
         answers = index.selectors.answers(request.deviceclass, request.selectors, pools)
+        if answers is None:
+            return Judgement(NOT_JUDGED)
         kept = []
         for pool, device in candidates:
             answer = answers.get((pool.driver, pool.name, device.name), False)
@@ -255,6 +285,16 @@ def reasons(
             continue
         for request in claim.pending:
             judgement = judge(index, request)
+            if judgement.reason == NOT_JUDGED:
+                if report:
+                    index.problems.add(
+                        RESOURCE_CLAIMS.plural,
+                        "selectors",
+                        f"{claim.where} request {request.name}: not judged in this collection "
+                        f"(its own selectors, with those of other pending claims, need more "
+                        f"than {BUDGET} device evaluations; the next collections go on)",
+                    )
+                continue
             if report and judgement.error:
                 index.problems.add(
                     RESOURCE_CLAIMS.plural,

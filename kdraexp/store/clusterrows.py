@@ -130,6 +130,7 @@ class ClusterRows:
             pools, moved = await self._follow(index, claims, turns)
         if self._selectors is None or self._selectors.matcher is not classes.matcher:
             self._selectors = SelectorAnswers(classes.matcher)
+        self._selectors.new_collection()
         index.selectors = self._selectors
         index.owns = _owner(shard)
         index.judged = {}  # what is allocated may have changed
