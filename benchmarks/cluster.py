@@ -217,10 +217,67 @@ def device_classes() -> list[dict[str, Any]]:
     ]
 
 
-def cluster(nodes: int) -> dict[str, list[dict[str, Any]]]:
-    """The three lists of a cluster of *nodes* nodes."""
+PENDING = (
+    ("class-not-found", {"deviceClassName": "a100.nvidia.com"}),
+    (
+        "selector-error",
+        {
+            "deviceClassName": "gpu.nvidia.com",
+            "selectors": [
+                {"cel": {"expression": f"device.attributes['{DRIVER}'].driverVersion > 570"}}
+            ],
+        },
+    ),
+    ("no-matching-device", {"deviceClassName": "vfio.gpu.nvidia.com"}),
+    (
+        "in-use",
+        {
+            "deviceClassName": "gpu.nvidia.com",
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": "device.attributes['resource.kubernetes.io'].pciBusID == "
+                        "'0000:17:00.0'"
+                    }
+                }
+            ],
+        },
+    ),
+    ("insufficient", {"deviceClassName": "gpu.nvidia.com", "count": 5}),
+    ("feasible", {"deviceClassName": "gpu.nvidia.com", "count": 1}),
+)
+"""Pending claims' requests, one a reason the synthetic cluster can give (it has no tainted
+device and no unusable pool): a wrong class, a selector comparing a version with a number, a
+class selecting nothing, every device on the first PCI bus (all allocated), five GPUs on one
+node (four are free at most), and one GPU (its pod waits for something else)."""
+
+
+def pending_claims(count: int) -> list[dict[str, Any]]:
+    """*count* pending claims, spread over :data:`PENDING` in turn."""
+    claims = []
+    for index in range(count):
+        reason, exactly = PENDING[index % len(PENDING)]
+        claims.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {
+                    "name": f"pending-{reason}-{index:05d}",
+                    "namespace": f"team-{index % 16:02d}",
+                    "uid": str(uuid.UUID(int=4 * 10**9 + index)),
+                    "resourceVersion": str(10**5 + index),
+                    "creationTimestamp": "2026-11-28T16:02:11Z",
+                },
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": dict(exactly)}]}},
+            }
+        )
+    return claims
+
+
+def cluster(nodes: int, pending: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """The three lists of a cluster of *nodes* nodes, with *pending* pending claims more."""
     return {
-        "resourceclaims": resource_claims(nodes),
+        "resourceclaims": resource_claims(nodes) + pending_claims(pending),
         "resourceslices": resource_slices(nodes),
         "deviceclasses": device_classes(),
     }

@@ -1,6 +1,7 @@
 """A fast fake of the three DRA lists and their watches: pages encoded ahead, counted.
 
-Run as ``python -m benchmarks.fakeapi NODES PORT``; it prints ``ready`` when it serves.
+Run as ``python -m benchmarks.fakeapi NODES PORT [PENDING]``; it prints ``ready`` when it
+serves.
 Lists honour ``limit``/``continue``.  Watches (``watch=1``) send the initial events when asked
 (``sendInitialEvents``, ending with the ``k8s.io/initial-events-end`` bookmark), then every
 change, a bookmark every ten seconds, an ERROR 410 to a watch from before the last compaction,
@@ -33,8 +34,8 @@ DEFAULT_LIMIT = 500
 class Pages:
     """Every list's pages, encoded once per (resource, offset, limit); and the watches."""
 
-    def __init__(self, nodes: int) -> None:
-        self.objects = cluster(nodes)
+    def __init__(self, nodes: int, pending: int = 0) -> None:
+        self.objects = cluster(nodes, pending)
         self.items = {
             plural: [json.dumps(item, separators=(",", ":")).encode() for item in items]
             for plural, items in self.objects.items()
@@ -150,9 +151,9 @@ def bookmark(plural: str, version: int, end: bool = False) -> bytes:
     return json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n"
 
 
-def serve(nodes: int, port: int) -> None:
-    """Serve a cluster of *nodes* nodes on 127.0.0.1:*port* until killed."""
-    pages = Pages(nodes)
+def serve(nodes: int, port: int, pending: int = 0) -> None:
+    """Serve a cluster of *nodes* nodes (and *pending* pending claims) until killed."""
+    pages = Pages(nodes, pending)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -275,4 +276,4 @@ def serve(nodes: int, port: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0)

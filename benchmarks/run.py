@@ -71,11 +71,17 @@ def wait_for(condition: Any, limit: float, what: str) -> None:
 class Run:
     """One cluster size: the fake API and the exporter, as child processes.
 
-    With *api*, the exporter reads that run's fake API instead of starting one.
+    With *api*, the exporter reads that run's fake API instead of starting one; the API
+    started otherwise holds *pending* pending claims more (see benchmarks.cluster.PENDING).
     """
 
     def __init__(
-        self, devices: int, directory: Path, exporter_args: list[str], api: Run | None = None
+        self,
+        devices: int,
+        directory: Path,
+        exporter_args: list[str],
+        api: Run | None = None,
+        pending: int = 0,
     ) -> None:
         self.devices = devices
         self.nodes = max(1, devices // DEVICES_PER_NODE)
@@ -84,7 +90,14 @@ class Run:
         self.api_port: int = api.api_port if api is not None else free_port()
         if api is None:
             self.api = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.fakeapi", str(self.nodes), str(self.api_port)],
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.fakeapi",
+                    str(self.nodes),
+                    str(self.api_port),
+                    str(pending),
+                ],
                 stdout=subprocess.PIPE,
                 text=True,
             )
@@ -484,11 +497,18 @@ def main(argv: list[str] | None = None) -> int:
         default=64000,
         help="devices at which watch mode and sharding are measured (0: not measured)",
     )
+    parser.add_argument(
+        "--diagnosis-size",
+        type=int,
+        default=64000,
+        help="devices at which pending claims' cost is measured (0: not measured)",
+    )
     args = parser.parse_args(argv)
-    from benchmarks import watching  # it measures with this module's Run
+    from benchmarks import diagnosis, watching  # they measure with this module's Run
 
     results = []
     watched: dict[str, Any] | None = None
+    diagnosed: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as directory:
         for size in (int(s) for s in args.sizes.split(",")):
             results.append(measure(size, args.scrapes, Path(directory), args.exporter_args.split()))
@@ -496,6 +516,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.watch_size:
             watched = watching.measure(args.watch_size, args.scrapes, Path(directory) / "watch")
             print("measured watch mode and sharding", file=sys.stderr, flush=True)
+        if args.diagnosis_size:
+            diagnosed = diagnosis.measure(
+                args.diagnosis_size, args.scrapes, Path(directory) / "diagnosis"
+            )
+            print("measured pending claims' cost", file=sys.stderr, flush=True)
     print(table(results))
     print()
     print(memory_table(results))
@@ -507,10 +532,23 @@ def main(argv: list[str] | None = None) -> int:
         print(watching.table(watched))
         print()
         checks += watching.targets(watched)
+    if diagnosed is not None:
+        print(diagnosis.table(diagnosed))
+        print()
+        checks += diagnosis.targets(diagnosed)
     for name, ok in checks:
         print(f"- {'met' if ok else 'MISSED'}: {name}")
     args.json.write_text(
-        json.dumps({"results": results, "watch": watched, "targets": dict(checks)}, indent=2) + "\n"
+        json.dumps(
+            {
+                "results": results,
+                "watch": watched,
+                "diagnosis": diagnosed,
+                "targets": dict(checks),
+            },
+            indent=2,
+        )
+        + "\n"
     )
     plot(results, args.plot)
     return 1 if args.check and not all(ok for _, ok in checks) else 0

@@ -53,7 +53,7 @@ _SLICE = msgspec.json.Decoder(wire.ResourceSlice)
 Candidate = tuple[Pool, DeviceFacts]
 Answers = dict[str, bool | str]
 """Per device name that satisfies the selectors (True), or why that cannot be said."""
-BUDGET = 65536
+BUDGET = 262144
 """Devices a collection evaluates claims' own selectors on, at most."""
 KEPT = 32
 """Distinct (class, selectors) of pending requests whose answers are kept."""
@@ -132,8 +132,8 @@ class SelectorAnswers:
         if not wanted:
             return {}
         self._left -= len(wanted)
-        if facts.source is None:
-            return dict.fromkeys(wanted, "the slice's devices were not kept")
+        if facts.source is None:  # facts made without a list (every listed slice keeps it)
+            return dict.fromkeys(wanted, "the slice's JSON was not kept")
         assert self.matcher is not None
         view = SliceView(_SLICE.decode(zlib.decompress(facts.source)), Context(Options()))
         found: Answers = {}

@@ -191,6 +191,8 @@ class ClusterRows:
         touched: Iterable[Any]
         if given is None or old is None:  # every set made again
             touched, owners, problems = list(everyone), {}, {}
+            if family.per == "pending":  # the others have no rows
+                touched = [key for key, claim in claims.items() if claim.pending]
         else:
             touched, owners, problems = given, dict(old.owners), dict(old.problems)
             mask = old.mask
