@@ -211,3 +211,55 @@ def test_own_selectors_within_a_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     assert judged_now == {("pin-0", "gpu"): "feasible"}
     messages = [p.message for p in collection.problems if p.field == "selectors"]
     assert len(messages) == 2 and all("not judged in this collection" in m for m in messages)
+
+
+def test_plain_requests_judged_from_summaries_as_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain request (a class and a count) is judged from the pools' summaries.
+
+    The answer is the one the device-by-device judgement gives, on the example cluster and on
+    hand-made pools.
+    """
+    import yaml
+
+    from tests.test_filesource import EXAMPLE
+
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for item in yaml.safe_load(EXAMPLE.read_text())["items"]:
+        by_kind.setdefault(str(item["kind"]), []).append(item)
+    classes = by_kind["DeviceClass"]
+    asked = [
+        new_claim(
+            f"ask-{c['metadata']['name']}-{n}",
+            None,
+            requests=[request(c["metadata"]["name"], count=n)],
+        )
+        for c in classes
+        for n in (1, 2, 3)
+    ]
+    clusters = [
+        {
+            "slices": by_kind["ResourceSlice"],
+            "claims": [*by_kind["ResourceClaim"], *asked],
+            "classes": classes,
+            "rules": by_kind["DeviceTaintRule"],
+        },
+        {
+            **cluster(),
+            "claims": [*cluster()["claims"], new_claim("p", None, requests=[request(count=2)])],
+        },
+        {
+            "slices": mig_gpu(),
+            "claims": [
+                new_claim("used", [result("mig-1g-1", "node")]),
+                *(new_claim(f"m{n}", None, requests=[request("mig", count=n)]) for n in (1, 3, 4)),
+            ],
+            "classes": [MIG, WHOLE],
+        },
+    ]
+    for objects in clusters:
+        fast = reasons(collect(**objects))
+        monkeypatch.setattr(pending, "_plain", lambda index, request: None)
+        slow = reasons(collect(**objects))
+        monkeypatch.undo()
+        assert fast == slow
+        assert fast

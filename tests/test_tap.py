@@ -17,6 +17,7 @@ from kdraexp.app.tap import Options
 from kdraexp.kube.kubeconfig import ClusterConfig
 from kdraexp.serve.site import BoundedSite
 from kdraexp.store.sharding import Shard
+from kdraexp.telemetry.selfmetrics import CollectionStats
 from kdraexp.util.reactor import IKdraReactor
 
 
@@ -66,6 +67,18 @@ def test_values() -> None:
         (["--timeout", "soon"], "--timeout: expected seconds greater than 0, got 'soon'"),
         (["--page-size", "0"], "--page-size: expected a whole number of at least 1, got '0'"),
         (["--page-size", "1.5"], "--page-size: expected a whole number of at least 1, got '1.5'"),
+        (
+            ["--max-response-bytes", "10Ei"],
+            "--max-response-bytes: expected bytes from 64Ki to below 8Ei, got '10Ei'",
+        ),
+        (
+            ["--max-response-bytes", "1Ki"],
+            "--max-response-bytes: expected bytes from 64Ki to below 8Ei, got '1Ki'",
+        ),
+        (
+            ["--claim-device-data", "a.b,a_b"],
+            "--claim-device-data: 'a_b' and 'a.b' both give data_a_b",
+        ),
         (["--source", "file:"], "--source 'file:': expected 'cluster' or 'file:PATH'"),
         (["--source", "kube"], "--source 'kube': expected 'cluster' or 'file:PATH'"),
         (
@@ -142,3 +155,12 @@ def test_plugin_discovered() -> None:
     assert len(makers) == 1
     verifyObject(IServiceMaker, makers[0])
     verifyObject(IPlugin, makers[0])
+
+
+def test_shard_families_only_when_sharded() -> None:
+    """kube_dra_exporter_shard_ordinal and _total_shards describe a sharded exporter only."""
+    whole = {family.name for family in CollectionStats(10.0, Shard()).collect()}
+    assert not whole & {"kube_dra_exporter_shard_ordinal", "kube_dra_exporter_total_shards"}
+    sharded = {family.name: family for family in CollectionStats(10.0, Shard(1, 3)).collect()}
+    assert sharded["kube_dra_exporter_shard_ordinal"].samples[0].value == 1
+    assert sharded["kube_dra_exporter_total_shards"].samples[0].value == 3

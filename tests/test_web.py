@@ -159,7 +159,9 @@ def test_gzip(exporter: Exporter) -> None:
         )
     )
     assert response.headers.getRawHeaders(b"Content-Encoding") == [b"gzip"]
-    assert response.headers.getRawHeaders(b"Vary") == [b"Accept-Encoding"]
+    assert response.headers.getRawHeaders(b"Vary") == [b"Accept, Accept-Encoding"], (
+        "the body follows Accept (text or OpenMetrics) as well as Accept-Encoding"
+    )
     body = gzip.decompress(result_of(treq.content(response)))
     assert SEED_LINES[0].encode() in body.splitlines()
     response = result_of(

@@ -66,7 +66,9 @@ def _bytes(value: str) -> int:
     except QuantityError:
         number = 0
     if not 64 * 1024 <= number < 2**63:
-        raise ValueError(f"--max-response-bytes: expected bytes of at least 64Ki, got {value!r}")
+        raise ValueError(
+            f"--max-response-bytes: expected bytes from 64Ki to below 8Ei, got {value!r}"
+        )
     return int(number)
 
 

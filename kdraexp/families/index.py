@@ -231,6 +231,8 @@ class Pools:
         """Per DeviceClass, the current devices it selects, each (driver, pool, name) once."""
         self.unsure: set[str] = set()
         """The classes whose match with some current device could not be decided."""
+        self.pools_by_class: dict[str, dict[tuple[str, str], Pool]] = {}
+        """Per DeviceClass, the pools with a current device it selects."""
 
     @classmethod
     async def build(cls, slices: list[SliceFacts], turns: Turns) -> Pools:
@@ -252,6 +254,7 @@ class Pools:
                 made.devices[named] = device
                 for deviceclass in device.classes:
                     made.by_class.setdefault(deviceclass, []).append((pool, device))
+                    made.pools_by_class.setdefault(deviceclass, {})[(pool.driver, pool.name)] = pool
                 made.unsure.update(device.unsure)
             if count % 256 == 0:
                 await turns.take()
@@ -285,7 +288,11 @@ class ClusterIndex:
         self.classes = classes
         """The names of the DeviceClasses listed."""
         self.by_class: dict[str, list[tuple[Pool, DeviceFacts]]] = {}
+        self.pools_by_class: dict[str, dict[tuple[str, str], Pool]] = {}
         self.unsure: set[str] = set()
+        self.summaries: dict[tuple[str, str], Any] = {}
+        """Per pool, what pending requests read of it, kept until its use changes (see
+        :mod:`.pending`)."""
         self.judged: dict[Any, Any] = {}
         """Pending requests judged since claims last changed (see :mod:`.pending`)."""
         self.owns: Callable[[str, str], bool] = _everything
@@ -319,6 +326,7 @@ class ClusterIndex:
             pools = await Pools.build(slices, turns)
         index.pools, index.devices = pools.pools, pools.devices
         index.by_class, index.unsure = pools.by_class, pools.unsure
+        index.pools_by_class = pools.pools_by_class
         for count, claim in enumerate(claims):
             index.allocate(claim, 1)
             if count % 1024 == 0:
@@ -351,6 +359,7 @@ class ClusterIndex:
 
     def consume(self, pool: Pool) -> None:
         """Add up what the pool's allocated devices consume of its counters."""
+        self.summaries.pop((pool.driver, pool.name), None)
         pool.consumed = {}
         for device in pool.devices:
             if (pool.driver, pool.name, device.name) in self.allocated:

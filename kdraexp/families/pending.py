@@ -24,7 +24,7 @@ from kdraexp.dra import gated, wire
 from kdraexp.dra.devicecel import CompiledClass, Matcher
 from kdraexp.dra.listing import RESOURCE_CLAIMS
 from kdraexp.families.context import Context, Options
-from kdraexp.families.headroom import shares
+from kdraexp.families.headroom import allocatable, shares
 from kdraexp.families.index import (
     USABLE,
     ClusterIndex,
@@ -158,9 +158,96 @@ def judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     return known
 
 
+@attrs.frozen
+class Summary:
+    """What a plain request reads of one pool, per class: kept until the pool's use changes.
+
+    A plain request names a class and a count and nothing else (no selectors, tolerations,
+    capacity or adminAccess): most pending claims, made from templates, are plain.
+    """
+
+    states: dict[str, dict[str, int]]
+    """Per class, its devices by state (each name once)."""
+    open_tainted: dict[str, int]
+    """Per class, devices neither allocated nor blocked, but tainted."""
+    fits: dict[str, dict[str, float]]
+    """Per class and node, how many one-device requests first fit places."""
+    shareable: frozenset[str]
+    """The classes selecting a device that allows multiple allocations here."""
+
+
+def summary(index: ClusterIndex, pool: Pool) -> Summary:
+    """The pool's summary, made again once its use changed."""
+    key = (pool.driver, pool.name)
+    made: Summary | None = index.summaries.get(key)
+    if made is None:
+        states: dict[str, dict[str, int]] = {}
+        open_tainted: dict[str, int] = {}
+        shareable: set[str] = set()
+        seen: set[str] = set()
+        for device in pool.devices:
+            if device.name in seen or not device.classes:
+                continue
+            seen.add(device.name)
+            state = index.state(pool, device)
+            tainted_open = state == "tainted" and not blocked(device, pool)
+            for deviceclass in device.classes:
+                counts = states.setdefault(deviceclass, {})
+                counts[state] = counts.get(state, 0) + 1
+                if tainted_open:
+                    open_tainted[deviceclass] = open_tainted.get(deviceclass, 0) + 1
+                if device.capacities is not None:
+                    shareable.add(deviceclass)
+        fits: dict[str, dict[str, float]] = {}
+        for node, deviceclass, count in allocatable(index, pool):
+            fits.setdefault(deviceclass, {})[node] = count
+        made = index.summaries[key] = Summary(states, open_tainted, fits, frozenset(shareable))
+    return made
+
+
+def _plain(index: ClusterIndex, request: RequestFacts) -> Judgement | None:
+    """A plain request judged from the pools' summaries; None when it is not plain."""
+    if request.selectors or request.tolerations or request.admin or request.capacity:
+        return None
+    if request.all:
+        return None
+    pools = list(index.pools_by_class.get(request.deviceclass, {}).values())
+    summaries = [summary(index, pool) for pool in pools]
+    if any(request.deviceclass in s.shareable for s in summaries):
+        return None
+    states: dict[str, int] = {}
+    for made in summaries:
+        for state, count in made.states.get(request.deviceclass, {}).items():
+            states[state] = states.get(state, 0) + count
+    matching = tuple(sorted(states.items()))
+    if request.deviceclass in index.unsure:
+        return Judgement("selector_error", matching)
+    if not pools:
+        return Judgement("no_matching_device", matching)
+    usable = [(p, s) for p, s in zip(pools, summaries, strict=True) if p.state == USABLE]
+    if not usable:
+        return Judgement("pool_unusable", matching)
+    if not states.get("available"):
+        tainted = any(s.open_tainted.get(request.deviceclass) for _, s in usable)
+        return Judgement("tainted" if tainted else "in_use", matching)
+    counts: dict[str, float] = {}
+    everywhere = 0.0
+    for _, made in usable:
+        for node, fit in made.fits.get(request.deviceclass, {}).items():
+            if node:
+                counts[node] = counts.get(node, 0.0) + fit
+            else:
+                everywhere += fit
+    best = max((count + everywhere for count in counts.values()), default=everywhere)
+    return Judgement("feasible" if best >= request.count else "insufficient", matching)
+
+
 def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     if request.deviceclass not in index.classes:
         return Judgement("class_not_found")
+    plain = _plain(index, request)
+    if plain is not None:
+        return plain
     candidates = index.by_class.get(request.deviceclass, [])
     error = request.deviceclass in index.unsure
     own = ""

@@ -107,7 +107,7 @@ class ExporterApp:
         else:
             pieces, length = rendering.plain(segments, tail)
         request.setHeader("Content-Type", content_type)
-        request.setHeader("Vary", "Accept-Encoding")
+        request.setHeader("Vary", "Accept, Accept-Encoding")
         request.setHeader("Content-Length", str(length))
         await _BodyProducer(request, pieces, rendering.PIECE).done
         return b""
@@ -136,7 +136,7 @@ class TelemetryApp:
         """The exporter's own metrics, whatever the state of the lists."""
         body, content_type = exposition.encode_registry(self._registry, request.getHeader("Accept"))
         request.setHeader("Content-Type", content_type)
-        request.setHeader("Vary", "Accept-Encoding")
+        request.setHeader("Vary", "Accept, Accept-Encoding")
         if exposition.gzip_accepted(request.getHeader("Accept-Encoding")):
             request.setHeader("Content-Encoding", "gzip")
             return gzip.compress(body, rendering.GZIP_LEVEL)

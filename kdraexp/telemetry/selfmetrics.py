@@ -20,8 +20,9 @@ class CollectionStats(Collector):
 
     def __init__(self, timeout: float | None = None, shard: Shard | None = None) -> None:
         self._timeout = timeout
-        self._shard = shard
         """--timeout, exported so that alerts can compare list durations with it."""
+        self._shard = shard if shard is not None and not shard.whole else None
+        """The shard, when the cluster is sharded (its two families are written then only)."""
         self._duration: dict[str, float] = {}
         self._objects: dict[str, int] = {}
         self._errors: dict[tuple[str, str], int] = {}
