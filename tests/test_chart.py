@@ -56,7 +56,7 @@ DEFAULT_ARGS = [
     "--telemetry-listen=:8081",
     "--log-level=info",
     "--log-format=json",
-    "--max-response-bytes=256Mi",
+    "--max-response-bytes=67108864",
     "--mode=list",
     "--timeout=10",
     "--page-size=500",
@@ -612,3 +612,32 @@ def test_device_taint_rules_where_served(setting: Any, served: str | None, liste
     granted = resource(docs, "ClusterRole")["rules"][0]["resources"]
     assert ("devicetaintrules" in granted) == listed
     assert granted == wanted.split(",")
+
+
+def _cap(docs: list[dict[str, Any]]) -> str:
+    (arg,) = [a for a in container(docs)["args"] if a.startswith("--max-response-bytes=")]
+    return arg.split("=", 1)[1]
+
+
+def test_response_cap_follows_the_memory_limit() -> None:
+    """Unset, the cap is a third of the memory limit (64Mi without one).
+
+    A cap that does not fit the limit, or is no quantity, is refused when the chart renders.
+    """
+    assert _cap(render()) == str(192 * 2**20 // 3)
+    assert _cap(render({"resources": {"limits": {"memory": "1.5Gi"}}})) == str(2**29)
+    assert _cap(render({"resources": {"limits": None}})) == "64Mi"
+    assert _cap(render({"exporter": {"maxResponseBytes": "32Mi"}})) == "32Mi"
+    assert _cap(render({"exporter": {"maxResponseBytes": 33554432}})) == "33554432"
+    fails(
+        {"exporter": {"maxResponseBytes": "256Mi"}},
+        "exporter.maxResponseBytes: 256Mi does not fit resources.limits.memory 192Mi",
+    )
+    fails(
+        {"exporter": {"maxResponseBytes": "lots"}},
+        'exporter.maxResponseBytes: "lots" is not a quantity of bytes',
+    )
+    fails(
+        {"resources": {"limits": {"memory": "a lot"}}},
+        'resources.limits.memory: "a lot" is not a quantity of bytes',
+    )

@@ -110,6 +110,19 @@ class Hostile:
         for _ in range(500):
             connection.sendall(block)
 
+    def _big(self, connection: socket.socket) -> None:
+        """A list of 200 MiB, below the old default cap: read whole, it cannot fit 192 MiB."""
+        head, tail = b'{"kind":"List","metadata":{},"items":[', b"]}"
+        size = 200 * 2**20
+        connection.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(head) + size + len(tail), head)
+        )
+        block = b" " * 2**20
+        for _ in range(200):
+            connection.sendall(block)
+        connection.sendall(tail)
+
     def _bomb(self, connection: socket.socket) -> None:
         connection.sendall(
             b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
@@ -153,10 +166,9 @@ def hostile() -> Iterator[Hostile]:
     server.close()
 
 
-@pytest.fixture(scope="module")
-def cgroup() -> Iterator[MemoryCgroup]:
+def _cgroup(name: str, limit: int) -> Iterator[MemoryCgroup]:
     try:
-        made = MemoryCgroup(f"kdraexp-hostile-{os.getpid()}", CGROUP_LIMIT)
+        made = MemoryCgroup(f"kdraexp-{name}-{os.getpid()}", limit)
     except OSError as error:
         if os.environ.get("CI") == "true":
             raise
@@ -166,10 +178,23 @@ def cgroup() -> Iterator[MemoryCgroup]:
 
 
 @pytest.fixture(scope="module")
+def cgroup() -> Iterator[MemoryCgroup]:
+    yield from _cgroup("hostile", CGROUP_LIMIT)
+
+
+@pytest.fixture(scope="module")
 def exporter(
     hostile: Hostile, cgroup: MemoryCgroup, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[int, int]]:
-    directory = tmp_path_factory.mktemp("hostile")
+    yield from _exporter(
+        hostile, cgroup, tmp_path_factory.mktemp("hostile"), ["--max-response-bytes", str(LIMIT)]
+    )
+
+
+def _exporter(
+    hostile: Hostile, cgroup: MemoryCgroup, directory: Path, args: list[str]
+) -> Iterator[tuple[int, int]]:
+    """An exporter reading *hostile*, run in *cgroup*: its port and pid."""
     config = directory / "kubeconfig"
     config.write_text(
         json.dumps(
@@ -192,8 +217,7 @@ def exporter(
             f"tcp:{port}:interface=127.0.0.1",
             "--timeout",
             "3",
-            "--max-response-bytes",
-            str(LIMIT),
+            *args,
         ],
         directory,
         {"KUBECONFIG": str(config)},
@@ -251,3 +275,38 @@ def test_bounded_and_still_serving(
     assert cgroup.oom_kills() == 0
     peak = cgroup.peak()
     assert peak is None or peak <= CGROUP_LIMIT
+
+
+CHART_LIMIT = 192 * 2**20
+"""The chart's default memory limit."""
+
+
+@pytest.fixture(scope="module")
+def chart_cgroup() -> Iterator[MemoryCgroup]:
+    yield from _cgroup("chart-limit", CHART_LIMIT)
+
+
+@pytest.fixture(scope="module")
+def defaulted(
+    hostile: Hostile, chart_cgroup: MemoryCgroup, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[int, int]]:
+    yield from _exporter(hostile, chart_cgroup, tmp_path_factory.mktemp("defaulted"), [])
+
+
+@pytest.mark.parametrize("behaviour", ["big", "huge", "bomb"])
+def test_default_cap_fits_the_chart_memory_limit(
+    hostile: Hostile, chart_cgroup: MemoryCgroup, defaulted: tuple[int, int], behaviour: str
+) -> None:
+    """Without --max-response-bytes, a 200 or 500 MiB body or a 1 GiB gzip bomb fails the list.
+
+    TooLarge at the default 64 MiB, in the chart's default 192 MiB limit: no OOM kill (with the
+    256 MiB default of before, the kernel killed the exporter).
+    """
+    port, _ = defaulted
+    hostile.behaviour = behaviour
+    code, body = scrape(port)
+    hostile.behaviour = "ok"
+    assert code == 500, body
+    assert b"TooLarge: the response is larger than --max-response-bytes=67108864" in body, body
+    assert scrape(port)[0] == 200
+    assert chart_cgroup.oom_kills() == 0

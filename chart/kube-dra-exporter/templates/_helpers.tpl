@@ -121,7 +121,7 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 - {{ printf "--telemetry-listen=:%v" $e.telemetryPort | quote }}
 - {{ printf "--log-level=%s" $e.logLevel | quote }}
 - {{ printf "--log-format=%s" $e.logFormat | quote }}
-- {{ printf "--max-response-bytes=%v" $e.maxResponseBytes | quote }}
+- {{ printf "--max-response-bytes=%s" (include "kube-dra-exporter.maxResponseBytes" .) | quote }}
 - {{ printf "--mode=%s" $e.mode | quote }}
 {{- if eq $e.mode "watch" }}
 - {{ printf "--max-staleness=%v" $e.maxStaleness | quote }}
@@ -180,4 +180,45 @@ description). Its runbook is the section of docs/alerts.md named after it.
     description: {{ index . 4 | quote }}
     runbook_url: {{ printf "%s#%s" $rule.runbookURL (lower $name) | quote }}
 {{- end }}
+{{- end -}}
+
+{{- /*
+A Kubernetes quantity in bytes: (list "the value's name" value). Fails, naming the value, when
+it is not a quantity.
+*/}}
+{{- define "kube-dra-exporter.bytes" -}}
+{{- $name := index . 0 -}}
+{{- $value := index . 1 -}}
+{{- if kindIs "float64" $value -}}{{- $value = printf "%.0f" $value -}}{{- end -}}
+{{- $value = toString $value -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $value -}}
+{{- $suffix := trimPrefix $number $value -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- if or (not $number) (not (hasKey $units $suffix)) -}}
+{{- fail (printf "%s: %q is not a quantity of bytes (such as 64Mi or 67108864)" $name $value) -}}
+{{- end -}}
+{{- mulf (float64 $number) (index $units $suffix) | int64 -}}
+{{- end -}}
+
+{{- /*
+--max-response-bytes: the value given, else a third of the memory limit (64Mi without one).
+Refused when it does not fit the limit: one response that size, inflated and decoded, must fit
+in the pod beside the runtime.
+*/}}
+{{- define "kube-dra-exporter.maxResponseBytes" -}}
+{{- $given := .Values.exporter.maxResponseBytes -}}
+{{- $limit := dig "limits" "memory" "" (.Values.resources | default dict) -}}
+{{- $third := 0 -}}
+{{- if $limit -}}
+{{- $third = div (include "kube-dra-exporter.bytes" (list "resources.limits.memory" $limit) | atoi) 3 -}}
+{{- end -}}
+{{- if or (eq (toString $given) "") (eq (toString $given) "<nil>") -}}
+{{- if $limit -}}{{ $third }}{{- else -}}64Mi{{- end -}}
+{{- else -}}
+{{- $bytes := include "kube-dra-exporter.bytes" (list "exporter.maxResponseBytes" $given) | atoi -}}
+{{- if and $limit (gt $bytes $third) -}}
+{{- fail (printf "exporter.maxResponseBytes: %v does not fit resources.limits.memory %v: at most a third of it (%d bytes), for one response that size beside the runtime" $given $limit $third) -}}
+{{- end -}}
+{{- if kindIs "string" $given -}}{{ $given }}{{- else -}}{{ $bytes }}{{- end -}}
+{{- end -}}
 {{- end -}}
