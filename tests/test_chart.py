@@ -641,3 +641,35 @@ def test_response_cap_follows_the_memory_limit() -> None:
         {"resources": {"limits": {"memory": "a lot"}}},
         'resources.limits.memory: "a lot" is not a quantity of bytes',
     )
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"exporter": {"telemetryPort": 8080}},
+            "exporter.port and exporter.telemetryPort are both 8080",
+        ),
+        (
+            {"exporter": {"timeout": 30}, "prometheus": {"servicemonitor": {"enabled": True}}},
+            "exporter.timeout 30 must be below prometheus.servicemonitor.scrapeTimeout 30s",
+        ),
+        (
+            {
+                "exporter": {"timeout": 90},
+                "prometheus": {"podmonitor": {"enabled": True, "scrapeTimeout": "1m30s"}},
+            },
+            "exporter.timeout 90 must be below prometheus.podmonitor.scrapeTimeout 1m30s",
+        ),
+        ({"exporter": {"deviceAttributes": ["a/b/c"]}}, "at '/exporter/deviceAttributes/0'"),
+    ],
+)
+def test_values_that_would_crash_the_pod_are_refused(values: dict[str, Any], message: str) -> None:
+    """Each would start a pod that crash-loops or never serves: helm template says which value."""
+    fails(values, message)
+
+
+def test_timeout_below_the_scrape_timeout_renders() -> None:
+    """A timeout below the monitor's scrape timeout is accepted."""
+    values = {"exporter": {"timeout": 29}, "prometheus": {"servicemonitor": {"enabled": True}}}
+    assert "--timeout=29" in container(render(values))["args"]

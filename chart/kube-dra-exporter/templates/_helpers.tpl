@@ -117,6 +117,7 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 
 {{- define "kube-dra-exporter.args" -}}
 {{- $e := .Values.exporter -}}
+{{- include "kube-dra-exporter.refusals" . -}}
 - {{ printf "--listen=:%v" $e.port | quote }}
 - {{ printf "--telemetry-listen=:%v" $e.telemetryPort | quote }}
 - {{ printf "--log-level=%s" $e.logLevel | quote }}
@@ -220,5 +221,35 @@ in the pod beside the runtime.
 {{- fail (printf "exporter.maxResponseBytes: %v does not fit resources.limits.memory %v: at most a third of it (%d bytes), for one response that size beside the runtime" $given $limit $third) -}}
 {{- end -}}
 {{- if kindIs "string" $given -}}{{ $given }}{{- else -}}{{ $bytes }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* A Prometheus duration (30s, 1m, 1m30s, 500ms) in seconds. */}}
+{{- define "kube-dra-exporter.seconds" -}}
+{{- $total := 0.0 -}}
+{{- $units := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h)" (toString .) -1 -}}
+{{- $unit := regexFind "(ms|s|m|h)$" . -}}
+{{- $total = addf $total (mulf (float64 (trimSuffix $unit .)) (index $units $unit)) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
+{{- /*
+Values that would start a pod that cannot work: refused when the chart renders, naming them.
+*/}}
+{{- define "kube-dra-exporter.refusals" -}}
+{{- $e := .Values.exporter -}}
+{{- if eq (int $e.port) (int $e.telemetryPort) -}}
+{{- fail (printf "exporter.port and exporter.telemetryPort are both %v: the two listeners need two ports" $e.port) -}}
+{{- end -}}
+{{- range $kind := list "servicemonitor" "podmonitor" -}}
+{{- $monitor := index $.Values.prometheus $kind -}}
+{{- if and $monitor.enabled $monitor.scrapeTimeout -}}
+{{- $scrape := include "kube-dra-exporter.seconds" $monitor.scrapeTimeout | float64 -}}
+{{- if ge (float64 $e.timeout) $scrape -}}
+{{- fail (printf "exporter.timeout %v must be below prometheus.%s.scrapeTimeout %v: a collection cut off by the scrape would never be served" $e.timeout $kind $monitor.scrapeTimeout) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
