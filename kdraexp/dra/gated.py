@@ -179,7 +179,7 @@ def device_conditions(
     """
     found = []
     for entry in entries:
-        driver, pool, device = (_text(entry.get(k)) for k in ("driver", "pool", "device"))
+        driver, pool, device = (text(entry.get(k)) for k in ("driver", "pool", "device"))
         conditions = entry.get("conditions") or []
         if not isinstance(conditions, list):
             conditions = [None]
@@ -237,8 +237,6 @@ def text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-_text = text
-
 
 def scalar_text(value: Any) -> str:
     """A string or number as label text (numbers in their JSON spelling); "" for the others."""
@@ -246,10 +244,6 @@ def scalar_text(value: Any) -> str:
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         return ""
-    return _decode_text(value)
-
-
-def _decode_text(value: int | float) -> str:
     return msgspec.json.encode(value).decode()
 
 

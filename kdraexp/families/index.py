@@ -60,11 +60,6 @@ class DeviceFacts(msgspec.Struct, gc=False):
     taint_times: tuple[tuple[str, str, str, float], ...] = ()
     """(key, value, effect, timeAdded) of each taint whose time is known."""
 
-    @property
-    def tainted(self) -> bool:
-        """Whether a taint keeps requests that tolerate nothing off the device."""
-        return bool(self.taints)
-
 
 class SliceFacts(msgspec.Struct, gc=False):
     """What the pool families need of one slice, and its rows that depend on its generation."""
