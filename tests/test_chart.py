@@ -615,7 +615,8 @@ def test_device_taint_rules_where_served(setting: Any, served: str | None, liste
 
 
 def _cap(docs: list[dict[str, Any]]) -> str:
-    (arg,) = [a for a in container(docs)["args"] if a.startswith("--max-response-bytes=")]
+    args: list[str] = container(docs)["args"]
+    (arg,) = [a for a in args if a.startswith("--max-response-bytes=")]
     return arg.split("=", 1)[1]
 
 

@@ -91,6 +91,19 @@ def test_values() -> None:
         (["--total-shards", "0"], "--total-shards: expected a whole number of at least 1, got '0'"),
         (["--shard", "3", "--total-shards", "3"], "shard 3 of 3: expected 0 <= shard < total"),
         (["--shard", "one", "--total-shards", "3"], "--shard: expected a whole number, got 'one'"),
+        (
+            ["--shard", "\u0661", "--total-shards", "3"],
+            "--shard: expected a whole number, got '\u0661'",
+        ),
+        (
+            ["--total-shards", "1_0"],
+            "--total-shards: expected a whole number of at least 1, got '1_0'",
+        ),
+        (["--pod", "x-\u0661"], "--pod 'x-\u0661': not a StatefulSet pod name (NAME-ORDINAL)"),
+        (
+            ["--pod", "x" * 100000 + "-1"],
+            "--pod: a pod name has at most 253 characters, got 100002",
+        ),
         (["--pod", "exporter"], "--pod 'exporter': not a StatefulSet pod name (NAME-ORDINAL)"),
         (["--shard", "1", "--pod", "x-1"], "--shard and --pod are mutually exclusive"),
         (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -243,28 +244,43 @@ class Options(usage.Options):
 
     def _shard(self) -> Shard:
         """--shard and --total-shards, or the shard from --pod's ordinal."""
-        try:
-            total = int(self["total-shards"])
-        except ValueError:
-            total = 0
-        if total < 1:
+        total = _whole(self["total-shards"])
+        if total is None or total < 1:
             raise usage.UsageError(
                 f"--total-shards: expected a whole number of at least 1, "
-                f"got {self['total-shards']!r}"
+                f"got {_shown(self['total-shards'])}"
             )
         if self["shard"] is not None and self["pod"] is not None:
             raise usage.UsageError("--shard and --pod are mutually exclusive")
+        pod = self["pod"]
+        if pod is not None and len(pod) > 253:
+            raise usage.UsageError(f"--pod: a pod name has at most 253 characters, got {len(pod)}")
         try:
-            if self["pod"] is not None:
-                index = sharding.ordinal(self["pod"])
+            if pod is not None:
+                index = sharding.ordinal(pod)
             else:
-                index = int(self["shard"] or 0)
+                found = _whole(self["shard"] or "0")
+                if found is None:
+                    raise ValueError(
+                        f"--shard: expected a whole number, got {_shown(self['shard'])}"
+                    )
+                index = found
             return Shard(index, total)
         except ValueError as error:
-            message = str(error)
-            if "invalid literal" in message:
-                message = f"--shard: expected a whole number, got {self['shard']!r}"
-            raise usage.UsageError(message) from None
+            raise usage.UsageError(str(error)) from None
+
+
+_WHOLE = re.compile(r"[0-9]{1,9}", re.ASCII)
+
+
+def _whole(value: str) -> int | None:
+    """A whole number written in ASCII digits (int() also takes other scripts, "1_0", " 1 ")."""
+    return int(value) if _WHOLE.fullmatch(value) else None
+
+
+def _shown(value: str) -> str:
+    """A value for an error message: quoted, and clipped when long."""
+    return repr(value if len(value) <= 40 else value[:40] + "...")
 
 
 def _stop_on_sigterm(reactor: IKdraReactor) -> None:

@@ -237,7 +237,6 @@ def text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-
 def scalar_text(value: Any) -> str:
     """A string or number as label text (numbers in their JSON spelling); "" for the others."""
     if isinstance(value, str):

@@ -73,7 +73,7 @@ class Shard:
         return Part.READ if any(self.owns(reader) for reader in key.readers) else Part.SKIP
 
 
-_ORDINAL = re.compile(r"-(\d+)$")
+_ORDINAL = re.compile(r"-([0-9]{1,9})$", re.ASCII)
 
 
 def ordinal(pod: str) -> int:
