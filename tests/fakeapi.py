@@ -79,6 +79,8 @@ class FakeKubeAPI:
         """Per resource, sizes of the pages to serve in turn, ignoring ``limit``."""
         self.expire_continue: dict[str, int] = {}
         """Per resource, how many continue tokens to refuse with 410 Expired."""
+        self.repeat_continue: dict[str, bool] = {}
+        """Per resource, whether to answer with the continue token of the page asked for."""
         self.hanging: list[Deferred[bytes]] = []
         self.hold = False
         """Keep every answer until :meth:`release` (to make requests overlap in memory)."""
@@ -227,7 +229,11 @@ class FakeKubeAPI:
         end = min(start + size, len(items))
         metadata: dict[str, Any] = {"resourceVersion": str(self.version)}
         if end < len(items) or planned:
-            metadata["continue"] = f"page:{end}"
+            # A new token a page, as kube-apiserver's, also for an empty page: the fake may be
+            # told to repeat one (repeat_continue) to play a server that never ends a list.
+            metadata["continue"] = f"page:{end}" if not planned else f"page:{end}:{len(planned)}"
+            if self.repeat_continue.get(plural):
+                metadata["continue"] = f"page:{start}"
         return self._answer(
             request,
             200,

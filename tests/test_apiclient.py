@@ -177,3 +177,14 @@ def test_parallel_unauthorized_all_retry(fake: FakeKubeAPI, clock: Clock, tmp_pa
     agent.flush()
     assert [result_of(d).count for d in lists] == [0, 0]
     assert [r.authorization for r in fake.lists()] == ["Bearer old"] * 2 + ["Bearer new"] * 2
+
+
+def test_a_repeated_continue_token_ends_the_list(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A server that sends the same continue token again would be followed until the deadline."""
+    add_claims(fake, 5)
+    fake.repeat_continue["resourceclaims"] = True
+    error = failure_of(list_now(fake, clock, page_size=2)).value
+    assert isinstance(error, ListError)
+    assert error.reason == "Decode"
+    assert "sent the continue token 'page:0' twice" in str(error)
+    assert len(fake.lists()) == 2

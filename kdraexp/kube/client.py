@@ -149,6 +149,7 @@ class KubeListClient:
 
     async def _list_pages(self, kind: Kind, version: str, reader: Reader, limit: int | None) -> int:
         token: str | None = None
+        seen: set[str] = set()
         objects = 0
         listed_at: str | None = None
         while True:
@@ -174,6 +175,16 @@ class KubeListClient:
             token = meta.continue_ if meta is not None else None
             listed_at = listed_at or (meta.resource_version if meta is not None else None)
             del body, items, decoded, meta  # not kept while the next page is fetched
+            if token in seen:
+                raise ListError(
+                    kind.plural,
+                    Reason.DECODE,
+                    code,
+                    f"the server sent the continue token {_clip(token or '')!r} twice: "
+                    "the list would never end",
+                )
+            if token:
+                seen.add(token)
             if not token:
                 if listed_at:
                     self.list_versions[kind.plural] = listed_at
