@@ -262,8 +262,27 @@ def test_only_the_current_generation_counts() -> None:
             "capacity",
             "ResourceSlice s device d capacity memory: Expected `object | null`, got `str`",
         ),
+        (
+            {"capacity": {"memory": {"value": "-5Gi"}}},
+            "capacity",
+            "ResourceSlice s device d capacity memory: a negative amount: '-5Gi'",
+        ),
+        (
+            {"consumesCounters": [{"counterSet": "set", "counters": {"memory": {"value": "-1"}}}]},
+            "consumesCounters",
+            "ResourceSlice s device d consumesCounters set: counter memory: a negative amount",
+        ),
     ],
-    ids=["unknown-effect", "taints-not-list", "counter-not-quantity", "no-set", "number", "shape"],
+    ids=[
+        "unknown-effect",
+        "taints-not-list",
+        "counter-not-quantity",
+        "no-set",
+        "number",
+        "shape",
+        "negative-capacity",
+        "negative-counter",
+    ],
 )
 def test_bad_values_cost_one_value(bad: dict[str, Any], field: str, message: str) -> None:
     """Each odd value: no row for it, a problem naming it; the device and the rest stay."""

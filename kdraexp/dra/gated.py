@@ -41,16 +41,19 @@ def raw_value(raw: msgspec.Raw | None) -> Any:
 
 
 def quantity(value: Any) -> float:
-    """A Kubernetes quantity given as a string.
+    """A Kubernetes quantity given as a string: an amount (capacity, counter), never negative.
 
     :raises Unreadable: for anything else.
     """
     if not isinstance(value, str):
         raise Unreadable(f"expected a quantity string, got {_short(value)}")
     try:
-        return parse_quantity(value)
+        amount = parse_quantity(value)
     except QuantityError as error:
         raise Unreadable(str(error)) from None
+    if amount < 0:
+        raise Unreadable(f"a negative amount: {_short(value)}")
+    return amount
 
 
 def counters(value: Any) -> dict[str, float]:
