@@ -74,6 +74,26 @@ def counters(value: Any) -> dict[str, float]:
     return found
 
 
+def _list(
+    raw: msgspec.Raw | None, problems: Problems, resource: str, field: str, where: str
+) -> list[Any]:
+    """A field that is a list: its entries; absent or null gives none, another shape is reported.
+
+    *field* names it in the report as the API does (``taints``, ``status.devices``...).
+    """
+    try:
+        value = raw_value(raw)
+    except Unreadable as error:
+        problems.add(resource, field, f"{where} {field}: {error}")
+        return []
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        problems.add(resource, field, f"{where} {field}: expected a list, got {_short(value)}")
+        return []
+    return value
+
+
 def counter_sets(
     raw: msgspec.Raw | None, name_key: str, problems: Problems, resource: str, where: str
 ) -> tuple[tuple[str, dict[str, float]], ...]:
@@ -82,16 +102,7 @@ def counter_sets(
     Returns (counter set, counters) pairs; a set that cannot be read is reported and left out.
     """
     field = "sharedCounters" if name_key == "name" else "consumesCounters"
-    try:
-        value = raw_value(raw)
-    except Unreadable as error:
-        problems.add(resource, field, f"{where} {field}: {error}")
-        return ()
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        problems.add(resource, field, f"{where} {field}: expected a list, got {_short(value)}")
-        return ()
+    value = _list(raw, problems, resource, field, where)
     found = []
     for entry in value:
         name = entry.get(name_key) if isinstance(entry, dict) else None
@@ -113,16 +124,7 @@ def taints(
     Unknown effects are reported and left out; an unreadable ``timeAdded`` is reported and read
     as None.
     """
-    try:
-        value = raw_value(raw)
-    except Unreadable as error:
-        problems.add(resource, "taints", f"{where} taints: {error}")
-        return []
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        problems.add(resource, "taints", f"{where} taints: expected a list, got {_short(value)}")
-        return []
+    value = _list(raw, problems, resource, "taints", where)
     found = []
     for taint in value:
         if not isinstance(taint, dict) or not isinstance(taint.get("key"), str):
@@ -187,18 +189,29 @@ def device_conditions(
         if not isinstance(conditions, list):
             conditions = [None]
         for condition in conditions:
-            kind = condition.get("type") if isinstance(condition, dict) else None
-            status = condition.get("status") if isinstance(condition, dict) else None
-            if not isinstance(kind, str) or status not in CONDITION_STATUSES:
+            read = _condition(condition)
+            if read is None:
                 problems.add(
                     resource,
                     "status.devices",
-                    f"{where} device {device} condition: expected a type and a status of "
-                    f"True, False or Unknown, got {_short(condition)}",
+                    f"{where} device {device} condition: {_CONDITION_EXPECTED}, "
+                    f"got {_short(condition)}",
                 )
                 continue
-            found.append((driver, pool, device, kind, CONDITION_STATUSES[status]))
+            found.append((driver, pool, device, *read))
     return found
+
+
+_CONDITION_EXPECTED = "expected a type and a status of True, False or Unknown"
+
+
+def _condition(condition: Any) -> tuple[str, str] | None:
+    """A condition's (type, status lower-cased); None when it has not both."""
+    kind = condition.get("type") if isinstance(condition, dict) else None
+    status = condition.get("status") if isinstance(condition, dict) else None
+    if not isinstance(kind, str) or status not in CONDITION_STATUSES:
+        return None
+    return kind, CONDITION_STATUSES[status]
 
 
 def timestamp(value: str | None) -> float:
@@ -253,20 +266,7 @@ def device_statuses(
     raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
 ) -> list[dict[str, Any]]:
     """``status.devices[]`` entries that are maps; the others reported."""
-    try:
-        value = raw_value(raw)
-    except Unreadable as error:
-        problems.add(resource, "status.devices", f"{where} status.devices: {error}")
-        return []
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        problems.add(
-            resource,
-            "status.devices",
-            f"{where} status.devices: expected a list, got {_short(value)}",
-        )
-        return []
+    value = _list(raw, problems, resource, "status.devices", where)
     found = []
     for entry in value:
         if isinstance(entry, dict):
@@ -291,18 +291,7 @@ def tolerations(
     raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
 ) -> tuple[Toleration, ...]:
     """A request's ``tolerations``; entries of another shape are reported and left out."""
-    try:
-        value = raw_value(raw)
-    except Unreadable as error:
-        problems.add(resource, "tolerations", f"{where} tolerations: {error}")
-        return ()
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        problems.add(
-            resource, "tolerations", f"{where} tolerations: expected a list, got {_short(value)}"
-        )
-        return ()
+    value = _list(raw, problems, resource, "tolerations", where)
     found = []
     for entry in value:
         if not isinstance(entry, dict):
@@ -374,15 +363,13 @@ def conditions(
         value = [value]
     found = []
     for condition in value:
-        kind = condition.get("type") if isinstance(condition, dict) else None
-        status = condition.get("status") if isinstance(condition, dict) else None
-        if not isinstance(kind, str) or status not in CONDITION_STATUSES:
+        read = _condition(condition)
+        if read is None:
             problems.add(
                 resource,
                 "status.conditions",
-                f"{where} condition: expected a type and a status of True, False or Unknown, "
-                f"got {_short(condition)}",
+                f"{where} condition: {_CONDITION_EXPECTED}, got {_short(condition)}",
             )
             continue
-        found.append((kind, CONDITION_STATUSES[status]))
+        found.append(read)
     return found
