@@ -22,20 +22,22 @@ from tests.e2e.controlplane import APIError
 from tests.e2e.simulated import Simulated, ensure, start_simulated
 from tests.e2e.test_allocator import (
     CLAIMS,
+    DRIVER,
     NAMESPACE,
     PODS,
     RESOURCE,
     SCHEDULED,
     bound,
     counters,
+    device_class,
     exporter,
     ok,
+    pool_slice,
     samples,
     unschedulable,
     values,
 )
 
-DRIVER = "gpu.sim.example"
 SLICES_PATH = f"{RESOURCE}/resourceslices"
 EVERY = counters(memory_slice_0="1", memory_slice_1="1", memory_slice_2="1", memory_slice_3="1")
 
@@ -53,20 +55,6 @@ def partition(name: str, *memory_slices: int) -> dict[str, Any]:
     return device(
         "diag-a-mig", name, "mig", consumesCounters=[{"counterSet": "gpu", "counters": needs}]
     )
-
-
-def pool_slice(name: str, node: str, pool: str, count: int = 1, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": {"name": pool, "generation": 1, "resourceSliceCount": count},
-            **spec,
-        },
-    }
 
 
 SLICES = [
@@ -148,16 +136,6 @@ SLICES = [
 KINDS = ("gpu", "mig", "nic", "spare", "lost")
 
 
-def device_class(kind: str) -> dict[str, Any]:
-    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{kind}"'
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": f"diag-{kind}"},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
-    }
-
-
 def claim(name: str, deviceclass: str, *selectors: str, **exactly: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"deviceClassName": deviceclass, **exactly}
     if selectors:
@@ -227,7 +205,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         )
         for kind in KINDS:
-            kube.create(f"{RESOURCE}/deviceclasses", device_class(kind))
+            kube.create(f"{RESOURCE}/deviceclasses", device_class(f"diag-{kind}", kind))
         for made in SLICES:
             kube.create(SLICES_PATH, made)
         run(simulated, "held-partition", claim("held-partition", "diag-mig"))
