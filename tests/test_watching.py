@@ -8,6 +8,7 @@ import pytest
 from treq.testing import StubTreq
 from twisted.internet.task import Clock
 
+from kdraexp.dra.listing import ListError
 from kdraexp.families.selection import select
 from kdraexp.serve.web import ExporterApp
 from kdraexp.sources.protocol import CollectionFailed, NotSynced
@@ -28,8 +29,9 @@ class Watched:
         self.clock = clock
         self.client, self.agent = in_memory_client(fake, clock)
         self.collections = CollectionStats()
-        self.stats = WatchStats(self.collections)
-        self.gatherer = WatchGatherer(self.client, clock, self.stats, select(), staleness)
+        selection = select()
+        self.stats = WatchStats(self.collections, (kind.plural for kind in selection.kinds))
+        self.gatherer = WatchGatherer(self.client, clock, self.stats, selection, staleness)
 
     def settle(self) -> None:
         for _ in range(50):
@@ -326,9 +328,11 @@ def test_readyz_names_what_each_resource_waits_for(fake: FakeKubeAPI, clock: Clo
     assert response.code == 503
     assert result_of(response.text()).splitlines() == [
         "deviceclasses not synchronised yet (list deviceclasses failed: 403 Forbidden)",
-        "resourceclaims not synchronised yet",
-        "resourceslices not synchronised yet",
+        "resourceclaims not synchronised yet (waiting for deviceclasses first)",
+        "resourceslices not synchronised yet (waiting for deviceclasses first)",
     ]
+    for resource in ("deviceclasses", "resourceclaims", "resourceslices"):
+        assert watched.metric("kube_dra_exporter_watch_synced", {"resource": resource}) == 0
     del fake.faults["deviceclasses"]
     clock.advance(60)
     watched.settle()
@@ -348,7 +352,7 @@ def test_rbac_without_watch_is_said(fake: FakeKubeAPI, clock: Clock) -> None:
     waiting = failure_of(pending).value
     assert isinstance(waiting, NotSynced)
     refused = waiting.waiting["deviceclasses"]
-    assert refused is not None and (refused.code, refused.reason) == (403, "Forbidden")
+    assert isinstance(refused, ListError) and (refused.code, refused.reason) == (403, "Forbidden")
     assert watched.metric(
         "kube_dra_exporter_list_errors_total", {"resource": "deviceclasses", "reason": "Forbidden"}
     )

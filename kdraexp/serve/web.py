@@ -20,7 +20,7 @@ from zope.interface import implementer
 from kdraexp.dra.listing import ListError
 from kdraexp.exposition import rendering
 from kdraexp.exposition import text as exposition
-from kdraexp.sources.protocol import CollectionFailed, CollectionSource, NotSynced
+from kdraexp.sources.protocol import CollectionFailed, CollectionSource, NotSynced, Waiting
 
 LANDING_PAGE = b"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kdraexp</title></head>
@@ -143,13 +143,13 @@ class TelemetryApp:
         return body
 
 
-def _waiting(waiting: dict[str, ListError | None]) -> bytes:
-    """One line per resource not synchronised, with what failed last."""
+def _waiting(waiting: dict[str, Waiting]) -> bytes:
+    """One line per resource not synchronised, with the failure or the step it waits on."""
     return "".join(
-        f"{resource} not synchronised yet"
-        + (f" ({failure_line(error)})" if error is not None else "")
-        + "\n"
-        for resource, error in waiting.items()
+        f"{resource} not synchronised yet ("
+        + (failure_line(on) if isinstance(on, ListError) else f"waiting for {on}")
+        + ")\n"
+        for resource, on in waiting.items()
     ).encode()
 
 

@@ -18,7 +18,7 @@ from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import Kind, ListError, Reason, Source
 from kdraexp.families import KINDS
 from kdraexp.families.selection import Selection
-from kdraexp.sources.protocol import CollectionFailed
+from kdraexp.sources.protocol import CollectionFailed, Waiting
 from kdraexp.store.collection import Collection, CollectionBuilder, Store
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.selfmetrics import CollectionStats
@@ -68,7 +68,7 @@ class Gatherer:
         """Whether a scrape can be answered (in list mode, always: it lists)."""
         return True
 
-    def not_synced(self) -> dict[str, ListError | None]:
+    def not_synced(self) -> dict[str, Waiting]:
         """Nothing: a list-mode scrape waits for nothing kept."""
         return {}
 

@@ -22,13 +22,17 @@ class CollectionFailed(Exception):
     errors: tuple[ListError, ...]
 
 
+Waiting = ListError | str
+"""What a resource not synchronised waits on: the failure that holds it back, or in words."""
+
+
 class NotSynced(Exception):
     """Some resources have not been synchronised yet: no collection can be complete."""
 
-    def __init__(self, waiting: dict[str, ListError | None]) -> None:
+    def __init__(self, waiting: dict[str, Waiting]) -> None:
         super().__init__(", ".join(waiting))
         self.waiting = waiting
-        """Each resource not synchronised, with what failed last (None: nothing yet)."""
+        """Each resource not synchronised, with what it waits on."""
 
 
 class CollectionSource(Protocol):
@@ -38,8 +42,8 @@ class CollectionSource(Protocol):
     def ready(self) -> bool:
         """Whether a scrape can be answered now (``/readyz``)."""
 
-    def not_synced(self) -> dict[str, ListError | None]:
-        """The resources a scrape still waits for, with what failed last (empty when ready)."""
+    def not_synced(self) -> dict[str, Waiting]:
+        """The resources a scrape still waits for, with what each waits on (empty when ready)."""
 
     def gather(self) -> Deferred[Collection]:
         """A collection: the one in flight, or a new one.

@@ -40,7 +40,7 @@ from kdraexp.dra.listing import (
 from kdraexp.families import KINDS
 from kdraexp.families.selection import Selection
 from kdraexp.sources.gather import listed_first
-from kdraexp.sources.protocol import CollectionFailed, NotSynced
+from kdraexp.sources.protocol import CollectionFailed, NotSynced, Waiting
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.watchstats import WatchStats
@@ -107,6 +107,11 @@ class KindWatch:
     def start(self) -> None:
         """Start following (until :meth:`stop`)."""
         self._running = Deferred.fromCoroutine(self._run())
+
+    @property
+    def started(self) -> bool:
+        """Whether the kind is being followed (the rest start once the first are synchronised)."""
+        return self._running is not None
 
     def stop(self) -> None:
         """Stop following; the watch in flight is dropped."""
@@ -335,10 +340,12 @@ class WatchGatherer:
         """Whether every resource has been synchronised once."""
         return all(watch.ever_synced for watch in self._watches.values())
 
-    def not_synced(self) -> dict[str, ListError | None]:
-        """The resources not synchronised yet, with what failed last."""
+    def not_synced(self) -> dict[str, Waiting]:
+        """The resources not synchronised yet, with the failure or the step each waits on."""
+        first = ", ".join(kind.plural for kind in self._first())
         return {
             plural: watch.error
+            or (f"the first list of {plural}" if watch.started else f"{first} first")
             for plural, watch in sorted(self._watches.items())
             if not watch.ever_synced
         }

@@ -6,7 +6,7 @@ then follows), so that one alert covers both modes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -17,9 +17,10 @@ from kdraexp.telemetry.selfmetrics import CollectionStats
 class WatchStats(Collector):
     """Per resource: synchronised, events by type, re-lists by cause, restarts, last event."""
 
-    def __init__(self, collections: CollectionStats) -> None:
+    def __init__(self, collections: CollectionStats, resources: Iterable[str]) -> None:
         self._collections = collections
-        self._synced: dict[str, bool] = {}
+        self._synced = dict.fromkeys(resources, False)
+        """Every resource followed, from the start: one not synchronised yet is a 0, not absent."""
         self._events: dict[tuple[str, str], int] = {}
         self._relists: dict[tuple[str, str], int] = {}
         self._restarts: dict[str, int] = {}
