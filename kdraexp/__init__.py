@@ -1,3 +1,3 @@
 """kdraexp: a Prometheus exporter for Kubernetes Dynamic Resource Allocation."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

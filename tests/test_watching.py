@@ -30,7 +30,9 @@ class Watched:
         self.client, self.agent = in_memory_client(fake, clock)
         self.collections = CollectionStats()
         selection = select()
-        self.stats = WatchStats(self.collections, (kind.plural for kind in selection.kinds))
+        self.stats = WatchStats(
+            self.collections, (kind.plural for kind in selection.kinds), staleness
+        )
         self.gatherer = WatchGatherer(self.client, clock, self.stats, selection, staleness)
 
     def settle(self) -> None:
@@ -226,10 +228,16 @@ def test_stale_past_the_bound_fails(fake: FakeKubeAPI, clock: Clock) -> None:
     watched = Watched(fake, clock, staleness=60)
     watched.gatherer.start()
     watched.settle()
+    assert watched.metric("kube_dra_exporter_max_staleness_seconds", {}) == 60
+    failing = "kube_dra_exporter_watch_failing_since_timestamp_seconds"
+    assert watched.metric(failing, {"resource": "resourceclaims"}) is None
     fake.faults["resourceclaims"] = Fault(403, status(403, "Forbidden", "no"))
+    broken_at = clock.seconds()
     fake.close_watches()
     watched.settle()
     assert "kube_resourceclaim" in watched.text()  # the last state, within the bound
+    assert watched.metric(failing, {"resource": "resourceclaims"}) == broken_at
+    assert watched.metric(failing, {"resource": "resourceslices"}) is None
     clock.advance(61)
     watched.settle()
     pending = watched.gatherer.gather()
@@ -246,6 +254,7 @@ def test_stale_past_the_bound_fails(fake: FakeKubeAPI, clock: Clock) -> None:
     fake.bookmark()  # the API server sends one about every minute: the state is current again
     watched.settle()
     assert "kube_resourceclaim" in watched.text()
+    assert watched.metric(failing, {"resource": "resourceclaims"}) is None
 
 
 def test_accepted_then_broken_at_once_goes_stale(fake: FakeKubeAPI, clock: Clock) -> None:

@@ -270,7 +270,9 @@ def build_service(
     collectors: list[Any] = [stats, http_stats]
     gatherer: CollectionSource
     if settings.mode == "watch" and watcher is not None:  # the options refuse watch with a file
-        watch_stats = WatchStats(stats, (kind.plural for kind in settings.selection.kinds))
+        watch_stats = WatchStats(
+            stats, (kind.plural for kind in settings.selection.kinds), settings.max_staleness
+        )
         collectors.append(watch_stats)
         gatherer = WatchGatherer(
             watcher,

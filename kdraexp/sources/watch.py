@@ -281,6 +281,7 @@ class KindWatch:
         self._refusals = (None, 0)
         if self.failing_since is not None:
             log.info("Watching {resource} again", resource=self.kind.plural)
+            self._stats.current(self.kind.plural)
         self.failing_since = None
         self.error = None
 
@@ -297,6 +298,7 @@ class KindWatch:
     def _failed(self, error: ListError) -> None:
         if self.failing_since is None:
             self.failing_since = self._clock.seconds()
+            self._stats.failing(self.kind.plural, self.failing_since)
         self.error = error
         self._stats.failed(self.kind.plural, error.reason)
         log.error(

@@ -17,8 +17,12 @@ from kdraexp.telemetry.selfmetrics import CollectionStats
 class WatchStats(Collector):
     """Per resource: synchronised, events by type, re-lists by cause, restarts, last event."""
 
-    def __init__(self, collections: CollectionStats, resources: Iterable[str]) -> None:
+    def __init__(
+        self, collections: CollectionStats, resources: Iterable[str], max_staleness: float
+    ) -> None:
         self._collections = collections
+        self._max_staleness = max_staleness
+        self._failing_since: dict[str, float] = {}
         self._synced = dict.fromkeys(resources, False)
         """Every resource followed, from the start: one not synchronised yet is a 0, not absent."""
         self._events: dict[tuple[str, str], int] = {}
@@ -54,6 +58,14 @@ class WatchStats(Collector):
         """A watch or its list failed."""
         self._synced.setdefault(resource, False)
         self._collections.failed(resource, reason)
+
+    def failing(self, resource: str, since: float) -> None:
+        """The resource's state has not been confirmed current since *since* (Unix time)."""
+        self._failing_since[resource] = since
+
+    def current(self, resource: str) -> None:
+        """The resource is followed again: what is served is current."""
+        self._failing_since.pop(resource, None)
 
     def collect(self) -> Iterator[Metric]:
         """The families."""
@@ -92,4 +104,16 @@ class WatchStats(Collector):
         )
         for resource, at in sorted(self._last_event.items()):
             last.add_metric([resource], at)
-        yield from (synced, events, relists, restarts, last)
+        failing = GaugeMetricFamily(
+            "kube_dra_exporter_watch_failing_since_timestamp_seconds",
+            "Unix time since which the resource's watch has failed (absent while it is current).",
+            labels=["resource"],
+        )
+        for resource, since in sorted(self._failing_since.items()):
+            failing.add_metric([resource], since)
+        staleness = GaugeMetricFamily(
+            "kube_dra_exporter_max_staleness_seconds",
+            "--max-staleness: past this long failing, scrapes answer 500 instead of old state.",
+            value=self._max_staleness,
+        )
+        yield from (synced, events, relists, restarts, last, failing, staleness)
