@@ -4,7 +4,9 @@
 The chart's ``version`` and ``appVersion`` must be equal, valid SemVer, and the app version a
 valid image tag (no build metadata, at most 128 characters). Shipped values files must leave
 ``image.tag`` empty (or equal to appVersion) and pin no digest, so the image follows appVersion.
-With ``--release-tag``, the tag (one leading ``v`` allowed) must equal that version.
+With ``--release-tag``, the tag (one leading ``v`` allowed) must equal that version. The
+changelog (``CHANGELOG.md`` beside the chart's repository) must have a section for it, so that
+no release ships without saying what changed.
 
 Exit status 0 with ``Release consistency OK: ...`` on stdout, or 1 with the reason on stderr.
 """
@@ -19,7 +21,9 @@ from typing import Any
 
 import yaml
 
-DEFAULT_CHART = Path(__file__).resolve().parent.parent / "chart" / "kube-dra-exporter"
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CHART = ROOT / "chart" / "kube-dra-exporter"
+DEFAULT_CHANGELOG = ROOT / "CHANGELOG.md"
 _IDENTIFIER = r"[0-9A-Za-z-]+"
 _SEMVER = re.compile(
     r"(?P<major>0|[1-9][0-9]*)\.(?P<minor>0|[1-9][0-9]*)\.(?P<patch>0|[1-9][0-9]*)"
@@ -100,14 +104,23 @@ def check_release(chart_dir: Path | str, release_tag: str | None = None) -> tupl
     return chart_version, app_version
 
 
+def check_changelog(changelog: Path | str, version: str) -> None:
+    """Raise ValueError unless *changelog* has a ``## <version>`` section."""
+    heading = re.compile(rf"^## \[?v?{re.escape(version)}\]?(\s|$)", re.MULTILINE)
+    if heading.search(Path(changelog).read_text(encoding="utf-8")) is None:
+        raise ValueError(f"{Path(changelog).name} has no section for {version} (## {version})")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``check_release.py [--chart DIR] [--release-tag TAG]``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chart", default=str(DEFAULT_CHART), help="chart directory")
-    parser.add_argument("--release-tag", help="the git tag being released, e.g. v0.1.0")
+    parser.add_argument("--release-tag", help="the git tag being released, e.g. v0.2.0")
+    parser.add_argument("--changelog", default=str(DEFAULT_CHANGELOG), help="the changelog")
     args = parser.parse_args(argv)
     try:
         chart_version, app_version = check_release(args.chart, args.release_tag)
+        check_changelog(args.changelog, chart_version)
     except (ValueError, KeyError, TypeError, OSError, yaml.YAMLError) as error:
         print(f"Release consistency check failed: {error}", file=sys.stderr)
         return 1

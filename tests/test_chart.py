@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kdraexp import __version__
 from tests.helm import CHART, RenderError, helm, kinds, render, resource
 
 pytestmark = pytest.mark.slow
@@ -118,7 +119,7 @@ def test_image_follows_app_version(tmp_path: Path) -> None:
             {"tag": "1.0.0", "digest": "sha256:abc"},
             "ghcr.io/gradiant/kube-dra-exporter:1.0.0@sha256:abc",
         ),
-        ({"name": "other"}, "ghcr.io/gradiant/other:0.1.0"),
+        ({"name": "other"}, f"ghcr.io/gradiant/other:{__version__}"),
     ],
 )
 def test_image_forms(image: dict[str, str], expected: str) -> None:
@@ -482,7 +483,7 @@ def test_labels_consistent() -> None:
     for doc in docs:
         labels = doc["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "Helm", doc["kind"]
-        assert labels["helm.sh/chart"] == "kube-dra-exporter-0.1.0", doc["kind"]
+        assert labels["helm.sh/chart"] == f"kube-dra-exporter-{__version__}", doc["kind"]
         assert labels["app.kubernetes.io/component"] == "main", doc["kind"]
         assert labels["app"] == "kube-dra-exporter", doc["kind"]
         assert labels["team"] == "gpu", doc["kind"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from scripts.check_release import DEFAULT_CHART, check_release
+from scripts.check_release import DEFAULT_CHART, check_changelog, check_release
 
 SCRIPT = Path(__file__).parent.parent / "scripts" / "check_release.py"
 
@@ -130,8 +131,35 @@ def test_cli_ok_on_shipped_chart() -> None:
         [sys.executable, str(SCRIPT)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "Release consistency OK: chart=0.1.0, app/image=0.1.0\n"
+    from kdraexp import __version__
+
+    assert result.stdout == (
+        f"Release consistency OK: chart={__version__}, app/image={__version__}\n"
+    )
     assert DEFAULT_CHART.is_dir()
+
+
+def test_release_needs_a_changelog_section(chart: Path, tmp_path: Path) -> None:
+    """A version the changelog says nothing of is refused, naming the file and the version."""
+    changelog = tmp_path / "CHANGELOG.md"
+    changelog.write_text("# Changelog\n\n## 1.2.2\n\n- before\n\n## 1.2.30\n")
+    refused = subprocess.run(
+        [sys.executable, str(SCRIPT), "--chart", str(chart), "--changelog", str(changelog)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert "CHANGELOG.md has no section for 1.2.3" in refused.stderr
+    changelog.write_text("# Changelog\n\n## 1.2.3\n\n- this one\n")
+    check_changelog(changelog, "1.2.3")
+
+
+def test_readme_installs_this_release() -> None:
+    """The README's install line names the chart's own version, not an older one's."""
+    readme = (DEFAULT_CHART.parent.parent / "README.md").read_text()
+    versions = re.findall(r"oci://\S+/kube-dra-exporter\s*\\?\s*--version (\S+)", readme)
+    assert versions == [check_release(DEFAULT_CHART)[0]]
 
 
 def test_chart_app_version_is_package_version() -> None:
