@@ -26,8 +26,12 @@ ALERTS = (
     "DRAResourcePoolStaleGeneration",
     "KubeDraExporterDown",
     "KubeDraExporterListErrors",
+    "KubeDraExporterWatchNotSynced",
+    "KubeDraExporterWatchStale",
     "KubeDraExporterSlowCollections",
 )
+RUNBOOKS = "https://runbooks.example/alerts.md"
+"""The runbook URL the promtool tests expect (the default follows the release)."""
 DOCS = Path(__file__).parent.parent / "docs" / "alerts.md"
 
 
@@ -51,11 +55,11 @@ def promtool(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_rules_check_and_unit_tests(tmp_path: Path) -> None:
     """promtool check rules accepts them, and every alert's unit tests pass."""
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules()))
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules({"runbookURL": RUNBOOKS})))
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
     checked = promtool(tmp_path, "check", "rules", "rules.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 16 rules found" in checked.stdout
+    assert "SUCCESS: 18 rules found" in checked.stdout
     tested = promtool(tmp_path, "test", "rules", RULE_TESTS.name)
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
@@ -103,6 +107,26 @@ def test_values_shape_the_rules() -> None:
             assert rule["annotations"]["runbook_url"].endswith("#" + rule["alert"].lower())
 
 
+def test_job_and_runbooks_follow_the_chart() -> None:
+    """Unset, the job is the chart's name (nameOverride too) and runbooks are this release's."""
+    from kdraexp import __version__
+
+    for values, job in (
+        ({}, "kube-dra-exporter"),
+        ({"nameOverride": "gpu-metrics"}, "gpu-metrics"),
+    ):
+        docs = render({"prometheusRule": {"enabled": True}, **values})
+        spec = resource(docs, "PrometheusRule")["spec"]
+        for group in spec["groups"]:
+            for rule in group["rules"]:
+                assert rule["expr"].count("job=") == rule["expr"].count(f'job="{job}"') > 0
+                if "alert" in rule:
+                    assert rule["annotations"]["runbook_url"] == (
+                        "https://github.com/gradiant/kube-dra-exporter/blob/"
+                        f"v{__version__}/docs/alerts.md#{rule['alert'].lower()}"
+                    )
+
+
 def test_rule_object() -> None:
     """Namespace and labels of the PrometheusRule; nothing without prometheusRule.enabled."""
     docs = render(
@@ -119,7 +143,7 @@ def test_rule_object() -> None:
     [
         ({"alerts": {"DRANope": {"enabled": True}}}, "additional properties 'DRANope'"),
         ({"alerts": {"DRADeviceTainted": {"for": "soon"}}}, "/DRADeviceTainted/for"),
-        ({"job": ""}, "/prometheusRule/job"),
+        ({"job": 'a"b'}, "/prometheusRule/job"),
     ],
 )
 def test_schema(values: dict[str, Any], message: str) -> None:

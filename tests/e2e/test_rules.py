@@ -2,7 +2,8 @@
 
 Prometheus scrapes the exporter, which lists the real API server holding the objects of
 tests/e2e/families.py and a claim waiting for a class that matches nothing; a second exporter
-whose identity may list nothing, and a target where nothing listens, complete the job. The
+whose identity may list nothing (in list mode and in watch mode), and a target where nothing
+listens, complete the job. The
 rules are the chart's, rendered with every ``for`` at 0s.
 
 This module creates objects that the exact-sample tests of test_cluster.py do not expect: it
@@ -73,19 +74,28 @@ def scarce_claim(kube: Kube, family_claims: object, dra_objects: None) -> Iterat
 @pytest.fixture(scope="module")
 def exporters(
     kube: Kube, scarce_claim: None, families_account: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Exporter, Exporter]]:
-    """The exporter listing everything, and one whose ServiceAccount may list nothing."""
+) -> Iterator[tuple[Exporter, Exporter, Exporter]]:
+    """The exporter listing everything, and two whose ServiceAccount may list nothing.
+
+    The second lists, the third watches (with a short --max-staleness, so that its watch alerts
+    fire within the test).
+    """
     directory = tmp_path_factory.mktemp("rules")
     kube.create(
         f"/api/v1/namespaces/{CHART_NAMESPACE}/serviceaccounts",
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "no-rights"}},
     )
     args = ["--resources", ",".join(RESOURCES)]
+    watching = ["--mode", "watch", "--max-staleness", "4"]
     started = []
-    for name, account in (("good", families_account), ("refused", "no-rights")):
+    for name, account, mode in (
+        ("good", families_account, []),
+        ("refused", "no-rights", []),
+        ("watch-refused", "no-rights", watching),
+    ):
         config = write_kubeconfig(directory / f"{name}.kubeconfig", kube, mint_token(kube, account))
-        started.append(Exporter(directory / name, args, {"KUBECONFIG": str(config)}))
-    yield started[0], started[1]
+        started.append(Exporter(directory / name, args + mode, {"KUBECONFIG": str(config)}))
+    yield started[0], started[1], started[2]
     for exporter in started:
         assert exporter.stop() == 0
 
@@ -102,9 +112,9 @@ def chart_rules() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def prometheus_port(
-    exporters: tuple[Exporter, Exporter], tmp_path_factory: pytest.TempPathFactory
+    exporters: tuple[Exporter, Exporter, Exporter], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[int]:
-    good, refused = exporters
+    good, refused, watch_refused = exporters
     directory = tmp_path_factory.mktemp("rules-prometheus")
     (directory / "rules.yaml").write_text(yaml.safe_dump(chart_rules()))
     targets = [
@@ -112,6 +122,8 @@ def prometheus_port(
         good.telemetry_port,
         refused.port,  # answers 500: its lists are refused
         refused.telemetry_port,
+        watch_refused.port,  # answers 503: never synchronised
+        watch_refused.telemetry_port,
         free_port(),  # nothing listens: up is 0
     ]
     config = {
@@ -136,7 +148,9 @@ def _up(port: int) -> bool:
         return False
 
 
-def test_every_alert_fires(prometheus_port: int) -> None:
+def test_every_alert_fires(
+    prometheus_port: int, exporters: tuple[Exporter, Exporter, Exporter]
+) -> None:
     """Each of the chart's alerts becomes firing, on the objects that should make it fire."""
 
     def firing() -> dict[str, list[dict[str, str]]] | None:
@@ -161,6 +175,11 @@ def test_every_alert_fires(prometheus_port: int) -> None:
     assert {a["pool"] for a in alerts["DRAResourcePoolStaleGeneration"]} >= {"e2e-regen"}
     assert {a["resource"] for a in alerts["KubeDraExporterListErrors"]} >= {"resourceclaims"}
     assert {a["reason"] for a in alerts["KubeDraExporterListErrors"]} == {"Forbidden"}
+    watch = f"127.0.0.1:{exporters[2].telemetry_port}"
+    assert {(a["instance"], a["resource"]) for a in alerts["KubeDraExporterWatchNotSynced"]} == {
+        (watch, resource) for resource in RESOURCES
+    }
+    assert {a["instance"] for a in alerts["KubeDraExporterWatchStale"]} == {watch}
 
 
 def test_every_dashboard_query_answers(prometheus_port: int) -> None:

@@ -158,6 +158,16 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 {{- end }}
 {{- end -}}
 
+{{/* The job of the exporter's series: prometheusRule.job, else the name the monitors give it. */}}
+{{- define "kube-dra-exporter.job" -}}
+{{- .Values.prometheusRule.job | default (include "kube-dra-exporter.name" .) -}}
+{{- end -}}
+
+{{/* Where the alerts' runbooks are: prometheusRule.runbookURL, else this release's docs. */}}
+{{- define "kube-dra-exporter.runbookURL" -}}
+{{- .Values.prometheusRule.runbookURL | default (printf "https://github.com/gradiant/kube-dra-exporter/blob/v%s/docs/alerts.md" .Chart.AppVersion) -}}
+{{- end -}}
+
 {{/*
 One alerting rule, when prometheusRule.alerts.<name>.enabled: (list $rule name expr summary
 description). Its runbook is the section of docs/alerts.md named after it.
