@@ -39,3 +39,23 @@ def as_run(expr: str, job: str = "kdraexp") -> str:
     for variable in ("cluster", "driver", "model", "node", "namespace", "deviceclass"):
         expr = expr.replace(f"${variable}", ".*")
     return expr
+
+
+def installed(job: str, currency: str, runbooks: str) -> dict[str, Any]:
+    """The dashboard with its import inputs filled in, as the chart's ConfigMap holds it."""
+    text = DASHBOARD.read_text()
+    for name, value in {
+        "VAR_JOB": job,
+        "VAR_CURRENCY": currency,
+        "VAR_RUNBOOK_URL": runbooks,
+        "DS_PROMETHEUS": "prometheus",
+    }.items():
+        text = text.replace("${" + name + "}", value)
+    board: dict[str, Any] = json.loads(text)
+    return board
+
+
+def panel(title: str) -> dict[str, Any]:
+    """The panel of that title."""
+    found: dict[str, Any] = next(p for p in load()["panels"] if p["title"] == title)
+    return found

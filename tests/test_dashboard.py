@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+from pathlib import Path
 
+import yaml
+
+from kdraexp import __version__
 from kdraexp.families import BY_NAME
-from tests import dashboard
+from tests import dashboard, tools
 from tests.helm import render, resource
 
 ROWS = [
@@ -39,7 +44,10 @@ def test_config_map_for_the_sidecar() -> None:
     assert config["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert config["metadata"]["labels"]["team"] == "gpu"
     assert config["metadata"]["annotations"] == {"grafana_folder": "GPU"}
-    assert json.loads(config["data"]["kdraexp.json"]) == dashboard.load()
+    runbooks = f"https://github.com/gradiant/kube-dra-exporter/blob/v{__version__}/docs/alerts.md"
+    assert json.loads(config["data"]["kdraexp.json"]) == dashboard.installed(
+        "kube-dra-exporter", "USD", runbooks
+    )
     assert "ConfigMap" not in {doc["kind"] for doc in render()}
     other = resource(
         render({"dashboards": {"enabled": True, "label": "dash", "labelValue": "yes"}}),
@@ -47,6 +55,125 @@ def test_config_map_for_the_sidecar() -> None:
     )
     assert other["metadata"]["labels"]["dash"] == "yes"
     assert "annotations" not in other["metadata"]
+
+
+def test_job_currency_and_runbooks_follow_the_values() -> None:
+    """nameOverride names the job; the currency and the runbook URL are values."""
+    values = {
+        "nameOverride": "gpu-metrics",
+        "dashboards": {"enabled": True, "currency": "EUR"},
+        "prometheusRule": {"runbookURL": "https://wiki.example/dra"},
+    }
+    config = resource(render(values), "ConfigMap")
+    board = json.loads(config["data"]["kdraexp.json"])
+    assert board == dashboard.installed("gpu-metrics", "EUR", "https://wiki.example/dra")
+    job = next(v for v in board["templating"]["list"] if v["name"] == "job")
+    assert job["query"] == "gpu-metrics"
+    cost = next(p for p in board["panels"] if p["title"] == "Cost per hour")
+    assert cost["fieldConfig"]["defaults"]["unit"] == "suffix: EUR/h"
+    links = next(p for p in board["panels"] if p["title"] == "Why claims are pending")["links"]
+    assert links[0]["url"] == "https://wiki.example/dra#draresourceclaimunsatisfiable"
+
+
+def test_import_inputs() -> None:
+    """Every ${...} in the file is an import input; their defaults are this release's."""
+    board = dashboard.load()
+    inputs = {i["name"]: i for i in board["__inputs"]}
+    used = set(re.findall(r"\$\{([A-Z_]+)\}", dashboard.DASHBOARD.read_text()))
+    assert used == set(inputs)
+    assert inputs["DS_PROMETHEUS"]["pluginId"] == "prometheus"
+    assert inputs["VAR_JOB"]["value"] == "kube-dra-exporter"
+    assert inputs["VAR_RUNBOOK_URL"]["value"] == (
+        f"https://github.com/gradiant/kube-dra-exporter/blob/v{__version__}/docs/alerts.md"
+    )
+
+
+def test_tables_show_no_time_and_named_values() -> None:
+    """No table shows Grafana's raw Time column, nor a Value column without a name."""
+    for panel in dashboard.load()["panels"]:
+        if panel["type"] != "table":
+            continue
+        organize = [t for t in panel.get("transformations", ()) if t["id"] == "organize"]
+        assert organize, panel["title"]
+        options = organize[0]["options"]
+        assert options["excludeByName"].get("Time") is True, panel["title"]
+        assert options["excludeByName"].get("Value") or options["renameByName"].get("Value")
+
+
+def test_requested_by_class_counts_each_device_once(tmp_path: Path) -> None:
+    """Alternatives count once and adminAccess results not at all: 3 allocated, 2 pending.
+
+    Evaluated by promtool on series as the exporter writes them.
+    """
+    series = {
+        # allocated: two devices, plus one adminAccess result that holds nothing
+        'kube_resourceclaim_allocation_result_info{namespace="ml",resourceclaim_name="a",'
+        'request="gpus",driver="d",pool="p",device_name="gpu-0",deviceclass_name="gpu",'
+        'admin_access="false",share_id=""}': 1,
+        'kube_resourceclaim_allocation_result_info{namespace="ml",resourceclaim_name="a",'
+        'request="gpus",driver="d",pool="p",device_name="gpu-1",deviceclass_name="gpu",'
+        'admin_access="false",share_id=""}': 1,
+        'kube_resourceclaim_allocation_result_info{namespace="mon",resourceclaim_name="dcgm",'
+        'request="all",driver="d",pool="p",device_name="gpu-0",deviceclass_name="gpu",'
+        'admin_access="true",share_id=""}': 1,
+        # allocated from the second alternative of a firstAvailable request
+        'kube_resourceclaim_allocation_result_info{namespace="ml",resourceclaim_name="b",'
+        'request="gpu/small",driver="d",pool="p",device_name="gpu-2",deviceclass_name="gpu",'
+        'admin_access="false",share_id=""}': 1,
+        'kube_resourceclaim_request_devices{namespace="ml",resourceclaim_name="b",'
+        'request="gpu/big",deviceclass_name="gpu",allocation_mode="ExactCount"}': 2,
+        'kube_resourceclaim_request_devices{namespace="ml",resourceclaim_name="b",'
+        'request="gpu/small",deviceclass_name="gpu",allocation_mode="ExactCount"}': 1,
+        # pending: a firstAvailable request of two alternatives asking 2 or 1
+        'kube_resourceclaim_request_devices{namespace="ml",resourceclaim_name="c",'
+        'request="gpu/big",deviceclass_name="gpu",allocation_mode="ExactCount"}': 2,
+        'kube_resourceclaim_request_devices{namespace="ml",resourceclaim_name="c",'
+        'request="gpu/small",deviceclass_name="gpu",allocation_mode="ExactCount"}': 1,
+        'kube_resourceclaim_status_state{namespace="ml",resourceclaim_name="c",state="pending"}': 1,
+        'kube_resourceclaim_status_state{namespace="ml",resourceclaim_name="b",state="pending"}': 0,
+    }
+    job = "kdraexp"
+    with_job = {name.replace("{", f'{{job="{job}",', 1): v for name, v in series.items()}
+    allocated, pending = (
+        dashboard.as_run(t["expr"], job)
+        for t in dashboard.panel("Devices by class: allocated, and requested by pending claims")[
+            "targets"
+        ]
+    )
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": name, "values": f"{value}x3"} for name, value in with_job.items()
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": allocated,
+                        "eval_time": "1m",
+                        "exp_samples": [{"labels": '{deviceclass_name="gpu"}', "value": 3}],
+                    },
+                    {
+                        "expr": pending,
+                        "eval_time": "1m",
+                        "exp_samples": [{"labels": '{deviceclass_name="gpu"}', "value": 2}],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "panel.test.yaml").write_text(yaml.safe_dump(tests))
+    tested = subprocess.run(
+        [str(tools.prometheus() / "promtool"), "test", "rules", "panel.test.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
 def test_rows_and_variables() -> None:
