@@ -675,3 +675,22 @@ def test_timeout_below_the_scrape_timeout_renders() -> None:
     """A timeout below the monitor's scrape timeout is accepted."""
     values = {"exporter": {"timeout": 29}, "prometheus": {"servicemonitor": {"enabled": True}}}
     assert "--timeout=29" in container(render(values))["args"]
+
+
+def test_readme_values_are_the_defaults() -> None:
+    """Each value the README's "Values worth knowing" block shows is the chart's default."""
+    readme = (CHART.parent.parent / "README.md").read_text()
+    start = readme.index("```yaml\nexporter:")
+    shown = yaml.safe_load(readme[start + len("```yaml\n") : readme.index("```\n", start + 7)])
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(node: Any, default: Any, path: str) -> None:
+        if isinstance(node, dict) and node:
+            assert isinstance(default, dict), path
+            for key, value in node.items():
+                assert key in default, f"{path}.{key} is not a value"
+                walk(value, default[key], f"{path}.{key}")
+        else:
+            assert node == default, f"{path}: README shows {node!r}, the default is {default!r}"
+
+    walk(shown, defaults, "")
