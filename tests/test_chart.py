@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -694,3 +695,47 @@ def test_readme_values_are_the_defaults() -> None:
             assert node == default, f"{path}: README shows {node!r}, the default is {default!r}"
 
     walk(shown, defaults, "")
+
+
+def _values(schema: dict[str, Any], defaults: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, default or UNSET) of every value the schema knows, an alert as one value."""
+    properties = schema.get("properties")
+    if not properties or path.startswith("prometheusRule.alerts."):
+        yield path, defaults
+        return
+    for key, sub in properties.items():
+        known = isinstance(defaults, dict) and key in defaults
+        yield from _values(sub, defaults[key] if known else UNSET, f"{path}.{key}".lstrip("."))
+
+
+UNSET = object()
+
+
+def test_chart_readme_lists_every_value_with_its_default() -> None:
+    """The chart README's table has one row per value of the schema, with values.yaml's default."""
+    import json
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    expected = {
+        path: "unset" if value is UNSET else f"`{json.dumps(value, separators=(', ', ': '))}`"
+        for path, value in _values(schema, defaults)
+    }
+    rows = {}
+    for line in (CHART / "README.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        if line.startswith("| `") and len(cells) == 3:
+            rows[cells[0].strip("`")] = cells[1]
+    assert rows == expected
+
+
+def test_kube_prometheus_stack_in_one_step() -> None:
+    """The shipped values turn on the monitor, the rules and the dashboard, one release label."""
+    docs = render(extra=("-f", str(CHART / "kube-prometheus-stack-values.yaml")))
+    labelled = {
+        doc["kind"]
+        for doc in docs
+        if doc["metadata"]["labels"].get("release") == "kube-prometheus-stack"
+    }
+    assert labelled == {"ServiceMonitor", "PrometheusRule", "ConfigMap"}
+    assert resource(docs, "ConfigMap")["metadata"]["labels"]["grafana_dashboard"] == "1"

@@ -40,3 +40,18 @@ def test_no_family_written_twice() -> None:
     """Each family has exactly one block."""
     names = re.findall(r"^### `(kube_[a-z_]+)`", REFERENCE.read_text(), re.MULTILINE)
     assert len(names) == len(set(names))
+
+
+def test_compatibility_table_names_every_family() -> None:
+    """docs/compatibility.md says, for every family, the feature it needs (or the core)."""
+    text = (Path(__file__).parent.parent / "docs" / "compatibility.md").read_text()
+    named = set()
+    for written in re.findall(r"`(kube_[a-z_{},]+)`", text):
+        group = re.fullmatch(r"([a-z_]*)\{([a-z_,]+)\}([a-z_]*)", written)
+        if group:
+            named.update(group[1] + part + group[3] for part in group[2].split(","))
+        else:
+            named.add(written)
+    families = {family.name for family in FAMILIES}
+    assert families <= named, sorted(families - named)
+    assert named <= families, sorted(named - families)
