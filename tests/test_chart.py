@@ -570,6 +570,54 @@ def test_notes(tmp_path: Path) -> None:
     ) in notes
     assert "curl http://localhost:8080/metrics" in notes
     assert "prometheus.io/scrape pod annotations" in notes
+    assert "/readyz" not in notes and "shards" not in notes
+    assert (
+        "3 replicas collect independently: deduplicate"
+        in (resource(render({"replicaCount": 3}, chart=chart), "ConfigMap")["data"]["notes"])
+    )
+    sharded = resource(
+        render(
+            {
+                "sharding": {"enabled": True, "replicas": 4},
+                "replicaCount": 3,
+                "exporter": {"mode": "watch"},
+            },
+            chart=chart,
+        ),
+        "ConfigMap",
+    )["data"]["notes"]
+    assert "4 shards (regression-kube-dra-exporter-0 to -3)" in sharded
+    assert "sum their\nseries (do not deduplicate them)" in sharded
+    assert "deduplicate their series" not in sharded
+    assert "/readyz and /metrics answer 503" in sharded
+
+
+def test_shards_have_a_headless_governing_service_and_a_budget_of_one() -> None:
+    """The StatefulSet names a headless Service the monitors do not select; a drain takes one."""
+    docs = render(
+        {
+            "sharding": {"enabled": True, "replicas": 4},
+            "podDisruptionBudget": {"enabled": True},
+            "prometheus": {"servicemonitor": {"enabled": True}},
+        }
+    )
+    services = {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == "Service"}
+    governing = services[resource(docs, "StatefulSet")["spec"]["serviceName"]]
+    assert governing["spec"]["clusterIP"] == "None"
+    monitor = resource(docs, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    selected = [
+        name
+        for name, service in services.items()
+        if monitor.items() <= service["metadata"]["labels"].items()
+    ]
+    assert selected == ["regression-kube-dra-exporter"]
+    budget = resource(docs, "PodDisruptionBudget")["spec"]
+    assert budget.get("maxUnavailable") == 1 and "minAvailable" not in budget
+    unsharded = render({"podDisruptionBudget": {"enabled": True}})
+    assert [d["metadata"]["name"] for d in unsharded if d["kind"] == "Service"] == [
+        "regression-kube-dra-exporter"
+    ]
+    assert resource(unsharded, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
 
 
 def test_readme_manifests() -> None:
