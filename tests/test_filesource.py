@@ -18,7 +18,7 @@ from kdraexp.serve.web import failure_line
 from kdraexp.sources.file import FileSource
 from kdraexp.sources.gather import Gatherer
 from kdraexp.telemetry.selfmetrics import CollectionStats
-from tests.collect import Recorder, fetch
+from tests.collect import Recorder, fetch, values
 from tests.conftest import failure_of, result_of
 from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_SLICE
 
@@ -90,6 +90,33 @@ def test_reread_when_changed(tmp_path: Path) -> None:
         yaml.safe_dump_all([*SEED, typed("DeviceClass", {"metadata": {"name": "two"}})])
     )
     assert result_of(fetch(source, DEVICE_CLASSES)).count == 2
+
+
+def test_an_edit_keeping_the_resource_version_shows(tmp_path: Path) -> None:
+    """A hand edit that leaves resourceVersion as the dump had it is read, not the old rows."""
+    path = tmp_path / "dump.yaml"
+
+    def write(cost: str) -> None:
+        metadata = {"name": "gpu", "resourceVersion": "7", "annotations": {"hourly-cost": cost}}
+        path.write_text(yaml.safe_dump(typed("DeviceClass", {"metadata": metadata, "spec": {}})))
+
+    gatherer = Gatherer(
+        FileSource(str(path), Clock(), run=maybeDeferred),
+        Clock(),
+        10,
+        CollectionStats(),
+        select(resources="deviceclasses"),
+    )
+
+    def cost() -> dict[tuple[str, ...], float]:
+        collection = result_of(gatherer.gather())
+        return values(collection, "kube_deviceclass_hourly_cost", "deviceclass_name")
+
+    write("1.5")
+    assert cost() == {("gpu",): 1.5}
+    write("2.5")
+    os.utime(path, ns=(1, 10**18))  # a new stamp even within the clock's resolution
+    assert cost() == {("gpu",): 2.5}
 
 
 def test_same_object_twice_counts_once(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The offline source: the DRA kinds read from a file instead of an API server.
 
 The file is what ``kubectl get resourceclaims,resourceslices,deviceclasses -A -o yaml`` writes
-(a ``List``), or multi-document YAML, or JSON; an object found twice counts once.  Its status is
+(a ``List``), or multi-document YAML, or JSON; an object found twice counts once, and an object
+is changed when its content is, whatever its resourceVersion says.  Its status is
 checked at every scrape and the file read and parsed again, once, when it changed: in a thread,
 so that a large file does not stop the exporter answering, and within bounds (a regular file of
 at most --max-response-bytes, YAML aliases expanding to at most :data:`EXPANSION` values).
@@ -9,6 +10,7 @@ at most --max-response-bytes, YAML aliases expanding to at most :data:`EXPANSION
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -116,14 +118,13 @@ class FileSource:
             text = content.decode("utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise self._unreadable(error) from None
-        version = "file:{}:{}:{}".format(*stamp)
         if text.lstrip().startswith("{"):
             try:  # ``-o json``: a JSON parser is hundreds of times faster than a YAML one
                 documents = [msgspec.json.decode(content)]
             except (msgspec.DecodeError, RecursionError):
                 pass  # YAML in flow style, or broken JSON: the YAML parser says where
             else:
-                return _Parsed(stamp, self._sort(documents, version))
+                return _Parsed(stamp, self._sort(documents))
         del content
         try:
             documents = list(yaml.load_all(text, Loader=_Loader))
@@ -141,9 +142,9 @@ class FileSource:
                 Reason.DECODE,
                 f"{self.path}: its YAML aliases expand to more than {EXPANSION} values",
             )
-        return _Parsed(stamp, self._sort(documents, version))
+        return _Parsed(stamp, self._sort(documents))
 
-    def _sort(self, documents: list[Any], version: str) -> dict[str, list[msgspec.Raw]]:
+    def _sort(self, documents: list[Any]) -> dict[str, list[msgspec.Raw]]:
         wanted = {kind.kind: kind for kind in KINDS}
         items: dict[str, list[msgspec.Raw]] = {name: [] for name in wanted}
         seen: set[tuple[str, str, str]] = set()
@@ -173,12 +174,7 @@ class FileSource:
                 if identity in seen:
                     continue  # the same object twice: the first one counts
                 seen.add(identity)
-                metadata = item.get("metadata")
-                if isinstance(metadata, dict) and not metadata.get("resourceVersion"):
-                    # A dump without versions: the file's stands in, so an object keeps its
-                    # rows while the file is unchanged.
-                    item = {**item, "metadata": {**metadata, "resourceVersion": version}}
-                items[kind].append(msgspec.Raw(msgspec.json.encode(item)))
+                items[kind].append(msgspec.Raw(_versioned(item)))
         return items
 
     def _unreadable(self, error: Exception) -> ListError:
@@ -188,6 +184,20 @@ class FileSource:
     def _error(self, kind: Kind | None, reason: str, message: str) -> ListError:
         resource = kind.plural if kind else f"file {self.path}"
         return ListError(resource, reason, None, message, public=True)
+
+
+def _versioned(item: dict[str, Any]) -> bytes:
+    """The object as JSON, its resourceVersion replaced by a digest of its content.
+
+    A file is edited by hand, often keeping the resourceVersion of the dump it came from: the
+    digest makes any edit a new version (so it is read again) and an untouched object the same
+    one (so it keeps its rows without being read again).
+    """
+    metadata = item.get("metadata")
+    if not isinstance(metadata, dict):
+        return msgspec.json.encode(item)
+    digest = hashlib.blake2b(msgspec.json.encode(item), digest_size=12).hexdigest()
+    return msgspec.json.encode({**item, "metadata": {**metadata, "resourceVersion": digest}})
 
 
 def _expands_past(documents: list[Any], budget: int) -> bool:
