@@ -14,13 +14,24 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# The installs are files, remade only when the packaging changes: `make demo` again starts at
+# once. The test install contains the runtime one.
+METADATA := setup.cfg setup.py pyproject.toml
+RUNTIME := $(VENV)/.installed-runtime
+TESTING := $(VENV)/.installed-test
+
 # What the exporter needs to run, nothing more (make demo).
-runtime: $(BIN)/python
+$(RUNTIME): $(BIN)/python $(METADATA)
 	$(BIN)/python -m pip install -q $(COMPAT) -e .
+	touch $@
 
 # The exporter and everything the tests need.
-install: $(BIN)/python
+$(TESTING): $(BIN)/python $(METADATA)
 	$(BIN)/python -m pip install -q $(COMPAT) -e '.[test]'
+	touch $@ $(RUNTIME)
+
+runtime: $(if $(wildcard $(TESTING)),$(TESTING),$(RUNTIME))
+install: $(TESTING)
 
 demo: runtime
 	@echo "Serving examples/cluster.yaml: the DRA metrics on $(LISTEN), the exporter's own on $(TELEMETRY)"

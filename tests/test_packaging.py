@@ -8,22 +8,24 @@ from pathlib import Path
 
 import pytest
 
+from kdraexp import __version__
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parent.parent
 
 
 def test_wheel_installs_plugin(tmp_path: Path) -> None:
-    """Build the wheel, install it with its dependencies into a new venv, find the plugin."""
+    """The sdist and the wheel built from it pass ``twine check``; the wheel installs.
+
+    Installed with its dependencies into a new venv, twistd finds the plugin there.
+    """
     subprocess.run(
         [
             sys.executable,
             "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
+            "build",
+            "--no-isolation",
+            "--outdir",
             str(tmp_path / "dist"),
             str(ROOT),
         ],
@@ -31,6 +33,24 @@ def test_wheel_installs_plugin(tmp_path: Path) -> None:
         capture_output=True,
         timeout=300,
     )
+    built = sorted(path.name for path in (tmp_path / "dist").iterdir())
+    assert built == [f"kdraexp-{__version__}-py3-none-any.whl", f"kdraexp-{__version__}.tar.gz"]
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "twine",
+            "check",
+            "--strict",
+            *sorted((tmp_path / "dist").iterdir()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("PASSED") == 2
     wheels = list((tmp_path / "dist").glob("kdraexp-*.whl"))
     assert len(wheels) == 1
     venv = tmp_path / "venv"
@@ -90,3 +110,27 @@ def test_wheel_installs_plugin(tmp_path: Path) -> None:
     )
     assert command.returncode == 0, command.stderr
     assert command.stdout.startswith("Usage: kdraexp ") and "--page-size" in command.stdout
+
+
+def test_make_demo_installs_only_when_the_packaging_changed(tmp_path: Path) -> None:
+    """The installs are file targets: a second ``make demo`` runs the exporter at once."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+
+    def planned() -> str:
+        return subprocess.run(
+            ["make", "-n", "demo", f"VENV={venv}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+
+    assert "pip install" in planned()  # nothing installed yet
+    (venv / ".installed-runtime").touch()
+    first = planned()
+    assert "pip install" not in first and "kdraexp --listen" in first
+    (venv / ".installed-test").touch()  # after `make install`: the test install holds the runtime
+    assert "pip install" not in planned()
