@@ -45,7 +45,7 @@ def test_no_family_written_twice() -> None:
 def test_compatibility_table_names_every_family() -> None:
     """docs/compatibility.md says, for every family, the feature it needs (or the core)."""
     text = (Path(__file__).parent.parent / "docs" / "compatibility.md").read_text()
-    named = set()
+    named: set[str] = set()
     for written in re.findall(r"`(kube_[a-z_{},]+)`", text):
         group = re.fullmatch(r"([a-z_]*)\{([a-z_,]+)\}([a-z_]*)", written)
         if group:
