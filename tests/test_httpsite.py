@@ -13,7 +13,7 @@ from twisted.web.pages import notFound
 from twisted.web.resource import Resource
 
 from kdraexp.serve import site as httpsite
-from kdraexp.serve.site import HEADER_DEADLINE, BoundedChannel, BoundedSite
+from kdraexp.serve.site import GRACE, HEADER_DEADLINE, WRITE_DEADLINE, BoundedChannel, BoundedSite
 from kdraexp.telemetry.http import HTTPStats
 
 HANDLERS = {b"/healthz": "healthz"}
@@ -81,6 +81,7 @@ def test_new_connection_replaces_oldest_idle_one() -> None:
     for channel, _ in slow:
         assert channel is not None
         channel.dataReceived(b"GET /hea")
+    clock.advance(GRACE)
     probe, transport = connect(server, 99)
     assert probe is not None
     assert [t.disconnected for _, t in slow] == [True, False, False]
@@ -110,6 +111,80 @@ def test_busy_connections_are_kept() -> None:
     refused, _ = connect(server, 99)
     assert refused is None
     assert not any(t.disconnected for _, t in busy)
+
+
+class Port:
+    """What the site needs of a listening port: to stop and start accepting."""
+
+    accepting = True
+
+    def stopReading(self) -> None:  # noqa: N802
+        self.accepting = False
+
+    def startReading(self) -> None:  # noqa: N802
+        self.accepting = True
+
+
+def test_answer_not_read_is_dropped_after_the_write_deadline() -> None:
+    """A client that leaves the send buffers full is cut off; one that reads is not."""
+    clock = Clock()
+    server = site(clock)
+    stalled, stalled_transport = connect(server, 1)
+    reading, reading_transport = connect(server, 2)
+    assert stalled is not None and reading is not None
+    stalled.pauseProducing()  # as the transport does when its buffer is full
+    reading.pauseProducing()
+    clock.advance(WRITE_DEADLINE - 1)
+    reading.resumeProducing()  # it read: the buffers drained
+    clock.advance(1)
+    assert stalled_transport.disconnected and not reading_transport.disconnected
+    clock.advance(WRITE_DEADLINE)
+    assert not reading_transport.disconnected
+
+
+def test_the_stalled_are_shed_first_and_the_new_never() -> None:
+    """Shed order: not reading, then idle, then slow headers; a young connection is kept."""
+    clock = Clock()
+    server = site(clock, limit=4)
+    idle, idle_t = connect(server, 1)
+    headers, headers_t = connect(server, 2)
+    stalled, stalled_t = connect(server, 3)
+    assert idle is not None and headers is not None and stalled is not None
+    clock.advance(2 * GRACE)
+    headers.dataReceived(b"GET /hea")
+    stalled.pauseProducing()
+    clock.advance(2 * GRACE)
+    _, young_t = connect(server, 4)
+    sheds = []
+    for port in (5, 6, 7):
+        connect(server, port)
+        sheds.append([t.disconnected for t in (stalled_t, idle_t, headers_t, young_t)])
+    assert sheds == [
+        [True, False, False, False],
+        [True, True, False, False],
+        [True, True, True, False],
+    ]
+
+
+def test_nothing_to_shed_stops_accepting_until_room() -> None:
+    """Full of new or busy connections: accept no more (clients wait), and again once one ends."""
+    clock = Clock()
+    server = site(clock, limit=2)
+    port = Port()
+    server.listening(port)  # type: ignore[arg-type]
+    first, first_t = connect(server, 1)
+    connect(server, 2)
+    assert port.accepting
+    third, _ = connect(server, 3)  # already accepted by the kernel: kept, one above
+    assert third is not None and not port.accepting
+    clock.advance(GRACE / 2)
+    assert not port.accepting
+    assert first is not None
+    first_t.loseConnection()
+    first.connectionLost()
+    assert not port.accepting  # still at the limit with three open
+    clock.advance(GRACE)  # the others are no longer new: one can be shed
+    assert port.accepting
 
 
 def test_request_body_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -341,3 +341,56 @@ async def test_healthz_through_a_flood_of_slow_clients(tmp_path: Path) -> None:
         for client in slow:
             client.close()
         assert await stop(process) == 0
+
+
+async def test_clients_that_never_read_are_shed_and_a_burst_is_answered(tmp_path: Path) -> None:
+    """260 clients ask for a 6 MB /metrics and never read it: /healthz answers at once.
+
+    After them, a burst of 2,000 clients is answered in full: at the connection limit new
+    clients wait to be accepted instead of being turned away.
+    """
+    import json
+    import socket
+    import time
+
+    from twisted.internet import reactor
+    from twisted.web.client import HTTPConnectionPool
+
+    from benchmarks.cluster import cluster
+
+    dump = tmp_path / "dump.json"
+    objects = [item for items in cluster(300).values() for item in items]
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    port = free_port()
+    process = start(["--listen", f"127.0.0.1:{port}", "--source", f"file:{dump}"], tmp_path)
+    base = f"http://127.0.0.1:{port}"
+    readers: list[socket.socket] = []
+    try:
+        await wait_for(lambda: get(f"{base}/healthz"))
+        code, body = await get(f"{base}/metrics", timeout=60)  # type: ignore[misc]
+        assert code == 200 and len(body) > 4_000_000
+        for _ in range(260):
+            reader = socket.socket()
+            reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            reader.connect(("127.0.0.1", port))
+            reader.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            readers.append(reader)
+        await wait_for(lambda: get(f"{base}/healthz"), 30)  # the 260 are being answered
+        fresh = HTTPConnectionPool(reactor, persistent=False)
+        started = time.monotonic()
+        answer = await get(f"{base}/healthz", timeout=5, pool=fresh)
+        assert answer == (200, b"ok\n"), time.monotonic() - started
+        burst = HTTPConnectionPool(reactor, persistent=False)
+        burst.maxPersistentPerHost = 0
+        answers = await gatherResults(
+            [
+                Deferred.fromCoroutine(get(f"{base}/healthz", timeout=120, pool=burst))
+                for _ in range(2000)
+            ]
+        )
+        assert [a for a in answers if a != (200, b"ok\n")] == []
+        assert process.poll() is None
+    finally:
+        for reader in readers:
+            reader.close()
+        assert await stop(process) == 0

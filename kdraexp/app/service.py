@@ -185,6 +185,8 @@ class ListeningService(Service):
         return stopped
 
     def _bound(self, port: IListeningPort) -> IListeningPort:
+        if isinstance(self.factory, BoundedSite):
+            self.factory.listening(port)
         host: Any = port.getHost()
         address = getattr(host, "host", None)
         if address is None:

@@ -1,9 +1,15 @@
 """HTTP connections within bounds, whatever the clients do, and counted.
 
 A client that sends its request headers a byte at a time is dropped once :data:`HEADER_DEADLINE`
-has passed since the request's first byte.  A listener holds at most :data:`MAX_CONNECTIONS`;
-past that, a new connection replaces the oldest one that is not in the middle of a request (idle
-or still sending headers), so a flood of slow clients cannot keep a probe of ``/healthz`` out.
+has passed since the request's first byte, and one that does not read its answer once the send
+buffers have stayed full for :data:`WRITE_DEADLINE`.  A listener holds at most
+:data:`MAX_CONNECTIONS`; past that, a new connection takes the place of one that can be shed:
+first one whose answer waits for a client not reading, then the longest idle, then the slowest
+still sending its headers; never one in its first :data:`GRACE` (a burst of clients each send
+their request at once) nor one being answered.  When none can be shed the listener stops
+accepting until one can or one ends: new clients wait in the kernel's queue instead of being
+turned away, so a flood of slow clients cannot keep a probe of ``/healthz`` out and a burst of
+quick ones is answered in full.
 A request with a body is answered 413 as soon as its headers are read: no route takes a body,
 and Twisted would otherwise spool it to a temporary file.  Each finished request is counted
 by handler and code (:mod:`kdraexp.telemetry.http`) and logged at debug level, not info: a scrape
@@ -14,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from twisted.internet.interfaces import IAddress, IDelayedCall
+from twisted.internet.interfaces import IAddress, IDelayedCall, IListeningPort
 from twisted.internet.main import CONNECTION_DONE
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -32,6 +38,10 @@ HEADER_DEADLINE = 10.0
 IDLE_TIMEOUT = 120.0
 """Seconds a kept-alive connection may stay silent (Prometheus scrapes at most every minute or
 two on one connection)."""
+WRITE_DEADLINE = 30.0
+"""Seconds an answer may wait, the send buffers full, for a client that does not read it."""
+GRACE = 1.0
+"""Seconds a new connection, or a request just begun, is not shed to make room for another."""
 MAX_CONNECTIONS = 256
 """Open connections per listener: well under the usual limit of 1,024 open files, with room for
 forty Prometheus replicas and their retries."""
@@ -53,17 +63,36 @@ class BoundedChannel(HTTPChannel):
     def connectionMade(self) -> None:
         """Count the connection (and make room for it)."""
         super().connectionMade()
+        self.opened = self.site.reactor.seconds()
         self._deadline: IDelayedCall | None = None
+        self._requested = 0.0
+        """When the request under way began (its first byte)."""
         self._in_request = False
         self._refused = False
+        self._stall: IDelayedCall | None = None
+        self.stalled_since: float | None = None
+        """Since when the answer has waited for the client to read (None: it has not)."""
 
     def dataReceived(self, data: bytes) -> None:
         """Start the header deadline at a request's first byte."""
         if self._refused:
             return
         if self._deadline is None and not self._in_request:
+            self._requested = self.site.reactor.seconds()
             self._deadline = self.callLater(HEADER_DEADLINE, self._too_slow)
         super().dataReceived(data)
+
+    def pauseProducing(self) -> None:
+        """The send buffers are full: the client has until :data:`WRITE_DEADLINE` to read."""
+        super().pauseProducing()
+        if self._stall is None:
+            self.stalled_since = self.site.reactor.seconds()
+            self._stall = self.callLater(WRITE_DEADLINE, self._not_reading)
+
+    def resumeProducing(self) -> None:
+        """The client read: the answer flows again."""
+        super().resumeProducing()
+        self._cancel_stall()
 
     def allHeadersReceived(self) -> None:
         """Headers complete: stop the deadline; refuse a body before reading any of it."""
@@ -82,10 +111,21 @@ class BoundedChannel(HTTPChannel):
         self._in_request = False
         super().requestDone(request)
 
-    @property
-    def evictable(self) -> bool:
-        """Idle or still sending headers: nothing is lost by closing it."""
-        return not self._in_request
+    def shed_order(self, now: float) -> tuple[int, float] | None:
+        """Where this connection stands among those to shed (lowest first), or None: keep it.
+
+        An answer the client does not read, then an idle connection, then headers sent slowly;
+        neither a connection nor a request in its first :data:`GRACE`, nor one being answered.
+        """
+        if self.stalled_since is not None:
+            return (0, self.stalled_since)
+        if self._in_request or now - self.opened < GRACE:
+            return None
+        if self._deadline is None:
+            return (1, self.opened)
+        if now - self._requested < GRACE:
+            return None
+        return (2, self._requested)
 
     def _too_slow(self) -> None:
         self._deadline = None
@@ -96,6 +136,22 @@ class BoundedChannel(HTTPChannel):
         )
         self.transport.abortConnection()
 
+    def _not_reading(self) -> None:
+        self._stall = None
+        log.debug(
+            "Dropping {peer}: it read nothing of its answer for {seconds}s",
+            peer=str(self.transport.getPeer()),
+            seconds=WRITE_DEADLINE,
+        )
+        self.transport.abortConnection()
+
+    def _cancel_stall(self) -> None:
+        self.stalled_since = None
+        if self._stall is not None:
+            if self._stall.active():
+                self._stall.cancel()
+            self._stall = None
+
     def _cancel_deadline(self) -> None:
         if self._deadline is not None:
             if self._deadline.active():
@@ -105,6 +161,7 @@ class BoundedChannel(HTTPChannel):
     def connectionLost(self, reason: Failure = Failure(CONNECTION_DONE)) -> None:  # noqa: B008
         """Forget the connection."""
         self._cancel_deadline()
+        self._cancel_stall()
         self.site.closed(self)
         super().connectionLost(reason)
 
@@ -145,27 +202,78 @@ class BoundedSite(Site):
         self._max = max_connections
         self._open: dict[BoundedChannel, None] = {}
         """Open connections, oldest first."""
+        self._port: Any = None
+        """The listening port, once bound (its stopReading and startReading pause accepting)."""
+        self._paused: IDelayedCall | None = None
+        """While not accepting: the next look for a connection to shed."""
+
+    def listening(self, port: IListeningPort) -> None:
+        """The port this site is served on: it stops accepting while nothing can be shed."""
+        self._port = port if hasattr(port, "stopReading") else None  # a TCP port: it can
 
     def buildProtocol(self, addr: IAddress | None) -> BoundedChannel | None:  # type: ignore[override]
-        """A channel for a new connection, or None (closing it) when full of busy ones."""
-        if len(self._open) >= self._max:
-            oldest = next((c for c in self._open if c.evictable), None)
-            if oldest is None:
+        """A channel for a new connection, room made for it; None closes it (no room, no port)."""
+        if len(self._open) >= self._max and not self._shed_one():
+            if self._port is None:
                 log.warn(
-                    "Refusing a connection from {peer}: {count} connections, all busy",
+                    "Refusing a connection from {peer}: {count} connections, none to shed",
                     peer=str(addr),
                     count=len(self._open),
                 )
                 return None
-            del self._open[oldest]
-            oldest.transport.abortConnection()
+            self._pause()  # this one is already accepted: kept, one above the limit
         channel = cast(BoundedChannel, super().buildProtocol(addr))
         self._open[channel] = None
         return channel
 
     def closed(self, channel: BoundedChannel) -> None:
-        """A connection ended."""
+        """A connection ended: there may be room to accept again."""
         self._open.pop(channel, None)
+        if self._paused is not None and len(self._open) < self._max:
+            self._resume()
+
+    def _shed_one(self) -> bool:
+        now = self.reactor.seconds()
+        ranked = [(order, c) for c in self._open if (order := c.shed_order(now)) is not None]
+        if not ranked:
+            return False
+        _, shed = min(ranked, key=lambda pair: pair[0])
+        del self._open[shed]
+        shed.transport.abortConnection()
+        return True
+
+    def _pause(self) -> None:
+        if self._paused is not None:
+            return
+        log.warn(
+            "{count} connections on the {listener} listener, none to shed: "
+            "new ones wait to be accepted",
+            count=len(self._open),
+            listener=self.listener,
+        )
+        self._port.stopReading()
+        self._paused = self.reactor.callLater(GRACE, self._retry)
+
+    def _retry(self) -> None:
+        """Accept again once below the limit, shedding what can be shed to get there.
+
+        Connections accepted in one turn of the port past the limit (a turn accepts up to its
+        ``numberAccepts``) are kept; no more are accepted until the count is below it again.
+        """
+        self._paused = None
+        while len(self._open) >= self._max and self._shed_one():
+            pass
+        if len(self._open) < self._max:
+            self._port.startReading()
+        else:
+            self._paused = self.reactor.callLater(GRACE, self._retry)
+
+    def _resume(self) -> None:
+        if self._paused is not None:
+            if self._paused.active():
+                self._paused.cancel()
+            self._paused = None
+        self._port.startReading()
 
     def refused(self, channel: BoundedChannel) -> None:
         """A request came with a body."""
