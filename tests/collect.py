@@ -72,6 +72,7 @@ def collect(
     slices: Iterable[dict[str, Any]] = (),
     classes: Iterable[dict[str, Any]] = (),
     rules: Iterable[dict[str, Any]] = (),
+    pods: Iterable[dict[str, Any]] = (),
     selection: Selection | None = None,
     matcher: Matcher | None = None,
     store: Store | None = None,
@@ -86,13 +87,14 @@ def collect(
         "resourceslices": list(slices),
         "deviceclasses": list(classes),
         "devicetaintrules": list(rules),
+        "pods": list(pods),
     }
     builder = CollectionBuilder(chosen, matcher or Matcher(), store, shard)
     for first in (True, False):
         for kind in chosen.kinds:
             if listed_first(kind) != first:
                 continue
-            items = [msgspec.Raw(msgspec.json.encode(o)) for o in objects[kind.plural]]
+            items = [msgspec.Raw(msgspec.json.encode(o)) for o in objects.get(kind.plural, ())]
             builder.reader(kind).page(items)
         if first:
             builder.classes_listed()

@@ -299,6 +299,26 @@ def test_cluster_rbac() -> None:
     assert resource(docs, "ClusterRoleBinding")["roleRef"]["name"] == "existing"
 
 
+def test_pods_granted_only_when_listed() -> None:
+    """Naming pods in exporter.resources adds the core group's pods, with the mode's verbs."""
+    default = resource(render(), "ClusterRole")["rules"]
+    assert all("" not in rule["apiGroups"] for rule in default)
+    values = {
+        "exporter": {"mode": "watch", "resources": ["resourceclaims", "deviceclasses", "pods"]}
+    }
+    docs = render(values)
+    rules = resource(docs, "ClusterRole")["rules"]
+    assert rules == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims", "deviceclasses"],
+            "verbs": ["list", "watch"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+    ]
+    assert "--resources=resourceclaims,deviceclasses,pods" in container(docs)["args"]
+
+
 def test_rbac_fixes() -> None:
     """create=false needs no useClusterRole; extra rules append; names differ per namespace."""
     docs = render({"rbac": {"create": False, "useClusterRole": False}})
@@ -416,7 +436,8 @@ def test_watch_mode_and_sharding() -> None:
     statefulset = resource(docs, "StatefulSet")
     assert statefulset["spec"]["replicas"] == 3
     assert statefulset["spec"]["podManagementPolicy"] == "Parallel"
-    assert statefulset["spec"]["serviceName"] == resource(docs, "Service")["metadata"]["name"]
+    services = [doc["metadata"]["name"] for doc in docs if doc["kind"] == "Service"]
+    assert statefulset["spec"]["serviceName"] in services
     main = statefulset["spec"]["template"]["spec"]["containers"][0]
     assert main["args"][5:10] == [
         "--mode=watch",
@@ -528,7 +549,7 @@ def test_extra_objects_and_env() -> None:
     ("values", "message"),
     [
         ({"replicaCount": "three"}, "at '/replicaCount': got string, want integer"),
-        ({"exporter": {"resources": ["pods"]}}, "at '/exporter/resources/0'"),
+        ({"exporter": {"resources": ["nodes"]}}, "at '/exporter/resources/0'"),
         ({"exporter": {"resources": []}}, "at '/exporter/resources'"),
         ({"exporter": {"timeout": 0}}, "at '/exporter/timeout'"),
         ({"exporter": {"pageSize": "500"}}, "at '/exporter/pageSize': got string, want integer"),

@@ -69,6 +69,7 @@ def test_example_cluster_every_family() -> None:
         slices=by_kind["ResourceSlice"],
         classes=by_kind["DeviceClass"],
         rules=by_kind["DeviceTaintRule"],
+        pods=by_kind["Pod"],
         selection=EVERYTHING,
     )
     assert {f.name for f, _ in collection.families()} == {f.name for f in EVERYTHING.families}

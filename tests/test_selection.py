@@ -75,7 +75,7 @@ def test_opt_in_families() -> None:
         ({"allowlist": "kube_(unclosed"}, "--metric-allowlist: 'kube_(unclosed' is not a regular"),
         ({"denylist": "*"}, "--metric-denylist: '*' is not a regular expression"),
         ({"opt_in": "["}, "--metric-opt-in-list: '[' is not a regular expression"),
-        ({"resources": "pods"}, "--resources: expected some of"),
+        ({"resources": "nodes"}, "--resources: expected some of"),
         ({"resources": ""}, "--resources: expected some of"),
         ({"device_capacities": "("}, "--device-capacities: '(' is not a regular expression"),
         ({"device_attributes": "a-b"}, "--device-attributes: 'a-b' is not an attribute name"),

@@ -18,7 +18,7 @@ from kdraexp.store.sharding import Part, Shard, ordinal
 from tests.collect import collect, samples
 from tests.test_filesource import EXAMPLE
 
-RESOURCES = "resourceclaims,resourceslices,deviceclasses,devicetaintrules"
+RESOURCES = "resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods"
 
 
 def example() -> dict[str, Any]:
@@ -30,6 +30,7 @@ def example() -> dict[str, Any]:
         "slices": objects.get("ResourceSlice", []),
         "classes": objects.get("DeviceClass", []),
         "rules": objects.get("DeviceTaintRule", []),
+        "pods": objects.get("Pod", []),
     }
 
 
@@ -69,7 +70,7 @@ def written(collection: Collection) -> Counter[tuple[str, tuple[tuple[str, str],
 def test_union_of_shards_is_the_whole(objects: dict[str, Any], total: int) -> None:
     """Each sample is written by exactly one shard, and the union equals the unsharded set.
 
-    Sharded, the families that judge a pending claim against every pool are not written.
+    Sharded, the families that join an object with every pool or claim are not written.
     """
     chosen = select(resources=RESOURCES, sharded=True)
     assert {f.name for f in select(resources=RESOURCES).families} - {

@@ -122,9 +122,9 @@ def test_values() -> None:
             "missing ), unterminated subpattern at position 5",
         ),
         (
-            ["--resources", "pods"],
+            ["--resources", "nodes"],
             "--resources: expected some of deviceclasses, devicetaintrules, "
-            "resourceslices, resourceclaims, got 'pods'",
+            "resourceslices, resourceclaims, pods, got 'nodes'",
         ),
     ],
 )

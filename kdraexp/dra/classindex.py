@@ -13,6 +13,9 @@ import attrs
 
 from kdraexp.dra.devicecel import CACHE_LIMIT, CompiledClass, DeviceFields, Matcher, union_paths
 
+IMPLICIT_EXTENDED = "deviceclass.resource.kubernetes.io/"
+"""Every class serves the extended resource of this prefix and its name."""
+
 
 @attrs.frozen
 class ClassEntry:
@@ -21,6 +24,8 @@ class ClassEntry:
     name: str
     expressions: tuple[str, ...]
     cost: float | None
+    extended_resource: str = ""
+    """``spec.extendedResourceName``: pods may ask for the class's devices by that name."""
 
 
 class ClassIndex:
@@ -29,6 +34,11 @@ class ClassIndex:
     def __init__(self, entries: Iterable[ClassEntry] = (), matcher: Matcher | None = None) -> None:
         self.entries = {entry.name: entry for entry in entries}
         self.costs = {name: e.cost for name, e in self.entries.items() if e.cost is not None}
+        self.extended = {f"{IMPLICIT_EXTENDED}{name}": name for name in self.entries}
+        """Extended resource name -> the class serving it: its own name, and the implicit one."""
+        self.extended.update(
+            {e.extended_resource: e.name for e in self.entries.values() if e.extended_resource}
+        )
         self._matcher = matcher
         self._compiled: list[tuple[ClassEntry, CompiledClass]] = []
         if matcher is not None:

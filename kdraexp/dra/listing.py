@@ -31,7 +31,9 @@ class Kind:
     kind: str
     item_type: type[Any]
     versions: tuple[str, ...] = ("v1",)
-    """``resource.k8s.io`` versions that serve it, newest first: the newest served is used."""
+    """Versions of its group that serve it, newest first: the newest served is used."""
+    group: str = GROUP
+    """Its API group; ``""`` for the core group (Pods, at ``/api/v1``)."""
     decoder: msgspec.json.Decoder[Any] = attrs.field(init=False, eq=False, repr=False)
     """Decodes one object of this kind."""
 
@@ -40,7 +42,15 @@ class Kind:
 
     def api_versions(self) -> tuple[str, ...]:
         """``apiVersion`` values this kind's objects carry."""
-        return tuple(f"{GROUP}/{version}" for version in self.versions)
+        if not self.group:
+            return self.versions
+        return tuple(f"{self.group}/{version}" for version in self.versions)
+
+    def path(self, version: str) -> tuple[str, ...]:
+        """Where the API server serves its list, cluster-wide: ``apis/<group>/<version>/...``."""
+        if not self.group:
+            return ("api", version, self.plural)
+        return ("apis", self.group, version, self.plural)
 
 
 DEVICE_CLASSES = Kind("deviceclasses", "DeviceClass", wire.DeviceClass)
@@ -49,7 +59,9 @@ DEVICE_TAINT_RULES = Kind(
 )
 RESOURCE_SLICES = Kind("resourceslices", "ResourceSlice", wire.ResourceSlice)
 RESOURCE_CLAIMS = Kind("resourceclaims", "ResourceClaim", wire.ResourceClaim)
-KINDS = (DEVICE_CLASSES, DEVICE_TAINT_RULES, RESOURCE_SLICES, RESOURCE_CLAIMS)
+PODS = Kind("pods", "Pod", wire.Pod, group="")
+"""Listed only when ``--resources`` names them: the demand no claim shows yet, device health."""
+KINDS = (DEVICE_CLASSES, DEVICE_TAINT_RULES, RESOURCE_SLICES, RESOURCE_CLAIMS, PODS)
 """Every kind, in the order a collection lists them: classes first, since slices need them."""
 BY_PLURAL = {kind.plural: kind for kind in KINDS}
 DEFAULT_RESOURCES = ("resourceclaims", "resourceslices", "deviceclasses")

@@ -276,6 +276,113 @@ class DeviceTaintRule(Wire):
     status: TaintRuleStatus | None = None
 
 
+# --- Pod (core/v1), opt-in -------------------------------------------------------------------
+
+
+class PodClaim(Wire):
+    """One ``spec.resourceClaims`` entry: a claim by name, or made from a template."""
+
+    name: str | None = None
+    resource_claim_name: str | None = msgspec.field(default=None, name="resourceClaimName")
+    resource_claim_template_name: str | None = msgspec.field(
+        default=None, name="resourceClaimTemplateName"
+    )
+
+
+class ContainerResources(Wire):
+    """``resources`` of a container: requests and limits, quantities as text."""
+
+    requests: dict[str, Any] | None = None
+    limits: dict[str, Any] | None = None
+
+
+class Container(Wire):
+    """A container: its name and what it requests."""
+
+    name: str | None = None
+    resources: ContainerResources | None = None
+
+
+class PodSpec(Wire):
+    """``spec`` of a Pod, as far as devices go."""
+
+    node_name: str | None = msgspec.field(default=None, name="nodeName")
+    resource_claims: list[PodClaim] | None = msgspec.field(default=None, name="resourceClaims")
+    containers: list[Container] | None = None
+    init_containers: list[Container] | None = msgspec.field(default=None, name="initContainers")
+
+
+class PodCondition(Wire):
+    """One ``status.conditions`` entry."""
+
+    type: str | None = None
+    status: str | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+class ClaimStatusEntry(Wire):
+    """One ``status.resourceClaimStatuses`` entry: the claim made for a template."""
+
+    name: str | None = None
+    resource_claim_name: str | None = msgspec.field(default=None, name="resourceClaimName")
+
+
+class ResourceHealth(Wire):
+    """One device of an ``allocatedResourcesStatus`` entry and its health."""
+
+    resource_id: str | None = msgspec.field(default=None, name="resourceID")
+    health: str | None = None
+
+
+class ResourceStatus(Wire):
+    """One ``allocatedResourcesStatus`` entry: ``claim:<claim>[/<request>]`` and its devices."""
+
+    name: str | None = None
+    resources: list[ResourceHealth] | None = None
+
+
+class ContainerStatus(Wire):
+    """A container's status, as far as device health goes."""
+
+    name: str | None = None
+    allocated_resources_status: list[ResourceStatus] | None = msgspec.field(
+        default=None, name="allocatedResourcesStatus"
+    )
+
+
+class ExtendedClaimStatus(Wire):
+    """``status.extendedResourceClaimStatus``: the claim the scheduler made at binding."""
+
+    resource_claim_name: str | None = msgspec.field(default=None, name="resourceClaimName")
+
+
+class PodStatus(Wire):
+    """``status`` of a Pod, as far as devices go."""
+
+    conditions: list[PodCondition] | None = None
+    resource_claim_statuses: list[ClaimStatusEntry] | None = msgspec.field(
+        default=None, name="resourceClaimStatuses"
+    )
+    container_statuses: list[ContainerStatus] | None = msgspec.field(
+        default=None, name="containerStatuses"
+    )
+    init_container_statuses: list[ContainerStatus] | None = msgspec.field(
+        default=None, name="initContainerStatuses"
+    )
+    extended_resource_claim_status: ExtendedClaimStatus | None = msgspec.field(
+        default=None, name="extendedResourceClaimStatus"
+    )
+
+
+class Pod(Wire):
+    """A Pod, reduced to its claims, requests, node, scheduling condition and device health."""
+
+    metadata: ObjectMeta | None = None
+    spec: PodSpec | None = None
+    status: PodStatus | None = None
+
+
 class Page(Wire):
     """One page of a list, its objects left undecoded: each is decoded only if it changed."""
 

@@ -15,6 +15,7 @@ from kdraexp.dra.listing import Kind
 from kdraexp.families import (
     deviceclass,
     devicetaintrule,
+    pod,
     resourceclaim,
     resourcepool,
     resourceslice,
@@ -27,6 +28,7 @@ FAMILIES: tuple[Family, ...] = tuple(
         (
             *deviceclass.FAMILIES,
             *devicetaintrule.FAMILIES,
+            *pod.FAMILIES,
             *resourceclaim.FAMILIES,
             *resourcepool.FAMILIES,
             *resourceslice.FAMILIES,
@@ -40,7 +42,13 @@ BY_NAME = {family.name: family for family in FAMILIES}
 
 KINDS: dict[Kind, KindSpec] = {
     spec.kind: spec
-    for spec in (deviceclass.KIND, devicetaintrule.KIND, resourceslice.KIND, resourceclaim.KIND)
+    for spec in (
+        deviceclass.KIND,
+        devicetaintrule.KIND,
+        resourceslice.KIND,
+        resourceclaim.KIND,
+        pod.KIND,
+    )
 }
 """Per listed kind, its declaration: each object is read once, by its view, for all families."""
 
@@ -54,5 +62,12 @@ NEED_CEL = (
     resourceclaim.request_matching,
 )
 """The families that evaluate DeviceClass selectors."""
-NEED_EVERY_POOL = (resourceclaim.pending_reason, resourceclaim.request_matching)
-"""The families that judge a claim against every pool: one shard does not see them all."""
+_EVERY_POOL = "a shard does not see every pool a pending claim could be allocated from"
+_EVERY_CLAIM = "a shard does not see every claim a pod names"
+NEED_EVERY_POOL = {
+    resourceclaim.pending_reason: _EVERY_POOL,
+    resourceclaim.request_matching: _EVERY_POOL,
+    pod.unschedulable: _EVERY_CLAIM,
+    pod.device_health: _EVERY_CLAIM,
+}
+"""The families that join an object with every pool or claim, and why a shard cannot."""

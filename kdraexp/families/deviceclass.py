@@ -68,7 +68,10 @@ class ClassView:
             (selector.cel.expression or "") if selector.cel else ""
             for selector in self.spec.selectors or ()
         )
-        self.entry = ClassEntry(self.name, expressions, self.cost)
+        extended = self.spec.extended_resource_name
+        self.entry = ClassEntry(
+            self.name, expressions, self.cost, extended if isinstance(extended, str) else ""
+        )
 
 
 @family(

@@ -113,7 +113,8 @@ class Family:
     """For a cross-object family, what its rows come in sets of: ``pool`` (the rows function
     iterates ``index.pools``) or ``claim`` (``index.claims``); a change recomputes its sets.
     ``pending`` is per claim, for the rows of pending claims, which every change of a pool's
-    use may change: all pending claims' sets are made again when a pool's are."""
+    use may change: all pending claims' sets are made again when a pool's are. ``pod``: per
+    pod that matters (``index.pods``), all made again when pods, claims or classes change."""
     label_names: tuple[str, ...] = attrs.field(init=False)
     line_prefix: Callable[[Row], str] = attrs.field(init=False, repr=False)
     """``name{labels} `` for a row, to which the writer appends the value.
@@ -128,7 +129,7 @@ class Family:
             raise ValueError(f"{self.name}: a label is declared twice")
         if self.original and any(isinstance(label, LabelGroup) for label in self.labels):
             raise ValueError(f"{self.name}: the original's families take no label groups")
-        if (self.reads is CLUSTER) != (self.per in ("pool", "claim", "pending")):
+        if (self.reads is CLUSTER) != (self.per in ("pool", "claim", "pending", "pod")):
             raise ValueError(f"{self.name}: a cross-object family says per pool or per claim")
         object.__setattr__(self, "label_names", tuple(names))
         object.__setattr__(self, "line_prefix", _renderer(self))

@@ -91,6 +91,8 @@ class ResultFacts(msgspec.Struct, gc=False):
     """Its consumed ``--cost-share-capacity``."""
     consumed_capacity: Mapping[str, float] = NOTHING
     """Every capacity it consumes of a shareable device."""
+    request: str = ""
+    """The request it answers: ``<request>`` or ``<request>/<alternative>``."""
 
 
 class RequestFacts(msgspec.Struct, gc=False, frozen=True):
@@ -298,6 +300,12 @@ class ClusterIndex:
         """The devices allocated (adminAccess aside), with the number of claims allocated each."""
         self.consumed: dict[tuple[str, str, str], dict[str, float]] = {}
         """Per shareable device, what its allocations consume of each capacity."""
+        self.pods: list[Any] = []
+        """The pods that matter (:class:`kdraexp.families.pod.PodFacts`), or one at a time."""
+        self.claims_by_name: dict[tuple[str, str], ClaimFacts] = {}
+        """Every claim by (namespace, name), for the pods that name them."""
+        self.extended: dict[str, str] = {}
+        """Extended resource name -> the DeviceClass that serves it."""
 
     @classmethod
     async def build(

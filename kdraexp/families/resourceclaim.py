@@ -165,6 +165,7 @@ class ClaimView:
                     bool(r.consumed),
                     r.consumed.get(share, r.consumed.get(f"{r.driver}/{share}")),
                     r.consumed or NOTHING,
+                    r.request,
                 )
                 for r in self.results
             ),

@@ -163,13 +163,10 @@ def select(
         families[index] = attrs.evolve(
             DEVICE_INFO, labels=(*DEVICE_INFO.labels, *(a.label for a in attributes))
         )
-    for whole in NEED_EVERY_POOL:
+    for whole, why in NEED_EVERY_POOL.items():
         if sharded and whole in families:
             families.remove(whole)
-            warnings.append(
-                f"{whole.name} is not written: a shard does not see every pool a pending claim "
-                "could be allocated from"
-            )
+            warnings.append(f"{whole.name} is not written: {why}")
     if data_keys and CLAIM_DEVICE_INFO in families:
         index = families.index(CLAIM_DEVICE_INFO)
         families[index] = attrs.evolve(

@@ -29,7 +29,7 @@ from twisted.web.iweb import IAgent, IResponse
 
 from kdraexp import __version__
 from kdraexp.dra import wire
-from kdraexp.dra.listing import GROUP, PAGE, Kind, ListError, Reader, Reason, ShapeError
+from kdraexp.dra.listing import PAGE, Kind, ListError, Reader, Reason, ShapeError
 from kdraexp.kube import tls
 from kdraexp.kube.credentials import CredentialError, Credentials
 from kdraexp.kube.inflate import ResponseTooLarge, decoding_agent
@@ -105,7 +105,7 @@ class KubeListClient:
         )
         self._clock = clock
         self._limits = limits
-        self._base = DecodedURL.from_text(server.rstrip("/")).child("apis", GROUP)
+        self._base = DecodedURL.from_text(server.rstrip("/"))
         self._server_name = tls_server_name or self._base.host
         """The name the server's certificate is checked against."""
         self._credentials = credentials
@@ -209,7 +209,7 @@ class KubeListClient:
         """
         versions = self._versions_of(kind)
         for version in versions:
-            url = self._base.child(version, kind.plural).add("watch", "1")
+            url = self._base.child(*kind.path(version)).add("watch", "1")
             url = url.add("allowWatchBookmarks", "true")
             url = url.add("timeoutSeconds", str(timeout_seconds))
             if initial:
@@ -257,7 +257,7 @@ class KubeListClient:
     async def _get(
         self, kind: Kind, version: str, limit: int | None, token: str | None
     ) -> tuple[int, bytearray]:
-        url = self._base.child(version, kind.plural)
+        url = self._base.child(*kind.path(version))
         if limit is not None:
             url = url.add("limit", str(limit))
         if token:

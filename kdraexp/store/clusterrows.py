@@ -19,7 +19,13 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from kdraexp.dra.classindex import ClassIndex
-from kdraexp.dra.listing import DEVICE_CLASSES, DEVICE_TAINT_RULES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kdraexp.dra.listing import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from kdraexp.dra.problems import Problem, Problems
 from kdraexp.families.family import Family
 from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
@@ -142,6 +148,12 @@ class ClusterRows:
                 if r.selectors
             }
         )
+        if any(family.per == "pod" for family in changed):
+            index.pods = [pod for pod in facts.get(PODS.plural, {}).values() if pod is not None]
+            index.claims_by_name = {
+                (claim.labels.values[0], claim.labels.values[1]): claim for claim in claims.values()
+            }
+            index.extended = classes.extended
         for family in changed:
             self.laid[family.name] = await self._lay(family, index, claims, pools, moved, turns)
             self.keys[family.name] = keys[family.name]
@@ -185,6 +197,8 @@ class ClusterRows:
         everyone: Mapping[Any, Any] = index.pools if family.per == "pool" else claims
         old = self.laid.get(family.name)
         given = pools if family.per == "pool" else moved
+        if family.per == "pod":  # few pods matter, and their rows join claims: all made again
+            everyone, given = {(pod.namespace, pod.name): pod for pod in index.pods}, None
         if family.per == "pending" and pools and moved is not None:
             given = set(moved) | {key for key, claim in claims.items() if claim.pending}
         mask: int | None = None
@@ -205,6 +219,8 @@ class ClusterRows:
                 continue
             if family.per == "pool":
                 view.pools = {owner: one}
+            elif family.per == "pod":
+                view.pods = [one]
             else:
                 view.claims = [one]
             found = len(view.problems.found)

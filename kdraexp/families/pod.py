@@ -1,0 +1,291 @@
+"""Pod families, written when ``--resources`` names ``pods``: what no claim shows.
+
+Three answers live on pods only. A pod asking for a DRA-backed extended resource
+(``nvidia.com/gpu: 1`` served by a DeviceClass's ``extendedResourceName``, or
+``deviceclass.resource.kubernetes.io/<class>``) has no claim until the scheduler makes one just
+before binding; the scheduler's ``PodScheduled`` condition says why a pod is not placed; and the
+kubelet writes each allocated device's health into ``allocatedResourcesStatus``.
+
+Only the pods that matter are kept: those naming ``spec.resourceClaims``, asking for an extended
+resource, or reporting device health. Any other pod is decoded (the fields below only) and then
+costs an entry of the store and nothing else. The families join pods with claims and classes,
+so they are cross-object, made again when pods, claims or classes change.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import msgspec
+
+from kdraexp.dra import wire
+from kdraexp.dra.listing import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
+from kdraexp.dra.quantity import QuantityError, parse_quantity
+from kdraexp.families.context import Context
+from kdraexp.families.family import CLUSTER, Row, family
+from kdraexp.families.index import ClusterIndex
+from kdraexp.families.kind import KindSpec, ShardKey
+
+_NATIVE = "kubernetes.io"
+"""Resources of this domain (and its subdomains) are Kubernetes' own, not extended."""
+_IMPLICIT = "deviceclass.resource.kubernetes.io"
+HEALTH = ("healthy", "unhealthy", "unknown")
+CAUSES = ("claims", "class_missing", "claim_missing", "scheduler_error", "other")
+
+
+class PodFacts(msgspec.Struct, gc=False, frozen=True):
+    """What the pod families need of one pod that matters."""
+
+    namespace: str
+    name: str
+    uid: str
+    bound: bool
+    """Whether the scheduler has placed it (``spec.nodeName``)."""
+    extended: tuple[tuple[str, float], ...]
+    """Per extended resource it asks for, the quantity (its containers' sum, or an init
+    container's, whichever is larger)."""
+    named: tuple[str, ...]
+    """The ResourceClaims it names itself (``resourceClaimName``)."""
+    claims: tuple[tuple[str, str], ...]
+    """(its name for a claim, the ResourceClaim's name): named, made from a template, or made
+    by the scheduler for its extended resources."""
+    scheduled: tuple[str, str, str] | None
+    """``PodScheduled``'s (status, reason, message), if it has one."""
+    health: tuple[tuple[str, str, str, str], ...]
+    """(container, entry name, resourceID, health) of each device in allocatedResourcesStatus."""
+
+
+def extended_name(name: str) -> bool:
+    """Whether a resource name is an extended resource (a domain that is not Kubernetes')."""
+    domain, slash, _ = name.partition("/")
+    if not slash:
+        return False
+    if domain == _IMPLICIT:
+        return True
+    return not (domain == _NATIVE or domain.endswith("." + _NATIVE))
+
+
+class PodView:
+    """One pod, read once: its facts when it matters, else None."""
+
+    __slots__ = ("context", "facts")
+
+    def __init__(self, item: wire.Pod, context: Context) -> None:
+        self.context = context
+        meta = item.metadata or wire.ObjectMeta()
+        spec = item.spec or wire.PodSpec()
+        status = item.status or wire.PodStatus()
+        where = f"Pod {meta.namespace or ''}/{meta.name or ''}"
+        extended = self._extended(spec, where)
+        health = tuple(
+            (container.name or "", entry.name or "", one.resource_id or "", one.health or "")
+            for container in (
+                *(status.container_statuses or ()),
+                *(status.init_container_statuses or ()),
+            )
+            for entry in container.allocated_resources_status or ()
+            for one in entry.resources or ()
+        )
+        if not (spec.resource_claims or extended or health):
+            self.facts: PodFacts | None = None
+            return
+        claims = [
+            (claim.name or "", claim.resource_claim_name)
+            for claim in spec.resource_claims or ()
+            if claim.resource_claim_name
+        ]
+        claims += [
+            (entry.name or "", entry.resource_claim_name)
+            for entry in status.resource_claim_statuses or ()
+            if entry.resource_claim_name
+        ]
+        made = status.extended_resource_claim_status
+        if made is not None and made.resource_claim_name:
+            claims.append((made.resource_claim_name, made.resource_claim_name))
+        scheduled = next(
+            (
+                (c.status or "", c.reason or "", c.message or "")
+                for c in status.conditions or ()
+                if c.type == "PodScheduled"
+            ),
+            None,
+        )
+        self.facts = PodFacts(
+            sys.intern(meta.namespace or ""),
+            meta.name or "",
+            meta.uid or "",
+            bool(spec.node_name),
+            extended,
+            tuple(
+                c.resource_claim_name for c in spec.resource_claims or () if c.resource_claim_name
+            ),
+            tuple(claims),
+            scheduled,
+            health,
+        )
+
+    def _extended(self, spec: wire.PodSpec, where: str) -> tuple[tuple[str, float], ...]:
+        summed: dict[str, float] = {}
+        for container in spec.containers or ():
+            for name, quantity in self._asked(container, where).items():
+                summed[name] = summed.get(name, 0.0) + quantity
+        for container in spec.init_containers or ():
+            for name, quantity in self._asked(container, where).items():
+                summed[name] = max(summed.get(name, 0.0), quantity)
+        return tuple(sorted(summed.items()))
+
+    def _asked(self, container: wire.Container, where: str) -> dict[str, float]:
+        """A container's extended resources: its requests, else its limits (they are equal)."""
+        resources = container.resources or wire.ContainerResources()
+        asked = {**(resources.limits or {}), **(resources.requests or {})}
+        found = {}
+        for name, value in asked.items():
+            if not extended_name(name):
+                continue
+            try:
+                found[sys.intern(name)] = parse_quantity(str(value))
+            except QuantityError as error:
+                self.context.problems.add(
+                    PODS.plural,
+                    "resources",
+                    f"{where} container {container.name or ''} {name}: {error}",
+                )
+        return found
+
+
+def cause(reason: str, message: str) -> str:
+    """Why the scheduler did not place a pod, from its ``PodScheduled=False`` condition."""
+    if reason == "SchedulerError":
+        return "scheduler_error"
+    if "device class" in message and "does not exist" in message:
+        return "class_missing"
+    if "cannot allocate all claims" in message:
+        return "claims"
+    return "other"
+
+
+P = ("namespace", "pod", "uid")
+
+
+@family(
+    "kube_pod_dra_extended_resource_request",
+    "What a pod not yet bound asks for of an extended resource a DeviceClass serves.",
+    (*P, "resource", "deviceclass_name"),
+    CLUSTER,
+    "spec.nodeName, spec.{containers,initContainers}[].resources.{requests,limits}, "
+    "DeviceClass spec.extendedResourceName",
+    needs=(PODS, DEVICE_CLASSES),
+    per="pod",
+)
+def extended_resource_request(index: ClusterIndex) -> Iterator[Row]:
+    """One row per (pod, extended resource) until the pod is bound; then its claim shows it."""
+    for pod in index.pods:
+        if pod.bound:
+            continue
+        for resource, quantity in pod.extended:
+            served = index.extended.get(resource)
+            if served is not None:
+                yield (pod.namespace, pod.name, pod.uid, resource, served, quantity)
+
+
+@family(
+    "kube_pod_dra_unschedulable",
+    "1 for a pod the scheduler could not place, with the cause for its devices.",
+    (*P, "cause"),
+    CLUSTER,
+    "spec.nodeName, spec.resourceClaims[].resourceClaimName, status.conditions[PodScheduled], "
+    "ResourceClaim metadata.name",
+    needs=(PODS, RESOURCE_CLAIMS, DEVICE_CLASSES),
+    per="pod",
+)
+def unschedulable(index: ClusterIndex) -> Iterator[Row]:
+    """A pod not bound whose ``PodScheduled`` is False, or that names a missing claim.
+
+    ``claim_missing`` is the exporter's own finding: the scheduler holds such a pod back and
+    says nothing on it.
+    """
+    for pod in index.pods:
+        if pod.bound or not (pod.named or pod.claims or _served(index, pod)):
+            continue
+        if any((pod.namespace, name) not in index.claims_by_name for name in pod.named):
+            yield (pod.namespace, pod.name, pod.uid, "claim_missing", 1.0)
+        elif pod.scheduled is not None and pod.scheduled[0] == "False":
+            yield (pod.namespace, pod.name, pod.uid, cause(*pod.scheduled[1:]), 1.0)
+
+
+def _served(index: ClusterIndex, pod: PodFacts) -> bool:
+    return any(resource in index.extended for resource, _ in pod.extended)
+
+
+@family(
+    "kube_pod_dra_device_health",
+    "1 per device allocated to a pod's container, by the health the kubelet reports.",
+    (*P, "container", "resourceclaim_name", "request", "driver", "pool", "device_name", "health"),
+    CLUSTER,
+    "status.{containerStatuses,initContainerStatuses}[].allocatedResourcesStatus[]"
+    ".{name,resources[].{resourceID,health}}, ResourceClaim status.allocation.devices.results",
+    needs=(PODS, RESOURCE_CLAIMS),
+    per="pod",
+)
+def device_health(index: ClusterIndex) -> Iterator[Row]:
+    """One row per device entry, resolved to the device it is.
+
+    ``resourceID`` is ``<driver>/<pool>/<device>``, or a CDI device ID that the claim's one
+    result for the request resolves; an entry that cannot be resolved keeps its row with the
+    names there are (``device_name=""``).
+    """
+    for pod in index.pods:
+        own = dict(pod.claims)
+        for container, entry, resource_id, health in pod.health:
+            claim, _, request = entry.removeprefix("claim:").partition("/")
+            claim = own.get(claim, claim)
+            driver, pool, device = _device(index, pod.namespace, claim, request, resource_id)
+            state = health.lower()
+            yield (
+                pod.namespace,
+                pod.name,
+                pod.uid,
+                container,
+                claim,
+                request,
+                driver,
+                pool,
+                device,
+                state if state in HEALTH else "unknown",
+                1.0,
+            )
+
+
+def _device(
+    index: ClusterIndex, namespace: str, claim: str, request: str, resource_id: str
+) -> tuple[str, str, str]:
+    driver, slash, rest = resource_id.partition("/")
+    pool, _, device = rest.rpartition("/")
+    if slash and pool and device and "=" not in resource_id:
+        return driver, pool, device
+    facts = index.claims_by_name.get((namespace, claim))
+    results = [
+        r
+        for r in (facts.results if facts else ())
+        if not request or r.request == request or r.request.startswith(request + "/")
+    ]
+    if len(results) == 1:
+        return results[0].driver, results[0].pool, results[0].device
+    return "", "", ""
+
+
+FAMILIES = (extended_resource_request, unschedulable, device_health)
+
+
+def _pod_facts(view: PodView, written: bool) -> PodFacts | None:
+    return view.facts
+
+
+def _pod_shard(item: wire.Pod) -> ShardKey:
+    """A pod is written by the shard of its namespace and name."""
+    meta = item.metadata
+    return ShardKey(f"{meta.namespace or ''}/{meta.name or ''}" if meta else "/")
+
+
+KIND = KindSpec(PODS, PodView, _pod_facts, _pod_shard)
