@@ -22,6 +22,8 @@ ALERTS = (
     "DRADeviceTainted",
     "DRATaintedDeviceInUse",
     "DRADeviceClassExhausted",
+    "DRAExtendedResourceDemandPending",
+    "DRAUnhealthyDeviceInUse",
     "DRAResourcePoolIncomplete",
     "DRAResourcePoolStaleGeneration",
     "KubeDraExporterDown",
@@ -59,7 +61,7 @@ def test_rules_check_and_unit_tests(tmp_path: Path) -> None:
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
     checked = promtool(tmp_path, "check", "rules", "rules.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 18 rules found" in checked.stdout
+    assert "SUCCESS: 20 rules found" in checked.stdout
     tested = promtool(tmp_path, "test", "rules", RULE_TESTS.name)
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
@@ -96,7 +98,12 @@ def test_values_shape_the_rules() -> None:
     }
     spec = rules({"job": "dra", "alerts": alerts, "recordingRules": False})
     groups = {g["name"]: g["rules"] for g in spec["groups"]}
-    assert sorted(groups) == ["kdraexp.claims", "kdraexp.devices", "kdraexp.exporter"]
+    assert sorted(groups) == [
+        "kdraexp.claims",
+        "kdraexp.devices",
+        "kdraexp.exporter",
+        "kdraexp.pods",
+    ]
     pending = groups["kdraexp.claims"][0]
     assert pending["alert"] == "DRAResourceClaimPendingTooLong"
     assert pending["expr"].rstrip().endswith("> 120")

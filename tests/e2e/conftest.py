@@ -117,9 +117,9 @@ def family_claims(kube: Kube) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def families_account(kube: Kube, chart_rbac: object) -> str:
-    """The chart's RBAC for a release listing devicetaintrules too (its ClusterRole follows)."""
+    """The chart's RBAC for a release listing devicetaintrules and pods too (the role follows)."""
     docs = render(
-        {"fullnameOverride": "families", "exporter": {"resources": RESOURCES}},
+        {"fullnameOverride": "families", "exporter": {"resources": [*RESOURCES, "pods"]}},
         extra=("--namespace", CHART_NAMESPACE),
     )
     for doc in docs:
@@ -127,6 +127,7 @@ def families_account(kube: Kube, chart_rbac: object) -> str:
             kube.create(RELEASE_OBJECTS[doc["kind"]].format(ns=CHART_NAMESPACE), doc)
         if doc["kind"] == "ClusterRole":
             assert doc["rules"][0]["resources"] == RESOURCES
+            assert doc["rules"][1] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
     return "families"
 
 

@@ -72,8 +72,75 @@ def scarce_claim(kube: Kube, family_claims: object, dra_objects: None) -> Iterat
 
 
 @pytest.fixture(scope="module")
+def pod_view(kube: Kube, scarce_claim: None) -> None:
+    """A pod waiting for an extended resource a class serves, and a pod using a sick device.
+
+    No scheduler runs in this tier: the first stays unbound; the second is bound by hand, and
+    its status written as the kubelet writes device health.
+    """
+    kube.create(
+        f"{V1}/deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "alerts-extended"},
+            "spec": {"extendedResourceName": "alerts.example.com/gpu"},
+        },
+    )
+    pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    container = {"name": "c", "image": "registry.k8s.io/pause:3.10"}
+    kube.create(
+        pods,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "ext-wait"},
+            "spec": {
+                "containers": [
+                    {**container, "resources": {"limits": {"alerts.example.com/gpu": "1"}}}
+                ]
+            },
+        },
+    )
+    sick = kube.create(
+        pods,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "sick"},
+            "spec": {
+                "nodeName": "alerts-node",
+                "containers": [{**container, "resources": {"claims": [{"name": "gpu"}]}}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "scarce"}],
+            },
+        },
+    )
+    sick["status"]["containerStatuses"] = [
+        {
+            "name": "c",
+            "image": container["image"],
+            "imageID": "",
+            "ready": True,
+            "restartCount": 0,
+            "state": {"running": {}},
+            "allocatedResourcesStatus": [
+                {
+                    "name": "claim:gpu",
+                    "resources": [{"resourceID": "alerts.example.com/p/d", "health": "Unhealthy"}],
+                }
+            ],
+        }
+    ]
+    kube.put(f"{pods}/sick/status", sick)
+
+
+@pytest.fixture(scope="module")
 def exporters(
-    kube: Kube, scarce_claim: None, families_account: str, tmp_path_factory: pytest.TempPathFactory
+    kube: Kube,
+    scarce_claim: None,
+    pod_view: None,
+    families_account: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Exporter, Exporter, Exporter]]:
     """The exporter listing everything, and two whose ServiceAccount may list nothing.
 
@@ -85,7 +152,7 @@ def exporters(
         f"/api/v1/namespaces/{CHART_NAMESPACE}/serviceaccounts",
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "no-rights"}},
     )
-    args = ["--resources", ",".join(RESOURCES)]
+    args = ["--resources", ",".join([*RESOURCES, "pods"])]
     watching = ["--mode", "watch", "--max-staleness", "4"]
     started = []
     for name, account, mode in (
@@ -179,9 +246,13 @@ def test_every_alert_fires(
     assert {a["reason"] for a in alerts["KubeDraExporterListErrors"]} == {"Forbidden"}
     watch = f"127.0.0.1:{exporters[2].telemetry_port}"
     assert {(a["instance"], a["resource"]) for a in alerts["KubeDraExporterWatchNotSynced"]} == {
-        (watch, resource) for resource in RESOURCES
+        (watch, resource) for resource in [*RESOURCES, "pods"]
     }
     assert {a["instance"] for a in alerts["KubeDraExporterWatchStale"]} == {watch}
+    assert {a["pod"] for a in alerts["DRAExtendedResourceDemandPending"]} == {"ext-wait"}
+    assert {(a["pod"], a["device_name"]) for a in alerts["DRAUnhealthyDeviceInUse"]} == {
+        ("sick", "d")
+    }
 
 
 def test_every_dashboard_query_answers(prometheus_port: int) -> None:
