@@ -20,6 +20,7 @@ ROWS = [
     "Utilisation",
     "Claims",
     "Why pending, and what still fits",
+    "Pods",
     "Health",
     "Cost",
     "The exporter",

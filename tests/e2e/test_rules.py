@@ -73,7 +73,7 @@ def scarce_claim(kube: Kube, family_claims: object, dra_objects: None) -> Iterat
 
 @pytest.fixture(scope="module")
 def pod_view(kube: Kube, scarce_claim: None) -> None:
-    """A pod waiting for an extended resource a class serves, and a pod using a sick device.
+    """A pod waiting for an extended resource, one naming a missing claim, one using a sick device.
 
     No scheduler runs in this tier: the first stays unbound; the second is bound by hand, and
     its status written as the kubelet writes device health.
@@ -99,6 +99,18 @@ def pod_view(kube: Kube, scarce_claim: None) -> None:
                 "containers": [
                     {**container, "resources": {"limits": {"alerts.example.com/gpu": "1"}}}
                 ]
+            },
+        },
+    )
+    kube.create(  # names a claim nobody made: claim_missing
+        pods,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "orphan"},
+            "spec": {
+                "containers": [{**container, "resources": {"claims": [{"name": "gpu"}]}}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "no-such-claim"}],
             },
         },
     )
