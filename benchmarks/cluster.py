@@ -206,7 +206,8 @@ def device_classes() -> list[dict[str, Any]]:
                             f"device.attributes['{DRIVER}'].type == '{kind}'"
                         }
                     }
-                ]
+                ],
+                **({"extendedResourceName": "nvidia.com/gpu"} if kind == "gpu" else {}),
             },
         }
         for name, kind, cost in [
@@ -274,10 +275,175 @@ def pending_claims(count: int) -> list[dict[str, Any]]:
     return claims
 
 
-def cluster(nodes: int, pending: int = 0) -> dict[str, list[dict[str, Any]]]:
-    """The three lists of a cluster of *nodes* nodes, with *pending* pending claims more."""
+PODS_PER_DEVICE = 50 / 64
+"""Pods per device: 50,000 at 64,000 devices."""
+MATTERING = 0.4
+"""Of them, those that use devices: 20,000 at 64,000 devices."""
+
+
+def _pod(name: str, namespace: str, index: int, spec: dict[str, Any], **status: Any) -> Any:
+    """A pod with what a real one carries beside its devices: labels, env, volumes, status."""
+    labels = {"app.kubernetes.io/name": name.rsplit("-", 1)[0], "pod-template-hash": "7d9c8b6f5"}
+    container = {
+        "name": "main",
+        "image": "registry.example.com/team/app:1.24.3",
+        "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+        "env": [{"name": f"SETTING_{i}", "value": f"value-{i}"} for i in range(6)],
+        "volumeMounts": [
+            {
+                "name": "kube-api-access",
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            }
+        ],
+        **spec.pop("container", {}),
+    }
     return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": str(uuid.UUID(int=5 * 10**9 + index)),
+            "resourceVersion": str(10**6 - 10**5 + index),
+            "creationTimestamp": "2026-11-28T16:02:11Z",
+            "labels": labels,
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-28T16:00:00Z"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": f"{labels['app.kubernetes.io/name']}-7d9c8b6f5",
+                    "uid": str(uuid.UUID(int=6 * 10**9 + index)),
+                    "controller": True,
+                }
+            ],
+            "managedFields": [
+                {
+                    "manager": manager,
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2026-11-28T16:02:11Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        f"f:{field}": {".": {}, **{f"f:{k}": {} for k in ("a", "b", "c", "d")}}
+                        for field in ("metadata", "spec", "status")
+                    },
+                }
+                for manager in ("kube-controller-manager", "kubelet")
+            ],
+        },
+        "spec": {
+            "containers": [container],
+            "volumes": [{"name": "kube-api-access", "projected": {"sources": []}}],
+            "serviceAccountName": "default",
+            "tolerations": [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}],
+            **spec,
+        },
+        "status": {
+            "phase": "Running",
+            "qosClass": "Burstable",
+            "hostIP": "10.0.3.17",
+            "podIP": f"10.244.{index // 250 % 250}.{index % 250}",
+            "startTime": "2026-11-28T16:02:12Z",
+            "conditions": [
+                {"type": kind, "status": "True", "lastTransitionTime": "2026-11-28T16:02:14Z"}
+                for kind in (
+                    "PodReadyToStartContainers",
+                    "Initialized",
+                    "Ready",
+                    "ContainersReady",
+                    "PodScheduled",
+                )
+            ],
+            **status,
+        },
+    }
+
+
+def pods(nodes: int) -> list[dict[str, Any]]:
+    """The pods of a cluster of *nodes* nodes, most of them using no device.
+
+    Of those that do, four fifths run with a claim (their device's health reported) and a fifth
+    wait for ``nvidia.com/gpu``, served by the gpu.nvidia.com class.
+    """
+    count = round(nodes * DEVICES_PER_NODE * PODS_PER_DEVICE)
+    using = round(count * MATTERING)
+    claims = resource_claims(nodes)
+    made: list[dict[str, Any]] = []
+    for index in range(count):
+        namespace = f"team-{index % 16:02d}"
+        if index < using * 4 // 5 and index < len(claims):
+            claim = claims[index]
+            result = claim["status"]["allocation"]["devices"]["results"][0]
+            device = f"{result['driver']}/{result['pool']}/{result['device']}"
+            made.append(
+                _pod(
+                    claim["status"]["reservedFor"][0]["name"],
+                    claim["metadata"]["namespace"],
+                    index,
+                    {
+                        "nodeName": result["pool"],
+                        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "job"}],
+                        "container": {"resources": {"claims": [{"name": "gpu"}]}},
+                    },
+                    resourceClaimStatuses=[
+                        {"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}
+                    ],
+                    containerStatuses=[
+                        {
+                            "name": "main",
+                            "ready": True,
+                            "allocatedResourcesStatus": [
+                                {
+                                    "name": "claim:gpu",
+                                    "resources": [{"resourceID": device, "health": "Healthy"}],
+                                }
+                            ],
+                        }
+                    ],
+                )
+            )
+        elif index < using:
+            made.append(
+                _pod(
+                    f"waiting-{index:05d}",
+                    namespace,
+                    index,
+                    {"container": {"resources": {"limits": {"nvidia.com/gpu": "1"}}}},
+                    phase="Pending",
+                    conditions=[
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": "0/8000 nodes are available: 8000 cannot allocate all "
+                            "claims.",
+                        }
+                    ],
+                )
+            )
+        else:
+            made.append(
+                _pod(
+                    f"web-{index:05d}",
+                    namespace,
+                    index,
+                    {"nodeName": node_name(index % nodes)},
+                    containerStatuses=[{"name": "main", "ready": True, "restartCount": 0}],
+                )
+            )
+    return made
+
+
+def cluster(
+    nodes: int, pending: int = 0, with_pods: bool = False
+) -> dict[str, list[dict[str, Any]]]:
+    """The lists of a cluster of *nodes* nodes, *pending* pending claims more; pods if asked."""
+    lists = {
         "resourceclaims": resource_claims(nodes) + pending_claims(pending),
         "resourceslices": resource_slices(nodes),
         "deviceclasses": device_classes(),
     }
+    if with_pods:
+        lists["pods"] = pods(nodes)
+    return lists

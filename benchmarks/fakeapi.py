@@ -1,7 +1,7 @@
 """A fast fake of the three DRA lists and their watches: pages encoded ahead, counted.
 
-Run as ``python -m benchmarks.fakeapi NODES PORT [PENDING]``; it prints ``ready`` when it
-serves.
+Run as ``python -m benchmarks.fakeapi NODES PORT [PENDING [PODS]]``; it prints ``ready`` when
+it serves (with PODS 1, the cluster's pods too, at ``/api/v1/pods``).
 Lists honour ``limit``/``continue``.  Watches (``watch=1``) send the initial events when asked
 (``sendInitialEvents``, ending with the ``k8s.io/initial-events-end`` bookmark), then every
 change, a bookmark every ten seconds, an ERROR 410 to a watch from before the last compaction,
@@ -28,14 +28,15 @@ from urllib.parse import parse_qs, urlsplit
 from benchmarks.cluster import cluster
 
 PREFIX = "/apis/resource.k8s.io/v1/"
+PODS = "/api/v1/pods"
 DEFAULT_LIMIT = 500
 
 
 class Pages:
     """Every list's pages, encoded once per (resource, offset, limit); and the watches."""
 
-    def __init__(self, nodes: int, pending: int = 0) -> None:
-        self.objects = cluster(nodes, pending)
+    def __init__(self, nodes: int, pending: int = 0, with_pods: bool = False) -> None:
+        self.objects = cluster(nodes, pending, with_pods)
         self.items = {
             plural: [json.dumps(item, separators=(",", ":")).encode() for item in items]
             for plural, items in self.objects.items()
@@ -79,15 +80,18 @@ class Pages:
             metadata = {"resourceVersion": str(self.version)}
             if end < len(items):
                 metadata["continue"] = str(end)
-            kind = {
-                "resourceclaims": "ResourceClaimList",
-                "resourceslices": "ResourceSliceList",
-                "deviceclasses": "DeviceClassList",
+            kind, api = {
+                "resourceclaims": ("ResourceClaimList", "resource.k8s.io/v1"),
+                "resourceslices": ("ResourceSliceList", "resource.k8s.io/v1"),
+                "deviceclasses": ("DeviceClassList", "resource.k8s.io/v1"),
+                "pods": ("PodList", "v1"),
             }[plural]
             body = (
                 b'{"kind":"'
                 + kind.encode()
-                + b'","apiVersion":"resource.k8s.io/v1","metadata":'
+                + b'","apiVersion":"'
+                + api.encode()
+                + b'","metadata":'
                 + json.dumps(metadata).encode()
                 + b',"items":['
                 + b",".join(items[offset:end])
@@ -151,9 +155,9 @@ def bookmark(plural: str, version: int, end: bool = False) -> bytes:
     return json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n"
 
 
-def serve(nodes: int, port: int, pending: int = 0) -> None:
-    """Serve a cluster of *nodes* nodes (and *pending* pending claims) until killed."""
-    pages = Pages(nodes, pending)
+def serve(nodes: int, port: int, pending: int = 0, with_pods: bool = False) -> None:
+    """Serve a cluster of *nodes* nodes (*pending* pending claims, its pods) until killed."""
+    pages = Pages(nodes, pending, with_pods)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -195,8 +199,8 @@ def serve(nodes: int, port: int, pending: int = 0) -> None:
                     pages.changed.notify_all()
                 self._send(200, b"{}")
                 return
-            plural = url.path.removeprefix(PREFIX)
-            if not url.path.startswith(PREFIX) or plural not in pages.items:
+            plural = "pods" if url.path == PODS else url.path.removeprefix(PREFIX)
+            if not url.path.startswith((PREFIX, PODS)) or plural not in pages.items:
                 self._send(404, b'{"kind":"Status","code":404,"reason":"NotFound"}')
                 return
             if query.get("watch") == ["1"]:
@@ -276,4 +280,9 @@ def serve(nodes: int, port: int, pending: int = 0) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    serve(
+        int(sys.argv[1]),
+        int(sys.argv[2]),
+        int(sys.argv[3]) if len(sys.argv) > 3 else 0,
+        len(sys.argv) > 4 and sys.argv[4] == "1",
+    )

@@ -72,7 +72,8 @@ class Run:
     """One cluster size: the fake API and the exporter, as child processes.
 
     With *api*, the exporter reads that run's fake API instead of starting one; the API
-    started otherwise holds *pending* pending claims more (see benchmarks.cluster.PENDING).
+    started otherwise holds *pending* pending claims more (see benchmarks.cluster.PENDING), and
+    the cluster's pods *with_pods*.
     """
 
     def __init__(
@@ -82,6 +83,7 @@ class Run:
         exporter_args: list[str],
         api: Run | None = None,
         pending: int = 0,
+        with_pods: bool = False,
     ) -> None:
         self.devices = devices
         self.nodes = max(1, devices // DEVICES_PER_NODE)
@@ -97,6 +99,7 @@ class Run:
                     str(self.nodes),
                     str(self.api_port),
                     str(pending),
+                    "1" if with_pods else "0",
                 ],
                 stdout=subprocess.PIPE,
                 text=True,
@@ -503,12 +506,19 @@ def main(argv: list[str] | None = None) -> int:
         default=64000,
         help="devices at which pending claims' cost is measured (0: not measured)",
     )
+    parser.add_argument(
+        "--pods-size",
+        type=int,
+        default=64000,
+        help="devices at which the Pod view's cost is measured, with their pods (0: not measured)",
+    )
     args = parser.parse_args(argv)
-    from benchmarks import diagnosis, watching  # they measure with this module's Run
+    from benchmarks import diagnosis, pods, watching  # they measure with this module's Run
 
     results = []
     watched: dict[str, Any] | None = None
     diagnosed: dict[str, Any] | None = None
+    podded: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as directory:
         for size in (int(s) for s in args.sizes.split(",")):
             results.append(measure(size, args.scrapes, Path(directory), args.exporter_args.split()))
@@ -521,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
                 args.diagnosis_size, args.scrapes, Path(directory) / "diagnosis"
             )
             print("measured pending claims' cost", file=sys.stderr, flush=True)
+        if args.pods_size:
+            podded = pods.measure(args.pods_size, args.scrapes, Path(directory) / "pods")
+            print("measured the Pod view's cost", file=sys.stderr, flush=True)
     print(table(results))
     print()
     print(memory_table(results))
@@ -536,6 +549,10 @@ def main(argv: list[str] | None = None) -> int:
         print(diagnosis.table(diagnosed))
         print()
         checks += diagnosis.targets(diagnosed)
+    if podded is not None:
+        print(pods.table(podded))
+        print()
+        checks += pods.targets(podded)
     for name, ok in checks:
         print(f"- {'met' if ok else 'MISSED'}: {name}")
     args.json.write_text(
@@ -544,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
                 "results": results,
                 "watch": watched,
                 "diagnosis": diagnosed,
+                "pods": podded,
                 "targets": dict(checks),
             },
             indent=2,
