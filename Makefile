@@ -36,7 +36,7 @@ install: $(TESTING)
 demo: runtime
 	@echo "Serving examples/cluster.yaml: the DRA metrics on $(LISTEN), the exporter's own on $(TELEMETRY)"
 	$(BIN)/kdraexp --listen $(LISTEN) --telemetry-listen $(TELEMETRY) --source file:examples/cluster.yaml \
-	  --resources resourceclaims,resourceslices,deviceclasses,devicetaintrules \
+	  --resources resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods \
 	  --device-attributes profile --claim-device-data uuid
 
 lint: install

@@ -18,7 +18,7 @@ def test_demo_exposition_lints_clean_but_for_the_original() -> None:
     for item in yaml.safe_load(EXAMPLE.read_text())["items"]:
         by_kind.setdefault(str(item["kind"]), []).append(item)
     chosen = select(
-        resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules",
+        resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods",
         device_attributes="profile",
         claim_device_data="uuid",
     )
@@ -28,10 +28,12 @@ def test_demo_exposition_lints_clean_but_for_the_original() -> None:
             slices=by_kind["ResourceSlice"],
             classes=by_kind["DeviceClass"],
             rules=by_kind["DeviceTaintRule"],
+            pods=by_kind["Pod"],
             selection=chosen,
         )
     )
     assert "kube_resourceclaim_pending_reason{" in exposition
+    assert "kube_pod_dra_device_health{" in exposition
     linted = subprocess.run(
         [str(tools.prometheus() / "promtool"), "check", "metrics"],
         input=exposition,
