@@ -78,8 +78,14 @@ class PodView:
         status = item.status or wire.PodStatus()
         where = f"Pod {meta.namespace or ''}/{meta.name or ''}"
         extended = self._extended(spec, where)
+        intern = sys.intern  # container, entry and health names repeat from pod to pod
         health = tuple(
-            (container.name or "", entry.name or "", one.resource_id or "", one.health or "")
+            (
+                intern(container.name or ""),
+                intern(entry.name or ""),
+                one.resource_id or "",
+                intern(one.health or ""),
+            )
             for container in (
                 *(status.container_statuses or ()),
                 *(status.init_container_statuses or ()),
@@ -91,12 +97,12 @@ class PodView:
             self.facts: PodFacts | None = None
             return
         claims = [
-            (claim.name or "", claim.resource_claim_name)
+            (intern(claim.name or ""), claim.resource_claim_name)
             for claim in spec.resource_claims or ()
             if claim.resource_claim_name
         ]
         claims += [
-            (entry.name or "", entry.resource_claim_name)
+            (intern(entry.name or ""), entry.resource_claim_name)
             for entry in status.resource_claim_statuses or ()
             if entry.resource_claim_name
         ]

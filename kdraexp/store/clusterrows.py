@@ -91,6 +91,8 @@ class ClusterRows:
         self._claims: dict[str, ClaimFacts] = {}
         self._pools: tuple[int, Pools] | None = None
         self._selectors: SelectorAnswers | None = None
+        self._pods: dict[tuple[str, str], Any] = {}
+        """The pods that matter by (namespace, name): the owners of the per-pod families."""
 
     async def update(
         self,
@@ -150,6 +152,7 @@ class ClusterRows:
         )
         if any(family.per == "pod" for family in changed):
             index.pods = [pod for pod in facts.get(PODS.plural, {}).values() if pod is not None]
+            self._pods = {(pod.namespace, pod.name): pod for pod in index.pods}
             index.claims_by_name = {
                 (claim.labels.values[0], claim.labels.values[1]): claim for claim in claims.values()
             }
@@ -198,7 +201,7 @@ class ClusterRows:
         old = self.laid.get(family.name)
         given = pools if family.per == "pool" else moved
         if family.per == "pod":  # few pods matter, and their rows join claims: all made again
-            everyone, given = {(pod.namespace, pod.name): pod for pod in index.pods}, None
+            everyone, given = self._pods, None
         if family.per == "pending" and pools and moved is not None:
             given = set(moved) | {key for key, claim in claims.items() if claim.pending}
         mask: int | None = None

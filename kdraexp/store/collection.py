@@ -128,7 +128,8 @@ class KindReader:
         """Forget every page read so far."""
         self.entries: dict[str, Entry] = {}
         self.skipped: dict[str, str] = {}
-        """Objects of other shards, by version: not decoded again while unchanged."""
+        """Objects of other shards, and objects that give nothing (no rows, no facts), by
+        version: not decoded again while unchanged."""
         self.changed = False
         self.relisted = False
 
@@ -165,7 +166,14 @@ class KindReader:
                 continue
             if item.metadata is not None and item.metadata.uid == key:
                 item.metadata.uid = key  # one string for the identity and the rows
-            entry = self.entries[key] = self._read(item, version, part is Part.WRITE)
+            entry = self._read(item, version, part is Part.WRITE)
+            if entry.facts is None and not (
+                entry.problems or entry.class_errors or any(entry.rows)
+            ):
+                if version:  # it gives nothing (a pod using no device): its version will do
+                    self.skipped[key] = version
+                continue
+            self.entries[key] = entry
             if self._keep_sources or self._spec.keeps_source:
                 entry.source = zlib.compress(raw, 1)
                 if self._spec.keeps_source:
