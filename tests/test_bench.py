@@ -16,7 +16,7 @@ ROOT = Path(__file__).parent.parent
 def test_benchmark_smoke(tmp_path: Path) -> None:
     """1,000 devices: the table, the JSON and the plot are written; list counts add up.
 
-    Watch mode and four shards are measured at that size too.
+    Watch mode and four shards, pending claims and the Pod view are measured at that size too.
     """
     result = subprocess.run(
         [
@@ -28,6 +28,10 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
             "--scrapes",
             "2",
             "--watch-size",
+            "1000",
+            "--diagnosis-size",
+            "1000",
+            "--pods-size",
             "1000",
             "--json",
             str(tmp_path / "results.json"),
@@ -53,3 +57,7 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert watched["watch_requests_per_scrape"] == 0
     assert len(watched["shard_peak_rss_bytes"]) == 4
     assert "At 1,000 devices (median scrape, seconds):" in result.stdout
+    podded = json.loads((tmp_path / "results.json").read_text())["pods"]
+    assert (podded["devices"], podded["pods"]) == (1000, 781)
+    assert podded["pod_series"] > 0
+    assert "without and with its 781 pods listed" in result.stdout
