@@ -64,7 +64,7 @@ NEED_CEL = (
 """The families that evaluate DeviceClass selectors."""
 _EVERY_POOL = "a shard does not see every pool a pending claim could be allocated from"
 _EVERY_CLAIM = "a shard does not see every claim a pod names"
-NEED_EVERY_POOL = {
+NEED_WHOLE_CLUSTER = {
     resourceclaim.pending_reason: _EVERY_POOL,
     resourceclaim.request_matching: _EVERY_POOL,
     pod.unschedulable: _EVERY_CLAIM,

@@ -14,7 +14,7 @@ import attrs
 
 from kdraexp.dra import devicecel
 from kdraexp.dra.listing import BY_PLURAL, DEFAULT_RESOURCES, KINDS, Kind
-from kdraexp.families import CLAIM_DEVICE_INFO, DEVICE_INFO, FAMILIES, NEED_CEL, NEED_EVERY_POOL
+from kdraexp.families import CLAIM_DEVICE_INFO, DEVICE_INFO, FAMILIES, NEED_CEL, NEED_WHOLE_CLUSTER
 from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES, DataKey, DeviceAttribute, Options
 from kdraexp.families.family import Family
 
@@ -163,7 +163,7 @@ def select(
         families[index] = attrs.evolve(
             DEVICE_INFO, labels=(*DEVICE_INFO.labels, *(a.label for a in attributes))
         )
-    for whole, why in NEED_EVERY_POOL.items():
+    for whole, why in NEED_WHOLE_CLUSTER.items():
         if sharded and whole in families:
             families.remove(whole)
             warnings.append(f"{whole.name} is not written: {why}")

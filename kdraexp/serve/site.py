@@ -209,7 +209,7 @@ class BoundedSite(Site):
 
     def listening(self, port: IListeningPort) -> None:
         """The port this site is served on: it stops accepting while nothing can be shed."""
-        self._port = port if hasattr(port, "stopReading") else None  # a TCP port: it can
+        self._port = port if hasattr(port, "stopReading") else None  # TCP and UNIX ports can
 
     def buildProtocol(self, addr: IAddress | None) -> BoundedChannel | None:  # type: ignore[override]
         """A channel for a new connection, room made for it; None closes it (no room, no port)."""

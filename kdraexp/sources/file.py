@@ -1,11 +1,12 @@
 """The offline source: the DRA kinds read from a file instead of an API server.
 
 The file is what ``kubectl get resourceclaims,resourceslices,deviceclasses -A -o yaml`` writes
-(a ``List``), or multi-document YAML, or JSON; an object found twice counts once, and an object
-is changed when its content is, whatever its resourceVersion says.  Its status is
-checked at every scrape and the file read and parsed again, once, when it changed: in a thread,
-so that a large file does not stop the exporter answering, and within bounds (a regular file of
-at most --max-response-bytes, YAML aliases expanding to at most :data:`EXPANSION` values).
+(``devicetaintrules`` and ``pods`` too, when ``--resources`` names them): a ``List``, or
+multi-document YAML, or JSON.  An object found twice counts once, and an object is changed when
+its content is, whatever its resourceVersion says.  Its status is checked at every scrape and
+the file read and parsed again, once, when it changed: in a thread, so that a large file does
+not stop the exporter answering, and within bounds (a regular file of at most
+--max-response-bytes, YAML aliases expanding to at most :data:`EXPANSION` values).
 """
 
 from __future__ import annotations
