@@ -85,3 +85,26 @@ def test_levels_and_twisted_chatter() -> None:
     assert lines("info") == ["kdraexp.app.service info", "twisted.internet.defer critical"]
     assert lines("error") == ["twisted.internet.defer critical"]
     assert len(lines("debug")) == 4
+
+
+def test_hostile_values_stay_one_short_line() -> None:
+    """Terminal escapes and line breaks an API server sends are escaped, megabytes clipped."""
+    hostile = (
+        "\x1b[31mred\x1b[0m\r\nforged 2026-01-01T00:00:00Z error [kdraexp] all fine" + "x" * 2**20
+    )
+    event = {
+        "log_format": "Error listing {resource}: {error}",
+        "log_level": LogLevel.error,
+        "log_namespace": "kdraexp.sources.gather",
+        "log_time": 0.0,
+        "resource": "resourceclaims",
+        "error": hostile,
+    }
+    text = logs.format_text(event)
+    assert text.count("\n") == 1 and text.endswith("\n")
+    assert "\x1b" not in text and "\r" not in text
+    assert "\\x1b[31mred\\x1b[0m\\x0d\\nforged" in text
+    assert len(text) < 5000 and "more characters)" in text
+    record = json.loads(logs.format_json(event))
+    assert len(record["msg"]) < 5000 and len(record["error"]) < 5000
+    assert "\x1b" not in record["msg"]

@@ -24,6 +24,8 @@ from twisted.logger import (
 )
 from zope.interface import implementer
 
+from kdraexp.util.text import printable
+
 NO: PredicateResult = PredicateResult.no
 MAYBE: PredicateResult = PredicateResult.maybe
 LEVELS = ("debug", "info", "warn", "error", "critical")
@@ -37,11 +39,11 @@ def format_json(event: dict[str, Any]) -> str:
         "time": datetime.fromtimestamp(event.get("log_time", 0), UTC).isoformat(),
         "level": getattr(event.get("log_level"), "name", "info"),
         "logger": event.get("log_namespace", ""),
-        "msg": formatEvent(event),
+        "msg": printable(formatEvent(event)),
     }
     for field in _FIELDS:
         if field in event:
-            record[field] = str(event[field])
+            record[field] = printable(str(event[field]))
     failure = event.get("log_failure")
     if failure is not None:
         record["traceback"] = failure.getTraceback()
@@ -52,7 +54,8 @@ def format_text(event: dict[str, Any]) -> str:
     """``time level [logger] message``, and the traceback of a logged failure below it."""
     when = datetime.fromtimestamp(event.get("log_time", 0), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     level = getattr(event.get("log_level"), "name", "info")
-    line = f"{when} {level:<5} [{event.get('log_namespace', '')}] {formatEvent(event)}\n"
+    message = printable(formatEvent(event)).replace("\n", "\\n")  # one line, whatever it quotes
+    line = f"{when} {level:<5} [{event.get('log_namespace', '')}] {message}\n"
     failure = event.get("log_failure")
     if failure is not None:
         line += failure.getTraceback()
