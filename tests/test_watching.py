@@ -365,3 +365,46 @@ def test_rbac_without_watch_is_said(fake: FakeKubeAPI, clock: Clock) -> None:
     assert watched.metric(
         "kube_dra_exporter_list_errors_total", {"resource": "deviceclasses", "reason": "Forbidden"}
     )
+
+
+def test_an_object_of_another_kind_is_not_exported(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A Pod sent on the slices watch breaks that watch (Decode); it is never a slice."""
+    seed(fake)
+    watched = Watched(fake, clock, staleness=10)
+    watched.gatherer.start()
+    watched.settle()
+    intruder = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "intruder"}}
+    fake.change("resourceslices", "ADDED", intruder)
+    watched.settle()
+    assert 'resourceslice_name="intruder"' not in watched.text()
+    assert watched.metric(
+        "kube_dra_exporter_list_errors_total", {"resource": "resourceslices", "reason": "Decode"}
+    )
+    for _ in range(15):
+        clock.advance(1)
+        watched.settle()
+    failure = failure_of(watched.gatherer.gather()).value
+    assert isinstance(failure, CollectionFailed)
+    assert [(e.resource, e.reason) for e in failure.errors] == [("resourceslices", "Decode")]
+
+
+def test_an_invented_event_type_is_refused(fake: FakeKubeAPI, clock: Clock) -> None:
+    """An event type no API server sends ends the watch; no label takes its value."""
+    seed(fake)
+    watched = Watched(fake, clock)
+    watched.gatherer.start()
+    watched.settle()
+    invented = "X" * 205
+    fake.change("resourceclaims", invented, {"metadata": {"name": "odd"}})
+    watched.settle()
+    assert watched.metric(
+        "kube_dra_exporter_list_errors_total", {"resource": "resourceclaims", "reason": "Decode"}
+    )
+    exposition = registry(watched.stats, watched.collections)
+    types = {
+        sample.labels.get("type")
+        for family in exposition.collect()
+        for sample in family.samples
+        if family.name == "kube_dra_exporter_watch_events"
+    }
+    assert types <= {"ADDED", "MODIFIED", "DELETED", "BOOKMARK"}

@@ -393,6 +393,8 @@ class Page(Wire):
 class Identity(Wire):
     """The part of an object that says which it is and whether it changed."""
 
+    kind: str | None = None
+    """Sent on watch events (list items leave it out): an object of another kind is refused."""
     metadata: ObjectMeta | None = None
 
 

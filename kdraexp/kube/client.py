@@ -34,6 +34,7 @@ from kdraexp.kube import tls
 from kdraexp.kube.credentials import CredentialError, Credentials
 from kdraexp.kube.inflate import ResponseTooLarge, decoding_agent
 from kdraexp.kube.transport import Limits, cancelled, read_body, read_lines
+from kdraexp.util.text import printable
 from kdraexp.util.turns import feed
 
 USER_AGENT = f"kdraexp/{__version__} (python {platform.python_version()})".encode()
@@ -61,6 +62,9 @@ STATUS_REASONS = frozenset(
 )
 """The reasons a Kubernetes Status may give (metav1.StatusReason); any other string the server
 sends is not trusted as a label value or in the 500 body."""
+
+WATCH_EVENTS = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
+"""The event types a watch sends besides ERROR: any other is a broken stream."""
 
 
 class _ContinueExpired(Exception):
@@ -242,7 +246,14 @@ class KubeListClient:
                 ) from None
             if event.type == "ERROR":
                 raise _event_status(kind, event.object)
-            handle(event.type or "", event.object)
+            if event.type not in WATCH_EVENTS:
+                raise ListError(
+                    kind.plural,
+                    Reason.DECODE,
+                    200,
+                    f"a watch event of unknown type {printable(repr(event.type), 64)}",
+                )
+            handle(event.type, event.object)
 
         response, authorization = await self._open(kind, url)
         with self._read_failures(kind):

@@ -38,6 +38,7 @@ from kdraexp.families.selection import Selection
 from kdraexp.store.clusterrows import CLUSTER_NEEDS, ClusterRows, Laid
 from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, block_ends, blocks, expand, flatten
 from kdraexp.store.sharding import Part, Shard
+from kdraexp.util.text import printable
 from kdraexp.util.turns import Turns
 
 
@@ -140,7 +141,12 @@ class KindReader:
         """
         decoder = self.kind.decoder
         for raw in items:
-            meta = self._decode(_IDENTITY, raw).metadata
+            known = self._decode(_IDENTITY, raw)
+            if known.kind is not None and known.kind != self.kind.kind:
+                raise ShapeError(
+                    f"a {printable(known.kind, 64)} {_name(raw)} among the {self.kind.plural}"
+                )
+            meta = known.metadata
             key = identity(meta)
             if key in self.entries or key in self.skipped:
                 continue  # the same object twice in one list: the first one counts
