@@ -394,3 +394,25 @@ async def test_clients_that_never_read_are_shed_and_a_burst_is_answered(tmp_path
         for reader in readers:
             reader.close()
         assert await stop(process) == 0
+
+
+def test_kubeconfig_alias_bomb_exits_1_at_once(tmp_path: Path) -> None:
+    """A kubeconfig whose YAML aliases expand to billions: status 1 and one line, not a hang."""
+    levels = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for level in range(1, 10):
+        below = f"*a{level - 1}"
+        levels.append(f"a{level}: &a{level} [{', '.join([below] * 9)}]")
+    config = tmp_path / "bomb.yaml"
+    config.write_text(
+        "\n".join(levels)
+        + "\napiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        + "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        + "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        + "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1, "
+        + "command: x, args: *a9}}}]\n"
+    )
+    result = run([], tmp_path, {"KUBECONFIG": str(config), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].endswith(
+        "its YAML aliases expand to more than 100,000 values"
+    ), result.stderr

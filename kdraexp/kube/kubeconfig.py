@@ -18,9 +18,12 @@ import attrs
 import yaml
 from hyperlink import DecodedURL
 
+from kdraexp.util.aliases import expands_past
 from kdraexp.util.files import read_regular
 
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+EXPANSION = 100_000
+"""Values a kubeconfig may hold once its YAML aliases are followed (a real one holds hundreds)."""
 
 
 class ConfigError(Exception):
@@ -173,6 +176,10 @@ def _read(path: Path) -> dict[str, Any]:
         raise ConfigError(f"kubeconfig {path}: not valid YAML: {_yaml_problem(error)}") from None
     if document is None:
         return {}
+    if expands_past(document, EXPANSION):
+        raise ConfigError(
+            f"kubeconfig {path}: its YAML aliases expand to more than {EXPANSION:,} values"
+        )
     if not isinstance(document, dict):
         raise ConfigError(f"kubeconfig {path}: expected a mapping at the top level")
     return document

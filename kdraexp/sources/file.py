@@ -32,6 +32,7 @@ from kdraexp.dra.listing import (
     Reason,
     ShapeError,
 )
+from kdraexp.util.aliases import expands_past
 from kdraexp.util.files import read_regular
 from kdraexp.util.singleflight import SingleFlight
 from kdraexp.util.turns import feed
@@ -137,7 +138,7 @@ class FileSource:
                 None, Reason.DECODE, f"{self.path} is not YAML or JSON: {problem}{where}"
             ) from None
         del text  # JSON has no aliases; YAML's may expand a small file into a huge one
-        if _expands_past(documents, EXPANSION):
+        if expands_past(documents, EXPANSION):
             raise self._error(
                 None,
                 Reason.DECODE,
@@ -199,22 +200,6 @@ def _versioned(item: dict[str, Any]) -> bytes:
         return msgspec.json.encode(item)
     digest = hashlib.blake2b(msgspec.json.encode(item), digest_size=12).hexdigest()
     return msgspec.json.encode({**item, "metadata": {**metadata, "resourceVersion": digest}})
-
-
-def _expands_past(documents: list[Any], budget: int) -> bool:
-    """Whether following every alias, the documents hold more than *budget* values."""
-    stack: list[Any] = [documents]
-    while stack:
-        value = stack.pop()
-        budget -= 1
-        if budget < 0:
-            return True
-        if isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return False
 
 
 def _name_of(item: Any) -> str:
