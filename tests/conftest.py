@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any, TypeVar
 
 import attrs
@@ -32,14 +33,26 @@ settings.register_profile("kdraexp", deadline=None)
 settings.load_profile("kdraexp")
 
 
+def _end_to_end(item: pytest.Item) -> bool:
+    return "tests/e2e/" in item.path.as_posix()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Build the Go tools the collected tests need; without them skip those tests (not in CI)."""
+    """Build the Go tools the collected tests need; without them skip those tests (not in CI).
+
+    The end-to-end tests run last, in their order, so that the control plane they need builds
+    while the others run.
+    """
+    items.sort(key=_end_to_end)
     for fragment, builders in tools.NEEDS.items():
         needing = [item for item in items if fragment in item.path.as_posix()]
         if not needing:
             continue
         try:
             for build in builders:
+                if build is tools.control_plane and shutil.which("go"):
+                    tools.start_control_plane()  # waited for before the first end-to-end test
+                    continue
                 build()
         except tools.ToolUnavailable as error:
             reason = f"{fragment} not run: {error}"
@@ -48,6 +61,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             _unavailable.append(reason)
             for item in needing:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Before an end-to-end test, outside its timeout: wait for the control plane's build."""
+    if _end_to_end(item):
+        tools.wait_for_control_plane()
+    yield
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

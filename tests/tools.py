@@ -2,13 +2,15 @@
 
 The project's scripts build them into ~/.cache/kdraexp, so only the first build takes minutes.
 
-They are built while the tests are collected, outside any test's timeout. Without Go they
-cannot be built: in CI (CI=true) that fails the run; elsewhere the tests needing them are
-skipped with one line saying why.
+They are built while the tests are collected, outside any test's timeout; the control plane,
+the longest by far, is built beside the tests that do not need it, and the end-to-end tests,
+run last, wait for it first. Without Go they cannot be built: in CI (CI=true) that fails the
+run; elsewhere the tests needing them are skipped with one line saying why.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import os
 import subprocess
@@ -53,12 +55,43 @@ def actionlint() -> str:
     )
 
 
-@functools.cache
+_control_plane: concurrent.futures.Future[Path] | None = None
+
+
+def start_control_plane() -> None:
+    """Begin building the control plane, beside the tests that do not need it.
+
+    Cold, its four binaries take most of the suite's time: the tests that do not need them run
+    meanwhile, and the end-to-end tests, run last, wait for it (:func:`wait_for_control_plane`).
+    """
+    global _control_plane
+    if _control_plane is None:
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="control-plane")
+        _control_plane = pool.submit(
+            lambda: Path(
+                _last_line(
+                    ["bash", str(SCRIPTS / "build-control-plane.sh")],
+                    "kube-apiserver/etcd/kube-scheduler/kube-controller-manager",
+                )
+            )
+        )
+        pool.shutdown(wait=False)
+
+
+def wait_for_control_plane() -> None:
+    """Wait until the control plane is built, or its build has failed (the tests then say)."""
+    if _control_plane is not None:
+        concurrent.futures.wait([_control_plane])
+
+
 def control_plane() -> Path:
-    """The directory holding kube-apiserver, etcd and the monitor CRDs."""
-    return Path(
-        _last_line(["bash", str(SCRIPTS / "build-control-plane.sh")], "kube-apiserver/etcd")
-    )
+    """The directory of kube-apiserver, etcd, kube-scheduler, kube-controller-manager, CRDs.
+
+    :raises ToolUnavailable: when it cannot be built.
+    """
+    start_control_plane()
+    assert _control_plane is not None
+    return _control_plane.result()
 
 
 @functools.cache
