@@ -30,7 +30,10 @@ from kdraexp.util.reactor import IKdraReactor
 
 log = Logger()
 
-BACKLOG = 128
+BACKLOG = 2048
+"""Connections the kernel completes and queues while the listener is not accepting (it pauses
+at its connection limit): a burst waits there instead of losing SYNs to retries (the kernel
+caps it at net.core.somaxconn, 4,096 by default)."""
 
 _ADDRESS = re.compile(r"^(?:(?P<host>\[[0-9A-Fa-f:.]+\]|[0-9.]*):)?(?P<port>[0-9]+)$")
 _EXPECTED = (
