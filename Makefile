@@ -8,7 +8,7 @@ TELEMETRY ?= :8081
 # An editable install in compat mode puts the checkout on sys.path, where twistd finds the plugin.
 COMPAT := --config-settings editable_mode=compat
 
-.PHONY: demo test lint pytest e2e bench install runtime
+.PHONY: demo test lint pytest e2e bench install runtime prebuild
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,4 +56,9 @@ e2e: install
 bench: install
 	$(BIN)/python -m benchmarks.run --check
 
-test: lint pytest
+# The control plane takes minutes to build when cold: begin it at once, beside the install, the
+# lint and the tests that do not need it (the end-to-end tests wait for it).
+prebuild:
+	@if command -v go >/dev/null; then (bash scripts/build-control-plane.sh >/dev/null 2>&1 &); fi
+
+test: prebuild lint pytest

@@ -16,6 +16,10 @@ operator_version=v0.90.1
 sum=$(cat "$module/go.sum" "$0" | sha256sum | cut -c1-12)
 out="$cache_root/control-plane-$k8s_version-etcd-$etcd_version-$sum"
 
+# One build at a time: `make test` begins one early, and the tests' call then waits for it.
+mkdir -p "$cache_root"
+exec 9>"$cache_root/control-plane.lock"
+flock 9
 if cache_hit "$out" kube-apiserver etcd kube-scheduler kube-controller-manager crds; then
   echo "$out"
   exit 0

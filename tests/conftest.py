@@ -44,6 +44,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     while the others run.
     """
     items.sort(key=_end_to_end)
+    if shutil.which("go") and any(map(_end_to_end, items)):
+        tools.start_control_plane()  # first: it takes longest; waited for before the first e2e test
     for fragment, builders in tools.NEEDS.items():
         needing = [item for item in items if fragment in item.path.as_posix()]
         if not needing:
@@ -51,8 +53,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         try:
             for build in builders:
                 if build is tools.control_plane and shutil.which("go"):
-                    tools.start_control_plane()  # waited for before the first end-to-end test
-                    continue
+                    continue  # started above
                 build()
         except tools.ToolUnavailable as error:
             reason = f"{fragment} not run: {error}"
