@@ -51,8 +51,8 @@ pytest: install
 e2e: install
 	$(BIN)/python -m pytest tests/e2e
 
-# The scale benchmark (about nine minutes, watch mode and shards at 64,000 devices included):
-# tables on stdout, benchmarks/results.{json,png}.
+# The scale benchmark (about twenty minutes: watch mode, shards, pending claims and the Pod view
+# at 64,000 devices included): tables on stdout, benchmarks/results.{json,png}.
 bench: install
 	$(BIN)/python -m benchmarks.run --check
 
