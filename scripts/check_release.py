@@ -5,8 +5,8 @@ The chart's ``version`` and ``appVersion`` must be equal, valid SemVer, and the 
 valid image tag (no build metadata, at most 128 characters). Shipped values files must leave
 ``image.tag`` empty (or equal to appVersion) and pin no digest, so the image follows appVersion.
 With ``--release-tag``, the tag (one leading ``v`` allowed) must equal that version. The
-changelog (``CHANGELOG.md`` beside the chart's repository) must have a section for it, so that
-no release ships without saying what changed.
+changelog (``CHANGELOG.md`` at the repository's root, or ``--changelog``) must have a section
+for it, so that no release ships without saying what changed.
 
 Exit status 0 with ``Release consistency OK: ...`` on stdout, or 1 with the reason on stderr.
 """
