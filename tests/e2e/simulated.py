@@ -80,6 +80,15 @@ class Simulated:
             {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
         )
 
+    def delete_pods(self, namespace: str, *names: str) -> None:
+        """Delete pods at once; those already gone are no matter."""
+        for name in names:
+            try:
+                self.delete_pod(namespace, name)
+            except APIError as error:
+                if error.code != 404:
+                    raise
+
     def stop(self) -> None:
         for process in self.components:
             process.terminate()

@@ -172,12 +172,7 @@ def run(cluster: Simulated, name: str, made: dict[str, Any], **where: Any) -> No
 
 def remove(cluster: Simulated, names: list[str]) -> None:
     """Pods deleted at once, then their claims; wait until the claims are gone."""
-    for name in names:
-        try:
-            cluster.delete_pod(NAMESPACE, name)
-        except APIError as error:
-            if error.code != 404:
-                raise
+    cluster.delete_pods(NAMESPACE, *names)
     for name in names:
         try:
             cluster.kube.delete(f"{CLAIMS}/{name}")

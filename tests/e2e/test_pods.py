@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
-from tests.e2e.controlplane import APIError
 from tests.e2e.simulated import Simulated, ensure, start_simulated
 from tests.e2e.test_allocator import (
     CLAIMS,
@@ -113,16 +112,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
         simulated.stop()
 
 
-def delete(cluster: Simulated, *names: str) -> None:
-    """Pods deleted at once; those already gone are no matter."""
-    for name in names:
-        try:
-            cluster.delete_pod(NAMESPACE, name)
-        except APIError as error:
-            if error.code != 404:
-                raise
-
-
 def exporter(cluster: Simulated, directory: Path, mode: str) -> Exporter:
     directory.mkdir()
     config = write_kubeconfig(directory / "kubeconfig", cluster.kube, cluster.kube.token)
@@ -191,7 +180,7 @@ def test_extended_demand_waits_then_moves_to_its_claim(cluster: Simulated, tmp_p
         assert [r["pool"] for r in results if r["resourceclaim_name"] == made] == [NODE]
     finally:
         running.stop()
-        delete(cluster, "holder-0", "holder-1", "waiter")
+        cluster.delete_pods(NAMESPACE, "holder-0", "holder-1", "waiter")
 
 
 def test_missing_class_and_device_health(cluster: Simulated, tmp_path: Path) -> None:
@@ -248,4 +237,4 @@ def test_missing_class_and_device_health(cluster: Simulated, tmp_path: Path) -> 
         ] == [("sick", "c", made, "", DRIVER, NODE, result["device"], "unhealthy")]
     finally:
         running.stop()
-        delete(cluster, "no-class", "sick")
+        cluster.delete_pods(NAMESPACE, "no-class", "sick")
