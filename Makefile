@@ -51,7 +51,7 @@ pytest: install
 e2e: install
 	$(BIN)/python -m pytest tests/e2e
 
-# The scale benchmark (about twenty minutes: watch mode, shards, pending claims and the Pod view
+# The scale benchmark (about ten minutes: watch mode, shards, pending claims and the Pod view
 # at 64,000 devices included): tables on stdout, benchmarks/results.{json,png}.
 bench: install
 	$(BIN)/python -m benchmarks.run --check
