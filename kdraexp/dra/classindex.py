@@ -6,14 +6,17 @@ slice is read and each claim's results priced while the claim is read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
 
-from kdraexp.dra.devicecel import CACHE_LIMIT, CompiledClass, DeviceFields, Matcher, union_paths
+from kdraexp.dra.devicecel import CompiledClass, DeviceFields, Matcher, transient, union_paths
 
 IMPLICIT_EXTENDED = "deviceclass.resource.kubernetes.io/"
+KEPT_NAMES = 262144
+"""Class names kept in the answers per projection, over all devices; when full, it starts over
+(a thousand classes over a thousand distinct devices would keep a million)."""
 """Every class serves the extended resource of this prefix and its name."""
 
 
@@ -47,11 +50,40 @@ class ClassIndex:
         self._paths = union_paths(compiled for _, compiled in self._compiled)
         self._by_projection: dict[Any, tuple[list[str], list[tuple[str, str]]]] = {}
         """Devices that read alike match alike: the answer for every class at once."""
+        self._kept = 0
+        self._prepared: dict[int, tuple[list[str], list[tuple[str, str]]]] = {}
+        """For devices read whole, the answers :meth:`prepare` found for the slice at hand."""
 
     @property
     def matcher(self) -> Matcher | None:
         """What evaluates the selectors (None when classes are not listed)."""
         return self._matcher
+
+    def prepare(self, devices: Sequence[DeviceFields]) -> None:
+        """Match a slice's devices at once: one request to the evaluation process at most.
+
+        :meth:`matching` then answers for these devices from what was found.
+        """
+        self._prepared.clear()
+        if self._matcher is None or not self._compiled:
+            return
+        pending: dict[Any, DeviceFields] = {}
+        for device in devices:
+            key = self._key(device)
+            if key is None or key not in self._by_projection:
+                pending.setdefault(key if key is not None else id(device), device)
+        if not pending:
+            return
+        requests = [
+            (compiled, device) for device in pending.values() for _, compiled in self._compiled
+        ]
+        answers = iter(self._matcher.match_all(requests))
+        for key in pending:
+            found = self._sort([(entry.name, next(answers)) for entry, _ in self._compiled])
+            if self._paths is None:
+                self._prepared[key] = found
+            else:
+                self._keep(key, found)
 
     def matching(self, device: DeviceFields, errors: list[tuple[str, str]]) -> list[str]:
         """The names of the classes whose every selector *device* satisfies.
@@ -60,26 +92,38 @@ class ClassIndex:
         """
         if self._matcher is None:
             return []
-        if self._paths is None:
-            found, failed = self._match(device)
-        else:
-            key = tuple([device.projection(path) for path in self._paths])
-            known = self._by_projection.get(key)
-            if known is None:
-                if len(self._by_projection) >= CACHE_LIMIT:
-                    self._by_projection.clear()
-                known = self._by_projection[key] = self._match(device)
-            found, failed = known
+        key = self._key(device)
+        known = self._prepared.get(id(device)) if key is None else self._by_projection.get(key)
+        if known is None:
+            answers = self._matcher.match_all(
+                [(compiled, device) for _, compiled in self._compiled]
+            )
+            known = self._sort(
+                [(e.name, a) for (e, _), a in zip(self._compiled, answers, strict=True)]
+            )
+            if key is not None:
+                self._keep(key, known)
+        found, failed = known
         errors.extend(failed)
         return found
 
-    def _match(self, device: DeviceFields) -> tuple[list[str], list[tuple[str, str]]]:
-        assert self._matcher is not None
-        found, errors = [], []
-        for entry, compiled in self._compiled:
-            answer = self._matcher.matches(entry.expressions, compiled, device)
-            if answer is True:
-                found.append(entry.name)
-            elif answer is not False:
-                errors.append((entry.name, answer))
-        return found, errors
+    def _key(self, device: DeviceFields) -> Any:
+        if self._paths is None:
+            return None
+        return tuple([device.projection(path) for path in self._paths])
+
+    @staticmethod
+    def _sort(answers: list[tuple[str, bool | str]]) -> tuple[list[str], list[tuple[str, str]]]:
+        found = [name for name, answer in answers if answer is True]
+        failed = [(name, a) for name, a in answers if isinstance(a, str)]
+        return found, failed
+
+    def _keep(self, key: Any, known: tuple[list[str], list[tuple[str, str]]]) -> None:
+        if any(transient(error) for _, error in known[1]):
+            return  # asked again next time
+        size = len(known[0]) + len(known[1]) + 1
+        if self._kept + size > KEPT_NAMES:
+            self._by_projection.clear()
+            self._kept = 0
+        self._by_projection[key] = known
+        self._kept += size

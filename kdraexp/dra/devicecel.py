@@ -1,56 +1,62 @@
 """Which devices a DeviceClass selects: its CEL selectors, evaluated as Kubernetes evaluates them.
 
 Only claims name a DeviceClass; devices do not.  To say how many devices of a class are free, each
-class's ``spec.selectors[].cel.expression`` is evaluated against each device with Google's CEL
-runtime (cel-expr-python, chosen by measurement: see docs/metrics.md) in the Kubernetes DRA
-environment: ``device.driver``, ``device.attributes[domain].name``, ``device.capacity[domain].name``
-as quantities, ``device.allowMultipleAllocations``, and the ``quantity()`` and ``semver()``
-libraries Kubernetes adds.
+class's ``spec.selectors[].cel.expression`` is evaluated against each device in the Kubernetes DRA
+environment (:mod:`kdraexp.dra.celruntime`), in a process of its own that bounds each evaluation
+in time and memory (:mod:`kdraexp.dra.celprocess`).
 
 Evaluations are cached by what they read.  Each expression is scanned for the device fields it
 reads (``device.attributes['gpu.nvidia.com'].type``...); a device's *projection* is the values of
 those fields, and devices with the same projection give the same answer (CEL is pure), so a
 cluster of 64,000 GPUs of three types costs a handful of evaluations.  An expression that uses
-``device`` in a way the scan cannot follow reads the whole device.
+``device`` in a way the scan cannot follow reads the whole device.  Devices are matched a slice
+at a time: one request to the process for what the cache does not know.
 
-An expression that cannot be compiled or evaluated matches nothing; the collection counts it.
+An expression that cannot be compiled or evaluated matches nothing; the collection counts it.  So
+does one that had its budget once (it stays over budget while it exists), and every evaluation
+past :data:`EVALUATIONS` in one collection (classes x distinct devices beyond what any cluster
+needs): the error says which.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import re
-from collections.abc import Callable, Hashable, Iterable
-from decimal import Decimal
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
+import msgspec
 
-from kdraexp.dra.quantity import QuantityError, parse_quantity_exact
+from kdraexp.dra.celprocess import EvaluationError, Evaluator, OverBudget
+from kdraexp.dra.celvalues import ABSENT
 
-try:
-    from cel_expr_python import cel as _cel
-    from cel_expr_python.ext import ext_strings
-except ImportError:  # no wheel for this platform (cel-expr-python ships x86_64 and aarch64)
-    _cel = None
-
-AVAILABLE = _cel is not None
+AVAILABLE = importlib.util.find_spec("cel_expr_python") is not None
 """Whether this platform can evaluate selectors (the image's ppc64le, s390x, riscv64 cannot)."""
 
-QUANTITY = "kdraexp.quantity"
-SEMVER = "kdraexp.semver"
-"""Quantities and versions are CEL maps with one of these keys, the runtime having no opaque
-types: ``{QUANTITY: "<exact decimal>"}`` and ``{SEMVER: "<major.minor.patch[-pre]>"}``.  Equal
-values have equal maps, so ``==`` means what it means in Kubernetes."""
+ANSWERS = 65536
+"""Answers kept, over all expressions; when full, the cache starts over."""
+EVALUATIONS = 262144
+"""Evaluations one collection may ask for (64,000 distinct devices x four classes fit)."""
+EXHAUSTED = (
+    f"not evaluated: more than {EVALUATIONS} selector evaluations in one collection "
+    "(classes x distinct devices)"
+)
 
-ABSENT = ("absent",)
-"""The projection of a field the device does not have."""
+UNEVALUATED = "cannot evaluate selectors: "
+"""How the error begins when the evaluation process cannot be had."""
 
-CACHE_LIMIT = 8192
-"""Cached answers per class; when full, the cache starts over (whole-device reads never repeat)."""
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+def transient(error: str) -> bool:
+    """Whether *error* may not hold next time (the budget ran out, the process was missing)."""
+    return error == EXHAUSTED or error.startswith(UNEVALUATED)
 
 
 class DeviceFields(Protocol):
-    """What a device offers to selectors, in CEL values (see :func:`attribute_value`)."""
+    """What a device offers to selectors, in CEL values (see :mod:`kdraexp.dra.celvalues`)."""
 
     driver: str
     allow_multiple_allocations: bool
@@ -151,230 +157,14 @@ def string_literals(expression: str) -> list[str]:
     return [text for text in map(_literal, _tokens(expression)) if text is not None]
 
 
-# --- Values ----------------------------------------------------------------------------------
-
-
-def quantity_value(text: str) -> dict[str, str]:
-    """A CEL quantity.
-
-    :raises QuantityError: when *text* is not one.
-    """
-    return {QUANTITY: _canonical(parse_quantity_exact(text))}
-
-
-def _canonical(value: Decimal) -> str:
-    return str(value.normalize()) if value else "0"
-
-
-_SEMVER = re.compile(
-    r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
-    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
-    r"(?:\.(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*))*))?"
-    r"(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?"
-)
-_LOOSE_SEMVER = re.compile(r"v?([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?(.*)")
-
-
-def semver_value(text: str, normalize: bool = False) -> dict[str, str]:
-    """A CEL semver: strict SemVer 2.0, or with *normalize* a ``v``, missing parts, leading zeros.
-
-    :raises ValueError: when *text* is not a version.
-    """
-    if normalize:
-        loose = _LOOSE_SEMVER.fullmatch(text)
-        if loose is not None:
-            major, minor, patch, tail = loose.groups()
-            text = f"{int(major)}.{int(minor or 0)}.{int(patch or 0)}{tail}"
-    match = _SEMVER.fullmatch(text)
-    if match is None:
-        raise ValueError(f"not a semantic version: {text!r}")
-    major, minor, patch, pre = match.groups()
-    return {SEMVER: f"{major}.{minor}.{patch}" + (f"-{pre}" if pre else "")}
-
-
-def attribute_value(kind: str, value: Any) -> Any:
-    """An attribute's wire value (``{"<kind>": value}``) as a CEL value; ABSENT if unreadable."""
-    if kind == "string" and isinstance(value, str):
-        return value
-    if kind == "bool" and isinstance(value, bool):
-        return value
-    if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if kind == "version" and isinstance(value, str):
-        try:
-            return semver_value(value)
-        except ValueError:
-            return ABSENT
-    if kind in ("strings", "bools", "ints", "versions") and isinstance(value, list):
-        items = [attribute_value(kind[:-1], item) for item in value]
-        return ABSENT if any(item is ABSENT for item in items) else items
-    return ABSENT
-
-
-def _key(value: Any) -> Any:
-    """A hashable stand-in for a CEL value, distinguishing types (1, 1.0 and True differ)."""
-    if isinstance(value, dict):
-        return ("map", tuple(sorted((k, _key(v)) for k, v in value.items())))
-    if isinstance(value, list):
-        return ("list", tuple(_key(item) for item in value))
-    if value is ABSENT:
-        return ABSENT
-    return (type(value).__name__, value)
-
-
-# --- The Kubernetes CEL libraries ------------------------------------------------------------
-
-
-def _quantity_of(value: Any) -> Decimal:
-    if isinstance(value, dict) and QUANTITY in value:
-        return Decimal(value[QUANTITY])
-    raise TypeError("expected a quantity")
-
-
-def _semver_of(value: Any) -> tuple[int, int, int, tuple[Any, ...]]:
-    if not (isinstance(value, dict) and SEMVER in value):
-        raise TypeError("expected a semver")
-    core, _, pre = value[SEMVER].partition("-")
-    major, minor, patch = (int(part) for part in core.split("."))
-    # Precedence: a release is above its pre-releases; numeric identifiers below alphanumeric.
-    identifiers: tuple[Any, ...] = (
-        tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split("."))
-        if pre
-        else ((2, 0, ""),)
-    )
-    return major, minor, patch, identifiers
-
-
-def _compare(left: Any, right: Any) -> int:
-    if isinstance(left, dict) and QUANTITY in left:
-        a: Any = _quantity_of(left)
-        b: Any = _quantity_of(right)
-    else:
-        a, b = _semver_of(left), _semver_of(right)
-    return int(a > b) - int(a < b)
-
-
-def _is_quantity(text: str) -> bool:
-    try:
-        parse_quantity_exact(text)
-    except QuantityError:
-        return False
-    return True
-
-
-def _is_semver(text: str, normalize: bool = False) -> bool:
-    try:
-        semver_value(text, normalize)
-    except ValueError:
-        return False
-    return True
-
-
-def _as_integer(value: Any) -> int:
-    number = _quantity_of(value)
-    if number != number.to_integral_value() or not -(2**63) <= number < 2**63:
-        raise ValueError("the quantity is not an integer that fits int64")
-    return int(number)
-
-
-def _arithmetic(sign: int) -> Callable[[Any, Any], dict[str, str]]:
-    def apply(left: Any, right: Any) -> dict[str, str]:
-        amount = Decimal(right) if isinstance(right, int) else _quantity_of(right)
-        return {QUANTITY: _canonical(_quantity_of(left) + sign * amount)}
-
-    return apply
-
-
-def _environment() -> Any:
-    assert _cel is not None
-    types = _cel.Type
-    value = types.Map(types.STRING, types.DYN)
-
-    def overload(name: str, result: Any, parameters: list[Any], impl: Any, member: bool) -> Any:
-        return _cel.Overload(
-            name, return_type=result, parameters=parameters, is_member=member, impl=impl
-        )
-
-    def function(name: str, *overloads: Any) -> Any:
-        return _cel.FunctionDecl(name, list(overloads))
-
-    s, b, i, d = types.STRING, types.BOOL, types.INT, types.DOUBLE
-    functions = [
-        function("quantity", overload("quantity_string", value, [s], quantity_value, False)),
-        function("isQuantity", overload("isQuantity_string", b, [s], _is_quantity, False)),
-        function(
-            "semver",
-            overload("semver_string", value, [s], semver_value, False),
-            overload("semver_string_bool", value, [s, b], semver_value, False),
-        ),
-        function(
-            "isSemver",
-            overload("isSemver_string", b, [s], _is_semver, False),
-            overload("isSemver_string_bool", b, [s, b], _is_semver, False),
-        ),
-        function("compareTo", overload("map_compareTo", i, [value, value], _compare, True)),
-        function(
-            "isGreaterThan",
-            overload("map_isGreaterThan", b, [value, value], lambda x, y: _compare(x, y) > 0, True),
-        ),
-        function(
-            "isLessThan",
-            overload("map_isLessThan", b, [value, value], lambda x, y: _compare(x, y) < 0, True),
-        ),
-        function("major", overload("map_major", i, [value], lambda v: _semver_of(v)[0], True)),
-        function("minor", overload("map_minor", i, [value], lambda v: _semver_of(v)[1], True)),
-        function("patch", overload("map_patch", i, [value], lambda v: _semver_of(v)[2], True)),
-        function(
-            "sign",
-            overload(
-                "map_sign",
-                i,
-                [value],
-                lambda v: (_quantity_of(v) > 0) - (_quantity_of(v) < 0),
-                True,
-            ),
-        ),
-        function(
-            "isInteger",
-            overload(
-                "map_isInteger",
-                b,
-                [value],
-                lambda v: _quantity_of(v) == _quantity_of(v).to_integral_value(),
-                True,
-            ),
-        ),
-        function("asInteger", overload("map_asInteger", i, [value], _as_integer, True)),
-        function(
-            "asApproximateFloat",
-            overload("map_asApproximateFloat", d, [value], lambda v: float(_quantity_of(v)), True),
-        ),
-        function(
-            "add",
-            overload("map_add_map", value, [value, value], _arithmetic(1), True),
-            overload("map_add_int", value, [value, i], _arithmetic(1), True),
-        ),
-        function(
-            "sub",
-            overload("map_sub_map", value, [value, value], _arithmetic(-1), True),
-            overload("map_sub_int", value, [value, i], _arithmetic(-1), True),
-        ),
-    ]
-    return _cel.NewEnv(
-        variables={"device": value},
-        functions=functions,
-        extensions=[ext_strings.ExtStrings()],
-    )
-
-
 # --- Matching --------------------------------------------------------------------------------
 
 
 @attrs.frozen
 class Selector:
-    """One compiled expression and the device fields it reads (None: the whole device)."""
+    """One expression and the device fields it reads (None: the whole device)."""
 
-    program: Any
+    expression: str
     paths: tuple[Path, ...] | None
     literals: tuple[str, ...]
 
@@ -387,67 +177,208 @@ class CompiledClass:
     error: str | None = None
 
 
-class Matcher:
-    """Evaluates DeviceClass selectors; lives as long as the exporter, so its caches do too."""
+Request = tuple[CompiledClass, DeviceFields]
+"""A class's selectors and a device to match them against."""
 
-    def __init__(self) -> None:
-        self._environment: Any = None
+_SHARED: Evaluator | None = None
+
+
+def shared_evaluator() -> Evaluator:
+    """The process every Matcher of this exporter evaluates in (one is enough)."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = Evaluator()
+    return _SHARED
+
+
+class Matcher:
+    """Evaluates selectors; lives as long as the exporter, so its caches do too."""
+
+    def __init__(self, evaluator: Evaluator | None = None) -> None:
+        self._evaluator = evaluator
         self._compiled: dict[tuple[str, ...], CompiledClass] = {}
-        self._answers: dict[tuple[str, ...], dict[Any, bool | str]] = {}
+        self._answers: dict[tuple[str, Hashable], bool | str] = {}
+        self._over: dict[str, str] = {}
+        """Expressions that had their budget once, and how: they match nothing from then on."""
+        self._unkept: dict[tuple[str, Hashable], bool | str] = {}
+        self._left = EVALUATIONS
+        self.evaluations = 0
+        """Evaluations asked for, over the matcher's life."""
+
+    @property
+    def evaluator(self) -> Evaluator:
+        """The evaluation process (the shared one unless another was given)."""
+        if self._evaluator is None:
+            self._evaluator = shared_evaluator()
+        return self._evaluator
+
+    @property
+    def kept(self) -> int:
+        """How many answers are cached."""
+        return len(self._answers)
+
+    def start(self) -> None:
+        """Start the evaluation process early, so that it is ready when the classes are listed."""
+        if AVAILABLE:
+            self.evaluator.start()
+
+    def new_collection(self) -> None:
+        """A new collection: a new budget of :data:`EVALUATIONS`."""
+        self._left = EVALUATIONS
 
     def compile(self, expressions: tuple[str, ...]) -> CompiledClass:
         """Compile a class's selector expressions (cached by their text)."""
         compiled = self._compiled.get(expressions)
         if compiled is None:
-            compiled = self._compiled[expressions] = self._compile(expressions)
+            compiled = self._compile(expressions)
+            if compiled.error is None or not transient(compiled.error):
+                self._compiled[expressions] = compiled
         return compiled
 
     def _compile(self, expressions: tuple[str, ...]) -> CompiledClass:
-        if _cel is None:
+        if not AVAILABLE:
             return CompiledClass(error="CEL is not available on this platform")
-        if self._environment is None:
-            self._environment = _environment()
-        selectors = []
-        for index, expression in enumerate(expressions):
-            try:
-                program = self._environment.compile(expression)
-            except Exception as error:  # the runtime raises RuntimeError subclasses and others
-                return CompiledClass(error=f"selector {index}: {_one_line(error)}")
-            selectors.append(
-                Selector(program, device_paths(expression), tuple(string_literals(expression)))
+        if not expressions:
+            return CompiledClass()
+        try:
+            errors = self.evaluator.compile(expressions)
+        except EvaluationError as error:
+            return CompiledClass(error=f"{UNEVALUATED}{error}")
+        for index, (expression, refused) in enumerate(zip(expressions, errors, strict=True)):
+            if isinstance(refused, OverBudget):
+                self._over[expression] = refused.reason
+                return CompiledClass(error=f"selector {index}: {refused.reason}")
+            if refused is not None:
+                return CompiledClass(error=f"selector {index}: {refused}")
+        return CompiledClass(
+            tuple(
+                Selector(expression, device_paths(expression), tuple(string_literals(expression)))
+                for expression in expressions
             )
-        return CompiledClass(tuple(selectors))
+        )
 
     def forget(self, keep: Iterable[tuple[str, ...]]) -> None:
         """Drop what was cached for classes that no longer exist."""
         kept = set(keep)
-        for cache in (self._compiled, self._answers):
-            for expressions in [key for key in cache if key not in kept]:
-                del cache[expressions]
+        for expressions in [key for key in self._compiled if key not in kept]:
+            del self._compiled[expressions]
+        texts = {text for expressions in kept for text in expressions}
+        for text in [text for text in self._over if text not in texts]:
+            del self._over[text]
 
-    def matches(
-        self, expressions: tuple[str, ...], compiled: CompiledClass, device: DeviceFields
-    ) -> bool | str:
+    def matches(self, compiled: CompiledClass, device: DeviceFields) -> bool | str:
         """Whether *device* satisfies every selector, or why that cannot be said."""
-        if compiled.error is not None:
-            return compiled.error
-        answers = self._answers.setdefault(expressions, {})
-        for index, selector in enumerate(compiled.selectors):
-            key = (index, _projection(selector, device))
+        return self.match_all([(compiled, device)])[0]
+
+    def match_all(self, requests: Sequence[Request]) -> list[bool | str]:
+        """Each request's answer, asking the process once per selector position at most.
+
+        A device's selectors are evaluated in order and the first answer other than True is
+        the class's (as Kubernetes does: a later selector is not evaluated after a False).
+        """
+        answers: list[bool | str | None] = [
+            compiled.error if compiled.error is not None else None for compiled, _ in requests
+        ]
+        position = 0
+        while True:
+            round_ = [
+                (index, compiled.selectors[position], device)
+                for index, (compiled, device) in enumerate(requests)
+                if answers[index] is None and position < len(compiled.selectors)
+            ]
+            for index, (compiled, _) in enumerate(requests):
+                if answers[index] is None and position >= len(compiled.selectors):
+                    answers[index] = True
+            if not round_:
+                return [answer if answer is not None else True for answer in answers]
+            for (index, _, _), answer in zip(round_, self._evaluate(round_), strict=True):
+                if answer is not True:
+                    answers[index] = answer
+            position += 1
+
+    def _evaluate(self, round_: list[tuple[int, Selector, DeviceFields]]) -> list[bool | str]:
+        """One selector per request, from the cache or else the process."""
+        found: list[bool | str | None] = []
+        keys: list[tuple[str, Hashable]] = []
+        wanted: dict[tuple[str, Hashable], tuple[int, int]] = {}
+        expressions: dict[str, int] = {}
+        devices: list[dict[str, Any]] = []
+        numbered: dict[Hashable, int] = {}
+        """Devices as read: 1,000 classes reading one attribute read 128 devices alike."""
+        projections: dict[tuple[int, Any], tuple[dict[str, Any] | None, Hashable]] = {}
+        for _, selector, device in round_:
+            over = self._over.get(selector.expression)
+            if over is not None:
+                found.append(over)
+                keys.append(("", None))
+                continue
+            seen = (id(device), selector.paths)
+            known = projections.get(seen)
+            if known is None:
+                known = projections[seen] = _context(selector, device)
+            context, projection = known
+            key = (selector.expression, projection)
+            answer = self._answers.get(key)
+            found.append(answer)
+            keys.append(key)
+            if answer is None and key not in wanted:
+                index = expressions.setdefault(selector.expression, len(expressions))
+                read = (selector.paths, projection)
+                number = numbered.get(read)
+                if number is None:
+                    number = numbered[read] = len(devices)
+                    devices.append(context if context is not None else _build(selector, device))
+                wanted[key] = (index, number)
+        if wanted:
+            self._ask(list(expressions), devices, wanted)
+        answers = [
+            answer if answer is not None else self._known(key)
+            for answer, key in zip(found, keys, strict=True)
+        ]
+        self._unkept.clear()
+        return answers
+
+    def _known(self, key: tuple[str, Hashable]) -> bool | str:
+        """The answer just asked for (kept or not), or why there is none."""
+        for answers in (self._answers, self._unkept):
             answer = answers.get(key)
-            if answer is None:
-                if len(answers) >= CACHE_LIMIT:
-                    answers.clear()
-                answer = answers[key] = _evaluate(selector, device)
-            if answer is not True:
+            if answer is not None:
                 return answer
-        return True
+        return self._over.get(key[0], EXHAUSTED)
+
+    def _ask(
+        self,
+        expressions: list[str],
+        devices: list[dict[str, Any]],
+        wanted: dict[tuple[str, Hashable], tuple[int, int]],
+    ) -> None:
+        """Evaluate what the cache lacks, within this collection's budget."""
+        keys = list(wanted)[: max(0, self._left)]
+        self._left -= len(keys)
+        self.evaluations += len(keys)
+        if not keys:
+            return
+        try:
+            answers = self.evaluator.evaluate(expressions, devices, [wanted[key] for key in keys])
+        except EvaluationError as error:
+            answers = [f"{UNEVALUATED}{error}"] * len(keys)
+        if len(self._answers) + len(keys) > ANSWERS:
+            self._answers.clear()
+        for key, answer in zip(keys, answers, strict=True):
+            if isinstance(answer, OverBudget):
+                self._over[key[0]] = answer.reason
+            elif len(self._answers) < ANSWERS:
+                self._answers[key] = answer
+            else:
+                self._unkept[key] = answer  # answered for this request only
 
 
-def _projection(selector: Selector, device: DeviceFields) -> Any:
+def _context(selector: Selector, device: DeviceFields) -> tuple[dict[str, Any] | None, Hashable]:
+    """(the device as the selector reads it if that was needed to key it, its cache key)."""
     if selector.paths is None:
-        return ("device", _key(_whole(device, selector.literals)))
-    return tuple([device.projection(path) for path in selector.paths])
+        context = _whole(device, selector.literals)
+        return context, hashlib.blake2b(_ENCODER.encode(context), digest_size=16).digest()
+    return None, tuple([device.projection(path) for path in selector.paths])
 
 
 def union_paths(compiled: Iterable[CompiledClass]) -> tuple[Path, ...] | None:
@@ -490,7 +421,7 @@ def _whole(device: DeviceFields, literals: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-def _context(selector: Selector, device: DeviceFields) -> dict[str, Any]:
+def _build(selector: Selector, device: DeviceFields) -> dict[str, Any]:
     if selector.paths is None:
         return _whole(device, selector.literals)
     context: dict[str, Any] = {
@@ -511,19 +442,3 @@ def _context(selector: Selector, device: DeviceFields) -> dict[str, Any]:
         if value is not ABSENT:
             domain[path[2]] = value
     return context
-
-
-def _evaluate(selector: Selector, device: DeviceFields) -> bool | str:
-    try:
-        result = selector.program.eval(data={"device": _context(selector, device)})
-        value = result.value()
-    except Exception as error:  # anything the runtime or a library function raises
-        return _one_line(error)
-    if isinstance(value, bool):
-        return value
-    return _one_line(value) if result.type() == _cel.Type.ERROR else f"not a bool: {value!r}"
-
-
-def _one_line(error: object) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= 200 else text[:197] + "..."

@@ -136,13 +136,13 @@ class SelectorAnswers:
             return dict.fromkeys(wanted, "the slice's JSON was not kept")
         assert self.matcher is not None
         view = SliceView(_SLICE.decode(zlib.decompress(facts.source)), Context(Options()))
-        found: Answers = {}
-        for device in view.devices:
-            if device.name in wanted:
-                answer = self.matcher.matches(selectors, compiled, device)
-                if answer is not False:
-                    found[device.name] = answer
-        return found
+        devices = [device for device in view.devices if device.name in wanted]
+        answers = self.matcher.match_all([(compiled, device) for device in devices])
+        return {
+            device.name: answer
+            for device, answer in zip(devices, answers, strict=True)
+            if answer is not False
+        }
 
     def forget(self, keep: set[tuple[str, tuple[str, ...]]]) -> None:
         """Drop the answers of selectors no pending request has now."""

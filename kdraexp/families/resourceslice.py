@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from kdraexp.dra import devicecel, gated, wire
+from kdraexp.dra import celvalues, gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, LabelGroup, Row, Stability, family
@@ -203,20 +203,20 @@ class DeviceView:
         return (name, f"{domain}/{name}") if domain == self.driver else (f"{domain}/{name}",)
 
     def attribute(self, domain: str, name: str) -> Any:
-        """The attribute as a CEL value, or devicecel.ABSENT."""
+        """The attribute as a CEL value, or celvalues.ABSENT."""
         for key in self._key(domain, name):
             raw = self.attributes.get(key)
             if raw is not None:
                 return _cel_attribute(bytes(raw))
-        return devicecel.ABSENT
+        return celvalues.ABSENT
 
     def capacity(self, domain: str, name: str) -> Any:
-        """The capacity as a CEL quantity, or devicecel.ABSENT."""
+        """The capacity as a CEL quantity, or celvalues.ABSENT."""
         for key in self._key(domain, name):
             raw = self.capacity_raw.get(key)
             if raw is not None:
                 return _cel_capacity(bytes(raw))
-        return devicecel.ABSENT
+        return celvalues.ABSENT
 
     def attribute_domain(self, domain: str) -> dict[str, Any]:
         """Every attribute of *domain*, by name."""
@@ -232,7 +232,7 @@ class DeviceView:
             key_domain, _, name = key.rpartition("/")
             if (key_domain or self.driver) == domain:
                 value = read(bytes(raw))
-                if value is not devicecel.ABSENT:
+                if value is not celvalues.ABSENT:
                     found[name] = value
         return found
 
@@ -275,9 +275,9 @@ def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
 def _cel_attribute(raw: bytes) -> Any:
     value = _attribute(raw)
     if not value or len(value) != 1:
-        return devicecel.ABSENT
+        return celvalues.ABSENT
     ((kind, inner),) = value.items()
-    return devicecel.attribute_value(kind, inner)
+    return celvalues.attribute_value(kind, inner)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -285,14 +285,14 @@ def _cel_capacity(raw: bytes) -> Any:
     try:
         capacity = _CAPACITY.decode(raw)
     except msgspec.ValidationError:
-        return devicecel.ABSENT
+        return celvalues.ABSENT
     value = capacity.value if capacity else None
     if not isinstance(value, str):
-        return devicecel.ABSENT
+        return celvalues.ABSENT
     try:
-        return devicecel.quantity_value(value)
+        return celvalues.quantity_value(value)
     except ValueError:
-        return devicecel.ABSENT
+        return celvalues.ABSENT
 
 
 class SliceView:
@@ -329,6 +329,7 @@ class SliceView:
         self.all_nodes = spec.all_nodes is True
         self.per_device = spec.per_device_node_selection is True
         self.devices = [DeviceView(device, self) for device in spec.devices or ()]
+        context.classes.prepare(self.devices)  # one evaluation request for the whole slice
         self.shared_counters = gated.counter_sets(
             spec.shared_counters, "name", context.problems, _RESOURCE, self.where
         )

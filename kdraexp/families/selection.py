@@ -13,7 +13,7 @@ import re
 import attrs
 
 from kdraexp.dra import devicecel
-from kdraexp.dra.listing import BY_PLURAL, DEFAULT_RESOURCES, KINDS, Kind
+from kdraexp.dra.listing import BY_PLURAL, DEFAULT_RESOURCES, DEVICE_CLASSES, KINDS, Kind
 from kdraexp.families import CLAIM_DEVICE_INFO, DEVICE_INFO, FAMILIES, NEED_CEL, NEED_WHOLE_CLUSTER
 from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES, DataKey, DeviceAttribute, Options
 from kdraexp.families.family import Family
@@ -41,6 +41,11 @@ class Selection:
     def kinds(self) -> tuple[Kind, ...]:
         """The kinds listed, in listing order."""
         return tuple(kind for kind in KINDS if kind.plural in self.resources)
+
+    @property
+    def evaluates_selectors(self) -> bool:
+        """Whether devices are matched against DeviceClass selectors (the classes are listed)."""
+        return devicecel.AVAILABLE and DEVICE_CLASSES.plural in self.resources
 
 
 def _items(value: str) -> list[str]:

@@ -73,7 +73,9 @@ class Gatherer:
         return {}
 
     def start(self) -> None:
-        """Nothing runs between scrapes in list mode."""
+        """Nothing runs between scrapes in list mode; the CEL process starts, if one is needed."""
+        if self._selection.evaluates_selectors:
+            self._matcher.start()
 
     @property
     def running(self) -> bool:

@@ -324,7 +324,8 @@ class WatchGatherer:
         self._stats = stats
         self._selection = selection
         self._max_staleness = max_staleness
-        self._builder = CollectionBuilder(selection, Matcher(), Store(), shard)
+        self._matcher = Matcher()
+        self._builder = CollectionBuilder(selection, self._matcher, Store(), shard)
         self._watches: dict[str, KindWatch] = {}
         self._rest_started = False
         """Whether the kinds after the first have been started."""
@@ -354,6 +355,8 @@ class WatchGatherer:
 
     def start(self) -> None:
         """Synchronise the classes (and taint rules), then the rest."""
+        if self._selection.evaluates_selectors:
+            self._matcher.start()
         for kind in self._first():
             self._watches[kind.plural].start()
         if not self._first():

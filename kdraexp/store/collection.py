@@ -415,6 +415,7 @@ class CollectionBuilder:
         self._shard = shard
         self._classes = ClassIndex()
         self._context: Hashable = ()
+        matcher.new_collection()
         self._readers: dict[str, KindReader] = {}
 
     def reader(self, kind: Kind, live: bool = False) -> KindReader:
@@ -502,6 +503,7 @@ class CollectionBuilder:
     async def collection(self, turns: Turns | None = None) -> Collection:
         """The collection of the store's entries, with the cross-object families made."""
         turns = turns or Turns.never()
+        self._matcher.new_collection()  # what is read from now on is the next one's
         store = self._store
         listed = sorted(self._readers)
         made_of = tuple((name, store.versions.get(name, 0)) for name in listed)

@@ -1,0 +1,127 @@
+"""Hostile selectors: evaluated in a process of their own, bounded in CPU and memory, per device.
+
+Without the process, the first selector below ran for seconds on the reactor and the second took
+the exporter's memory with it; here each is over budget, matches nothing, counts as a CEL error
+and costs one kill, while the other classes of the same request are answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from kdraexp.dra import celprocess, devicecel
+from kdraexp.dra.celprocess import Evaluator
+from tests.collect import collect, values
+from tests.objects import classy, gpu, pool_slice
+
+pytestmark = pytest.mark.skipif(not devicecel.AVAILABLE, reason="no CEL runtime on this platform")
+
+SLOW = "'a'" + ".replace('a', 'aaaaaaaaaa')" * 8 + ".size() > 0"
+"""100 million characters: about 1.5 s of CPU and 100 MB, for each device."""
+HUGE = "'a'" + f".replace('a', '{'a' * 4096}')" * 3 + ".size() > 0"
+"""68 GB asked for at once, in a few milliseconds."""
+FINE = "device.driver == 'gpu.nvidia.com'"
+
+
+@pytest.fixture
+def evaluator() -> Iterator[Evaluator]:
+    made = Evaluator()
+    yield made
+    made.close()
+
+
+@pytest.mark.parametrize(
+    ("expression", "budget"), [(SLOW, celprocess.TIME), (HUGE, celprocess.MEMORY)]
+)
+def test_a_selector_over_its_budget_matches_nothing(
+    evaluator: Evaluator, expression: str, budget: celprocess.OverBudget
+) -> None:
+    """Over budget on the first device, the class is over budget on all: one kill at most."""
+    matcher = devicecel.Matcher(evaluator)
+    written = collect(
+        slices=[pool_slice("s", [gpu("a"), gpu("b"), gpu("c")])],
+        classes=[classy("hostile", expression), classy("fine", FINE)],
+        matcher=matcher,
+    )
+    matched = values(written, "kube_resourceslice_device_class", "deviceclass_name", "device_name")
+    assert set(matched) == {("fine", "a"), ("fine", "b"), ("fine", "c")}
+    assert written.class_errors == {"hostile": 3}
+    assert written.class_error_messages["hostile"] == budget.reason
+    assert evaluator.kills == (1 if budget is celprocess.TIME else 0)
+    again = collect(
+        slices=[pool_slice("s", [gpu("a"), gpu("d")])],
+        classes=[classy("hostile", expression), classy("fine", FINE)],
+        matcher=matcher,
+    )
+    assert again.class_errors == {"hostile": 2}  # still over budget, and not evaluated again
+    assert evaluator.kills == (1 if budget is celprocess.TIME else 0)
+
+
+def test_the_items_around_the_one_over_budget_are_answered(evaluator: Evaluator) -> None:
+    """The process is killed mid-request; a new one answers what came before and after."""
+    device = {"driver": "d", "attributes": {}, "capacity": {}, "allowMultipleAllocations": False}
+    answers = evaluator.evaluate(
+        ["device.driver == 'd'", SLOW, "device.driver == 'x'"],
+        [device],
+        [(0, 0), (1, 0), (2, 0), (1, 0), (0, 0)],
+    )
+    assert answers == [True, celprocess.TIME, False, celprocess.TIME, True]
+    assert evaluator.kills == 1
+
+
+def test_a_process_that_cannot_start_is_said(tmp_path: object) -> None:
+    """No process to evaluate in: every class errs with the reason, and nothing hangs."""
+    broken = Evaluator(["/nonexistent/python"])
+    written = collect(
+        slices=[pool_slice("s", [gpu("a")])],
+        classes=[classy("fine", FINE)],
+        matcher=devicecel.Matcher(broken),
+    )
+    assert written.class_errors == {"fine": 1}
+    assert written.class_error_messages["fine"].startswith(
+        "cannot evaluate selectors: cannot start the evaluation process"
+    )
+
+
+def test_classes_times_devices_past_the_budget_say_so(
+    evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past EVALUATIONS in one collection, the rest is not evaluated, said, and asked next time.
+
+    A thousand classes over a thousand distinct devices needed a million evaluations at once;
+    the budget (here 100) bounds each collection, and the next one goes on from the answers kept.
+    """
+    monkeypatch.setattr(devicecel, "EVALUATIONS", 100)
+    matcher = devicecel.Matcher(evaluator)
+    devices = [gpu(f"g{i}") for i in range(10)]
+    classes = [
+        classy(f"c{i}", f"device.attributes['gpu.nvidia.com'].uuid == 'GPU-g{i % 10}' && {i} >= 0")
+        for i in range(20)
+    ]
+    first = collect(slices=[pool_slice("s", devices)], classes=classes, matcher=matcher)
+    assert matcher.evaluations == 100
+    assert sum(first.class_errors.values()) == 100
+    assert set(first.class_error_messages.values()) == {devicecel.EXHAUSTED}
+    second = collect(slices=[pool_slice("s", devices)], classes=classes, matcher=matcher)
+    assert matcher.evaluations == 200  # the answers of the first are kept: the rest is asked
+    assert second.class_errors == {}
+    matched = values(second, "kube_resourceslice_device_class", "deviceclass_name", "device_name")
+    assert len(matched) == 20
+
+
+def test_the_caches_are_bounded(evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answers kept, over every expression, never pass ANSWERS (they start over)."""
+    monkeypatch.setattr(devicecel, "ANSWERS", 50)
+    matcher = devicecel.Matcher(evaluator)
+    classes = [
+        classy(f"c{i}", f"device.attributes['gpu.nvidia.com'].uuid == 'GPU-g{i}'") for i in range(8)
+    ]
+    collect(
+        slices=[pool_slice("s", [gpu(f"g{i}") for i in range(40)])],
+        classes=classes,
+        matcher=matcher,
+    )
+    assert matcher.evaluations == 320
+    assert 0 < matcher.kept <= 50
