@@ -13,6 +13,7 @@ Scrapes ask what Prometheus asks: the text format, gzip-compressed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -176,27 +177,50 @@ class Run:
         return elapsed
 
     def peak_rss(self) -> int:
-        """The exporter's peak resident memory so far (since :meth:`reset_peak`), in bytes."""
-        return self._status("VmHWM")
+        """The exporter's peak resident memory so far (since :meth:`reset_peak`), in bytes.
+
+        With its CEL evaluation process's: the sum of both peaks (what the pod may need).
+        """
+        return sum(self._status(pid, "VmHWM") for pid in self._pids())
 
     def rss(self) -> int:
-        """The exporter's resident memory now, in bytes."""
-        return self._status("VmRSS")
+        """The exporter's resident memory now, with its CEL evaluation process's, in bytes."""
+        return sum(self._status(pid, "VmRSS") for pid in self._pids())
 
     def reset_peak(self) -> None:
         """Start measuring the peak again from now (Linux: write 5 to clear_refs)."""
-        Path(f"/proc/{self.exporter.pid}/clear_refs").write_text("5")
+        for pid in self._pids():
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
 
-    def _status(self, field: str) -> int:
-        for line in Path(f"/proc/{self.exporter.pid}/status").read_text().splitlines():
+    def _pids(self) -> list[int]:
+        """The exporter and the processes it started (the CEL evaluation process)."""
+        pids = [self.exporter.pid]
+        for task in Path(f"/proc/{self.exporter.pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                pids += [int(pid) for pid in (task / "children").read_text().split()]
+        return pids
+
+    @staticmethod
+    def _status(pid: int, field: str) -> int:
+        try:
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except OSError:
+            return 0  # a child that ended meanwhile
+        for line in lines:
             if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
         raise RuntimeError(f"no {field}")
 
     def cpu(self) -> float:
-        """CPU seconds the exporter has used so far (user and system)."""
-        fields = Path(f"/proc/{self.exporter.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds the exporter and its CEL evaluation process have used so far."""
+        used = 0.0
+        for pid in self._pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            used += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return used
 
     def body_sizes(self) -> tuple[int, int]:
         """Bytes of one scrape's body, plain and gzip."""

@@ -16,8 +16,9 @@ from twisted.internet.task import deferLater
 
 TURN = 0.01
 """Seconds of work after which the reactor gets a turn."""
-CHUNK = 25
-"""Objects read between two looks at the clock."""
+CHUNK = 1
+"""Objects read between two looks at the clock: one, since a slice's devices may take a while
+against many or costly DeviceClass selectors (a look costs a fraction of a microsecond)."""
 
 
 class Turns:
