@@ -1,4 +1,5 @@
 """The DRA model: wire structs, the list contract, gated fields, quantities and CEL.
 
-Pure and synchronous. Imports only :mod:`kdraexp.util`.
+Synchronous; CEL is evaluated in a bounded process of its own (:mod:`kdraexp.dra.celprocess`).
+Imports only :mod:`kdraexp.util`.
 """
