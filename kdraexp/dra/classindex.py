@@ -14,10 +14,10 @@ import attrs
 from kdraexp.dra.devicecel import CompiledClass, DeviceFields, Matcher, transient, union_paths
 
 IMPLICIT_EXTENDED = "deviceclass.resource.kubernetes.io/"
+"""Every class serves the extended resource of this prefix and its name."""
 KEPT_NAMES = 262144
 """Class names kept in the answers per projection, over all devices; when full, it starts over
 (a thousand classes over a thousand distinct devices would keep a million)."""
-"""Every class serves the extended resource of this prefix and its name."""
 
 
 @attrs.frozen

@@ -266,10 +266,6 @@ class Matcher:
         for text in [text for text in self._over if text not in texts]:
             del self._over[text]
 
-    def matches(self, compiled: CompiledClass, device: DeviceFields) -> bool | str:
-        """Whether *device* satisfies every selector, or why that cannot be said."""
-        return self.match_all([(compiled, device)])[0]
-
     def match_all(self, requests: Sequence[Request]) -> list[bool | str]:
         """Each request's answer, asking the process once per selector position at most.
 
