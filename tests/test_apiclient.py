@@ -10,6 +10,7 @@ from twisted.internet.task import Clock
 
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, Kind, ListError
 from kdraexp.serve.web import failure_line
+from kdraexp.util.turns import CHUNK
 from tests.collect import Recorder, collect, fetch, labels
 from tests.conftest import failure_of, in_memory_client, result_of
 from tests.fakeapi import FakeKubeAPI, Fault, status
@@ -29,11 +30,11 @@ def add_claims(fake: FakeKubeAPI, count: int) -> None:
 
 
 def test_pages_until_continue_is_empty(fake: FakeKubeAPI, clock: Clock) -> None:
-    """limit is sent, continue followed, every object handed on a page at a time."""
+    """limit is sent, continue followed, each page's objects handed on CHUNK at a time."""
     add_claims(fake, 7)
     result = result_of(list_now(fake, clock, page_size=3))
     assert result.count == len(result.items) == 7
-    assert result.pages == 3
+    assert result.pages == sum(-(-size // CHUNK) for size in (3, 3, 1))
     sent = [r.args for r in fake.lists()]
     assert sent == [
         {"limit": ["3"]},
