@@ -13,6 +13,10 @@ import pytest
 
 from kdraexp.dra import celprocess, devicecel
 from kdraexp.dra.celprocess import Evaluator
+from kdraexp.dra.classindex import MANY_CLASSES, ClassEntry, ClassIndex
+from kdraexp.dra.listing import RESOURCE_SLICES
+from kdraexp.families.selection import select
+from kdraexp.store.collection import CollectionBuilder, Store
 from tests.collect import collect, values
 from tests.objects import classy, gpu, pool_slice
 
@@ -125,3 +129,31 @@ def test_the_caches_are_bounded(evaluator: Evaluator, monkeypatch: pytest.Monkey
     )
     assert matcher.evaluations == 320
     assert 0 < matcher.kept <= 50
+
+
+def test_costly_matching_sends_lists_off_the_reactor(evaluator: Evaluator) -> None:
+    """Matching that took more than COSTLY at once makes the next list-mode reads threaded.
+
+    A calm collection, which matches nothing, makes them plain again: a thread's hand-offs of
+    the interpreter lock cost a calm scrape more than they spare.  Past MANY_CLASSES classes,
+    matching is costly from the start.
+    """
+    costly = "'a'" + ".replace('a', 'aaaaaaaaaa')" * 6 + ".size() > 0"  # ~15 ms a device
+    matcher = devicecel.Matcher(evaluator)
+    store = Store()
+    slices = [pool_slice("s", [gpu("a"), gpu("b")])]
+    collect(slices=slices, classes=[classy("costly", costly)], matcher=matcher, store=store)
+    assert matcher.costly
+    classes = ClassIndex([ClassEntry("costly", (costly,), None)], matcher)
+    builder = CollectionBuilder(select(), matcher, store)
+    listed, live = builder.reader(RESOURCE_SLICES), builder.reader(RESOURCE_SLICES, live=True)
+    for reader in (listed, live):
+        reader.reconfigure(classes, ())
+    assert listed.off_reactor
+    assert not live.off_reactor  # a watch's events come while it would read
+    collect(slices=slices, classes=[classy("costly", costly)], matcher=matcher, store=store)
+    assert not matcher.costly  # every slice was unchanged: nothing was matched
+    many = ClassIndex(
+        [ClassEntry(f"c{i}", (FINE,), None) for i in range(MANY_CLASSES + 1)], matcher
+    )
+    assert many.costly and not ClassIndex([ClassEntry("c", (FINE,), None)], matcher).costly

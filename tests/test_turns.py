@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+
+import pytest_twisted
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
@@ -40,3 +43,25 @@ def test_still_clock_never_yields() -> None:
     reader = Pages()
     done = Deferred.fromCoroutine(feed(reader, list(range(CHUNK * 20)), Clock()))
     assert done.called and len(reader.items) == CHUNK * 20
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_reader_off_the_reactor_reads_while_the_reactor_runs() -> None:
+    """Its page is read in a thread: the reactor answers meanwhile (here it frees the page)."""
+    from twisted.internet import reactor
+
+    freed = threading.Event()
+
+    class Slow(Pages):
+        off_reactor = True
+
+        def page(self, items: list[int]) -> None:
+            self.thread = threading.current_thread()
+            assert freed.wait(10), "the reactor did not run while the page was read"
+            super().page(items)
+
+    reader = Slow()
+    reactor.callLater(0.05, freed.set)
+    await feed(reader, list(range(5)), reactor)
+    assert reader.items == list(range(5))
+    assert reader.thread is not threading.main_thread()

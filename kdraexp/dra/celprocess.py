@@ -23,12 +23,15 @@ import select
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 import msgspec
+
+from kdraexp.util.serial import serialised
 
 DEADLINE = 0.1
 """CPU seconds one evaluation may take (Kubernetes' cost limit allows tens of milliseconds)."""
@@ -97,8 +100,13 @@ class Evaluator:
         self._why = ""
         self.kills = 0
         """How many times an item over budget had the process killed."""
+        self.waited = 0.0
+        """Seconds spent waiting for processes to start, in all."""
+        self._lock = threading.RLock()
+        """One request at a time: lists are read in threads (a cancelled one may still run)."""
         atexit.register(self.close)
 
+    @serialised
     def compile(self, expressions: Sequence[str]) -> list[str | OverBudget | None]:
         """Per expression, None when it compiles, else why it does not.
 
@@ -106,13 +114,16 @@ class Evaluator:
         """
         try:
             (found,) = self._ask(["compile", list(expressions)], 1)
-        except _Over as over:  # compiling alone had the budget
-            return [over.budget] * len(expressions)
+        except _Over as over:  # one of them had the budget: which, each compiled alone says
+            if len(expressions) == 1:
+                return [over.budget]
+            return [self.compile([expression])[0] for expression in expressions]
         if not isinstance(found, list) or len(found) != len(expressions):
             self.close()
             raise EvaluationError("the evaluation process answered a compile with something else")
         return [None if text is None else str(text) for text in found]
 
+    @serialised
     def evaluate(
         self,
         expressions: Sequence[str],
@@ -147,6 +158,7 @@ class Evaluator:
             todo = todo[BATCH:]
         return [answer for answer in answers if answer is not None]
 
+    @serialised
     def start(self) -> None:
         """Start the process now, so that it is ready by the time the first selector comes."""
         if self._process is None and time.monotonic() >= self._retry_at:
@@ -154,6 +166,7 @@ class Evaluator:
             with contextlib.suppress(EvaluationError):
                 self._spawn()
 
+    @serialised
     def close(self) -> None:
         """End the process (it ends by itself, too, when the exporter does)."""
         process, self._process = self._process, None
@@ -201,12 +214,15 @@ class Evaluator:
             raise EvaluationError(self._why)
         for _ in range(STARTS):
             process = self._process or self._spawn()
+            began = time.monotonic()
             try:
                 ready = self._receive(process, 1, budget=False)
             except _Ended as ended:
+                self.waited += time.monotonic() - began
                 self.close()
                 self._why = f"the evaluation process ends as it starts ({ended.args[0]})"
                 continue
+            self.waited += time.monotonic() - began
             if ready != ["ready"]:
                 self.close()
                 self._why = "the evaluation process is not kdraexp's"

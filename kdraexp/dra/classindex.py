@@ -15,6 +15,8 @@ from kdraexp.dra.devicecel import CompiledClass, DeviceFields, Matcher, transien
 
 IMPLICIT_EXTENDED = "deviceclass.resource.kubernetes.io/"
 """Every class serves the extended resource of this prefix and its name."""
+MANY_CLASSES = 32
+"""Classes past which matching is costly from the start (32 x 128 devices of a slice)."""
 KEPT_NAMES = 262144
 """Class names kept in the answers per projection, over all devices; when full, it starts over
 (a thousand classes over a thousand distinct devices would keep a million)."""
@@ -45,7 +47,9 @@ class ClassIndex:
         self._matcher = matcher
         self._compiled: list[tuple[ClassEntry, CompiledClass]] = []
         if matcher is not None:
-            self._compiled = [(e, matcher.compile(e.expressions)) for e in self.entries.values()]
+            classes = list(self.entries.values())
+            compiled = matcher.compile_all([e.expressions for e in classes])
+            self._compiled = list(zip(classes, compiled, strict=True))
             matcher.forget(e.expressions for e in self.entries.values())
         self._paths = union_paths(compiled for _, compiled in self._compiled)
         self._by_projection: dict[Any, tuple[list[str], list[tuple[str, str]]]] = {}
@@ -53,6 +57,17 @@ class ClassIndex:
         self._kept = 0
         self._prepared: dict[int, tuple[list[str], list[tuple[str, str]]]] = {}
         """For devices read whole, the answers :meth:`prepare` found for the slice at hand."""
+
+    @property
+    def costly(self) -> bool:
+        """Whether matching devices is costly.
+
+        It was of late (see ``Matcher.costly``), or the classes are so many that each slice's
+        devices make thousands of matches.
+        """
+        if self._matcher is None:
+            return False
+        return self._matcher.costly or len(self._compiled) > MANY_CLASSES
 
     @property
     def matcher(self) -> Matcher | None:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import re
+import threading
+import time
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -31,6 +33,7 @@ import msgspec
 
 from kdraexp.dra.celprocess import EvaluationError, Evaluator, OverBudget
 from kdraexp.dra.celvalues import ABSENT
+from kdraexp.util.serial import serialised
 
 AVAILABLE = importlib.util.find_spec("cel_expr_python") is not None
 """Whether this platform can evaluate selectors (the image's ppc64le, s390x, riscv64 cannot)."""
@@ -39,6 +42,8 @@ ANSWERS = 65536
 """Answers kept, over all expressions; when full, the cache starts over."""
 EVALUATIONS = 262144
 """Evaluations one collection may ask for (64,000 distinct devices x four classes fit)."""
+COSTLY = 0.01
+"""Seconds one match may take before matching counts as costly."""
 EXHAUSTED = (
     f"not evaluated: more than {EVALUATIONS} selector evaluations in one collection "
     "(classes x distinct devices)"
@@ -202,6 +207,12 @@ class Matcher:
         """Expressions that had their budget once, and how: they match nothing from then on."""
         self._unkept: dict[tuple[str, Hashable], bool | str] = {}
         self._left = EVALUATIONS
+        self.costly = False
+        """Whether one match took more than :data:`COSTLY` seconds in the last collection (a
+        calm one matches nothing): lists are then read off the reactor (see ``KindReader``)."""
+        self._slow = False
+        self._lock = threading.RLock()
+        """Lists are read in threads; a cancelled one may still be matching."""
         self.evaluations = 0
         """Evaluations asked for, over the matcher's life."""
 
@@ -222,29 +233,55 @@ class Matcher:
         if AVAILABLE:
             self.evaluator.start()
 
+    @serialised
     def new_collection(self) -> None:
         """A new collection: a new budget of :data:`EVALUATIONS`."""
         self._left = EVALUATIONS
 
+    @serialised
+    def collected(self) -> None:
+        """A collection is complete: :attr:`costly` says whether its matching was."""
+        self.costly, self._slow = self._slow, False
+
+    @serialised
     def compile(self, expressions: tuple[str, ...]) -> CompiledClass:
         """Compile a class's selector expressions (cached by their text)."""
-        compiled = self._compiled.get(expressions)
-        if compiled is None:
-            compiled = self._compile(expressions)
+        return self.compile_all([expressions])[0]
+
+    @serialised
+    def compile_all(self, classes: Sequence[tuple[str, ...]]) -> list[CompiledClass]:
+        """Compile each class's selector expressions: one request for all that are new."""
+        new = [e for e in dict.fromkeys(classes) if e not in self._compiled]
+        refusals: dict[str, str | OverBudget | None] = {}
+        failed = None
+        texts = list(dict.fromkeys(text for expressions in new for text in expressions))
+        if texts and AVAILABLE:
+            try:
+                refusals = dict(zip(texts, self.evaluator.compile(texts), strict=True))
+            except EvaluationError as error:
+                failed = f"{UNEVALUATED}{error}"
+        made = {
+            expressions: self._compiled_class(expressions, refusals, failed) for expressions in new
+        }
+        for expressions, compiled in made.items():
             if compiled.error is None or not transient(compiled.error):
                 self._compiled[expressions] = compiled
-        return compiled
+        return [self._compiled.get(expressions) or made[expressions] for expressions in classes]
 
-    def _compile(self, expressions: tuple[str, ...]) -> CompiledClass:
+    def _compiled_class(
+        self,
+        expressions: tuple[str, ...],
+        refusals: dict[str, str | OverBudget | None],
+        failed: str | None,
+    ) -> CompiledClass:
         if not AVAILABLE:
             return CompiledClass(error="CEL is not available on this platform")
         if not expressions:
             return CompiledClass()
-        try:
-            errors = self.evaluator.compile(expressions)
-        except EvaluationError as error:
-            return CompiledClass(error=f"{UNEVALUATED}{error}")
-        for index, (expression, refused) in enumerate(zip(expressions, errors, strict=True)):
+        if failed is not None:
+            return CompiledClass(error=failed)
+        for index, expression in enumerate(expressions):
+            refused = refusals.get(expression)
             if isinstance(refused, OverBudget):
                 self._over[expression] = refused.reason
                 return CompiledClass(error=f"selector {index}: {refused.reason}")
@@ -257,6 +294,7 @@ class Matcher:
             )
         )
 
+    @serialised
     def forget(self, keep: Iterable[tuple[str, ...]]) -> None:
         """Drop what was cached for classes that no longer exist."""
         kept = set(keep)
@@ -266,12 +304,25 @@ class Matcher:
         for text in [text for text in self._over if text not in texts]:
             del self._over[text]
 
+    @serialised
     def match_all(self, requests: Sequence[Request]) -> list[bool | str]:
         """Each request's answer, asking the process once per selector position at most.
 
         A device's selectors are evaluated in order and the first answer other than True is
         the class's (as Kubernetes does: a later selector is not evaluated after a False).
         """
+        began, waited = time.monotonic(), self._waited()
+        try:
+            return self._match_all(requests)
+        finally:
+            # The wait for a process to start is no measure of what matching costs.
+            if time.monotonic() - began - (self._waited() - waited) > COSTLY:
+                self._slow = self.costly = True
+
+    def _waited(self) -> float:
+        return self._evaluator.waited if self._evaluator is not None else 0.0
+
+    def _match_all(self, requests: Sequence[Request]) -> list[bool | str]:
         answers: list[bool | str | None] = [
             compiled.error if compiled.error is not None else None for compiled, _ in requests
         ]

@@ -103,8 +103,12 @@ class KindReader:
         shard: Shard = Shard(),  # noqa: B008 - frozen
         skipped: Mapping[str, str] | None = None,
         keep_sources: bool = False,
+        off_reactor: bool = False,
     ) -> None:
         self.kind = kind
+        self._may_leave = off_reactor
+        """Whether its pages may be read in a thread: nothing else touches a list-mode reader
+        while its list is read; a live one's events come meanwhile."""
         self._keep_sources = keep_sources
         """Keep each object's JSON, compressed, so that :meth:`reread` needs no list."""
         self._shard = shard
@@ -124,6 +128,15 @@ class KindReader:
         self._unwritten: tuple[Flat, ...] = ((),) * len(self._families)
         """The rows of an object another shard writes: none in every family."""
         self.restart()
+
+    @property
+    def off_reactor(self) -> bool:
+        """Whether the rest of the page is read in a thread (see :func:`kdraexp.util.turns.feed`).
+
+        Only when matching devices has been costly: otherwise the thread's hand-offs of the
+        interpreter lock cost more than they spare (a calm 64,000-device scrape took 60 % longer).
+        """
+        return self._may_leave and self._classes.costly
 
     def restart(self) -> None:
         """Forget every page read so far."""
@@ -438,6 +451,7 @@ class CollectionBuilder:
             self._shard,
             skipped,
             keep_sources=live and reads_classes,
+            off_reactor=not live,
         )
         self._readers[kind.plural] = reader
         return reader
@@ -503,6 +517,7 @@ class CollectionBuilder:
     async def collection(self, turns: Turns | None = None) -> Collection:
         """The collection of the store's entries, with the cross-object families made."""
         turns = turns or Turns.never()
+        self._matcher.collected()  # the lists of this one are read
         self._matcher.new_collection()  # what is read from now on is the next one's
         store = self._store
         listed = sorted(self._readers)

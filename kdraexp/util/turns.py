@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IReactorThreads, IReactorTime
 from twisted.internet.task import deferLater
+from twisted.internet.threads import deferToThreadPool
 
 TURN = 0.01
 """Seconds of work after which the reactor gets a turn."""
@@ -42,8 +43,17 @@ class Turns:
 
 
 async def feed(reader: Any, items: Sequence[Any], clock: IReactorTime) -> None:
-    """Hand *items* to ``reader.page`` a few at a time, giving the reactor its turns."""
+    """Hand *items* to ``reader.page``, without holding the reactor.
+
+    They are read a few at a time, giving the reactor its turns; once the reader says so
+    (``off_reactor``: one object's DeviceClass selectors may take seconds), the rest is read in
+    a thread of the reactor's pool while the reactor goes on.
+    """
+    pool = getattr(clock, "getThreadPool", None) if IReactorThreads.providedBy(clock) else None
     turns = Turns(clock)
     for start in range(0, len(items), CHUNK):
+        if pool is not None and getattr(reader, "off_reactor", False):
+            await deferToThreadPool(clock, pool(), reader.page, list(items[start:]))  # type: ignore[arg-type]
+            return
         reader.page(items[start : start + CHUNK])
         await turns.take()
