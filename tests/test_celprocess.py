@@ -18,7 +18,7 @@ from kdraexp.dra.listing import RESOURCE_SLICES
 from kdraexp.families.selection import select
 from kdraexp.store.collection import CollectionBuilder, Store
 from tests.collect import collect, values
-from tests.objects import classy, gpu, pool_slice
+from tests.objects import classy, device, gpu, pool_slice
 
 pytestmark = pytest.mark.skipif(not devicecel.AVAILABLE, reason="no CEL runtime on this platform")
 
@@ -157,3 +157,15 @@ def test_costly_matching_sends_lists_off_the_reactor(evaluator: Evaluator) -> No
         [ClassEntry(f"c{i}", (FINE,), None) for i in range(MANY_CLASSES + 1)], matcher
     )
     assert many.costly and not ClassIndex([ClassEntry("c", (FINE,), None)], matcher).costly
+
+
+def test_an_int_beyond_int64_reads_as_absent(evaluator: Evaluator) -> None:
+    """Kubernetes' ints are int64; a larger one is not a value (nor a crash of the match)."""
+    odd = device("x", attributes={"big": {"int": 2**70}, "small": {"int": 7}})
+    written = collect(
+        slices=[pool_slice("s", [odd])],
+        classes=[classy("c", "!has(device.attributes['gpu.nvidia.com'].big)")],
+        matcher=devicecel.Matcher(evaluator),
+    )
+    assert written.class_errors == {}
+    assert values(written, "kube_resourceslice_device_class", "device_name") == {("x",): 1}

@@ -42,8 +42,9 @@ STARTUP = 10.0
 STARTS = 3
 """Processes that may fail to start in a row before evaluation pauses for :data:`RETRY` s."""
 RETRY = 60.0
-MAX_FRAME = 1 << 20
-"""An answer is a short string at most; a longer frame means the process is not ours."""
+MAX_FRAME = 16 << 20
+"""A frame holds answers of 200 characters at most (4,096 of them, or one per expression
+compiled); a longer one means the process is not ours."""
 BATCH = 4096
 """Items sent in one request at most (reading a request is not any item's budget)."""
 POLL = 0.02
@@ -197,6 +198,9 @@ class Evaluator:
                 pass_fds=(descriptor,) if descriptor >= 0 else (),
             )
         except OSError as error:
+            if self._progress is not None:
+                self._progress.close()
+                self._progress = None
             raise EvaluationError(f"cannot start the evaluation process: {error}") from None
         finally:
             if descriptor >= 0:

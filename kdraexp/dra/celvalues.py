@@ -66,7 +66,7 @@ def attribute_value(kind: str, value: Any) -> Any:
     if kind == "bool" and isinstance(value, bool):
         return value
     if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
-        return value
+        return value if -(2**63) <= value < 2**63 else ABSENT  # an int64, as in Kubernetes
     if kind == "version" and isinstance(value, str):
         try:
             return semver_value(value)

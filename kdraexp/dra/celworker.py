@@ -154,7 +154,10 @@ def serve(progress: Progress) -> None:
             return
         request = _DECODER.decode(body)
         if request[0] == "compile":
-            compiled = [programs.get(expression) for expression in request[1]]
+            compiled = []
+            for index, expression in enumerate(request[1]):
+                progress.mark(index)  # each expression's compile has its own budget
+                compiled.append(programs.get(expression))
             _write(_frame([found if isinstance(found, str) else None for found in compiled]))
             continue
         _, expressions, devices, items = request

@@ -414,6 +414,8 @@ class Matcher:
         for key, answer in zip(keys, answers, strict=True):
             if isinstance(answer, OverBudget):
                 self._over[key[0]] = answer.reason
+            elif isinstance(answer, str) and transient(answer):
+                self._unkept[key] = answer  # asked again next time
             elif len(self._answers) < ANSWERS:
                 self._answers[key] = answer
             else:
