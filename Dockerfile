@@ -6,7 +6,8 @@
 #   ppc64le, s390x, riscv64 debian:13-slim with python3 only: distroless publishes its python3
 #                           image for amd64 and arm64 alone.
 # The build stage runs on the target platform (emulated where it is not the builder's), so
-# dependencies without a wheel for it (riscv64) are compiled against the same Python.
+# dependencies without a wheel for it (riscv64) are compiled against the same Python: the CEL
+# engine of ppc64le, s390x and riscv64 (common-expression-language) is Rust, hence cargo.
 
 ARG DEBIAN_IMAGE=debian:13-slim
 ARG DISTROLESS_PYTHON=gcr.io/distroless/python3-debian13:nonroot

@@ -27,6 +27,7 @@ SLOW = "'a'" + ".replace('a', 'aaaaaaaaaa')" * 8 + ".size() > 0"
 HUGE = "'a'" + f".replace('a', '{'a' * 4096}')" * 3 + ".size() > 0"
 """68 GB asked for at once, in a few milliseconds."""
 FINE = "device.driver == 'gpu.nvidia.com'"
+OVER = {celprocess.TIME.reason, celprocess.MEMORY.reason}
 
 
 @pytest.fixture
@@ -36,13 +37,13 @@ def evaluator() -> Iterator[Evaluator]:
     made.close()
 
 
-@pytest.mark.parametrize(
-    ("expression", "budget"), [(SLOW, celprocess.TIME), (HUGE, celprocess.MEMORY)]
-)
-def test_a_selector_over_its_budget_matches_nothing(
-    evaluator: Evaluator, expression: str, budget: celprocess.OverBudget
-) -> None:
-    """Over budget on the first device, the class is over budget on all: one kill at most."""
+@pytest.mark.parametrize("expression", [SLOW, HUGE], ids=["slow", "huge"])
+def test_a_selector_over_its_budget_matches_nothing(evaluator: Evaluator, expression: str) -> None:
+    """Over budget on the first device, the class is over budget on all: one kill at most.
+
+    Which budget runs out first depends on the engine: Google's builds the slow string for
+    seconds, the Rust one's ``replace`` (Python's) reaches the heap cap sooner.
+    """
     matcher = devicecel.Matcher(evaluator)
     written = collect(
         slices=[pool_slice("s", [gpu("a"), gpu("b"), gpu("c")])],
@@ -52,15 +53,16 @@ def test_a_selector_over_its_budget_matches_nothing(
     matched = values(written, "kube_resourceslice_device_class", "deviceclass_name", "device_name")
     assert set(matched) == {("fine", "a"), ("fine", "b"), ("fine", "c")}
     assert written.class_errors == {"hostile": 3}
-    assert written.class_error_messages["hostile"] == budget.reason
-    assert evaluator.kills == (1 if budget is celprocess.TIME else 0)
+    assert written.class_error_messages["hostile"] in OVER
+    kills = evaluator.kills
+    assert kills <= 1
     again = collect(
         slices=[pool_slice("s", [gpu("a"), gpu("d")])],
         classes=[classy("hostile", expression), classy("fine", FINE)],
         matcher=matcher,
     )
     assert again.class_errors == {"hostile": 2}  # still over budget, and not evaluated again
-    assert evaluator.kills == (1 if budget is celprocess.TIME else 0)
+    assert evaluator.kills == kills
 
 
 def test_the_items_around_the_one_over_budget_are_answered(evaluator: Evaluator) -> None:
@@ -71,8 +73,9 @@ def test_the_items_around_the_one_over_budget_are_answered(evaluator: Evaluator)
         [device],
         [(0, 0), (1, 0), (2, 0), (1, 0), (0, 0)],
     )
-    assert answers == [True, celprocess.TIME, False, celprocess.TIME, True]
-    assert evaluator.kills == 1
+    shown = [a if not isinstance(a, celprocess.OverBudget) else "over" for a in answers]
+    assert shown == [True, "over", False, "over", True]
+    assert evaluator.kills <= 1
 
 
 def test_a_process_that_cannot_start_is_said(tmp_path: object) -> None:
@@ -138,10 +141,12 @@ def test_costly_matching_sends_lists_off_the_reactor(evaluator: Evaluator) -> No
     the interpreter lock cost a calm scrape more than they spare.  Past MANY_CLASSES classes,
     matching is costly from the start.
     """
-    costly = "'a'" + ".replace('a', 'aaaaaaaaaa')" * 6 + ".size() > 0"  # ~15 ms a device
+    square = "[" + ",".join(map(str, range(30))) + "]"
+    uuid = "device.attributes['gpu.nvidia.com'].uuid"
+    costly = f"{square}.all(a, {square}.all(b, a + b >= 0)) && {uuid} != ''"
     matcher = devicecel.Matcher(evaluator)
     store = Store()
-    slices = [pool_slice("s", [gpu("a"), gpu("b")])]
+    slices = [pool_slice("s", [gpu(f"g{i}") for i in range(64)])]  # 0.3-0.6 ms each, 64 apart
     collect(slices=slices, classes=[classy("costly", costly)], matcher=matcher, store=store)
     assert matcher.costly
     classes = ClassIndex([ClassEntry("costly", (costly,), None)], matcher)

@@ -30,8 +30,10 @@ from typing import Any
 
 import msgspec
 
-from kdraexp.dra import celruntime
+from kdraexp.dra.cellibrary import one_line
 
+ENGINE = "KDRAEXP_CEL_ENGINE"
+"""Set to ``common-expression-language`` to use that engine where Google's is installed too."""
 MEMORY = 64 * 2**20
 """Bytes of heap the process may take beyond what it holds once started."""
 PROGRAMS = 1024
@@ -46,6 +48,20 @@ _HEADER = struct.Struct(">I")
 _PROGRESS = struct.Struct("=I")
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder()
+
+
+def engine() -> Any:
+    """Google's runtime where it has a wheel, else the Rust one (selected at import)."""
+    if os.environ.get(ENGINE) != "common-expression-language":
+        try:
+            from kdraexp.dra import celruntime
+        except ImportError:
+            pass
+        else:
+            return celruntime
+    from kdraexp.dra import celrust
+
+    return celrust
 
 
 def _die_with_parent() -> None:
@@ -119,7 +135,9 @@ class Progress:
 class Programs:
     """Compiled expressions by their text, or why each was refused."""
 
-    def __init__(self) -> None:
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+        """The engine's module (see :func:`engine`)."""
         self._known: dict[str, Any] = {}
 
     def get(self, expression: str) -> Any:
@@ -129,18 +147,18 @@ class Programs:
             if len(self._known) >= PROGRAMS:
                 self._known.clear()
             try:
-                found = celruntime.compile_selector(expression)
+                found = self.runtime.compile_selector(expression)
             except MemoryError:
                 raise
             except Exception as error:  # the runtime raises RuntimeError subclasses and others
-                found = celruntime.one_line(error)
+                found = one_line(error)
             self._known[expression] = found
         return found
 
 
-def serve(progress: Progress) -> None:
+def serve(progress: Progress, runtime: Any) -> None:
     """Answer requests until stdin ends."""
-    programs = Programs()
+    programs = Programs(runtime)
     _write(_frame("ready"))
     while True:
         header = _read_exactly(_HEADER.size)
@@ -169,7 +187,7 @@ def serve(progress: Progress) -> None:
                 if isinstance(program, str):
                     answer: Any = program
                 else:
-                    answer = celruntime.evaluate(program, devices[device])
+                    answer = programs.runtime.evaluate(program, devices[device])
             except MemoryError:
                 answer = ["memory"]
             pending.append(answer)
@@ -185,9 +203,10 @@ def main() -> None:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C reaches the exporter, which ends this
     progress = Progress(sys.argv)
+    runtime = engine()
     _cap_memory()
     with contextlib.suppress(BrokenPipeError):
-        serve(progress)
+        serve(progress, runtime)
     sys.exit(0)
 
 

@@ -21,6 +21,7 @@ needs): the error says which.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import re
 import threading
@@ -35,8 +36,19 @@ from kdraexp.dra.celprocess import EvaluationError, Evaluator, OverBudget
 from kdraexp.dra.celvalues import ABSENT
 from kdraexp.util.serial import serialised
 
-AVAILABLE = importlib.util.find_spec("cel_expr_python") is not None
-"""Whether this platform can evaluate selectors (the image's ppc64le, s390x, riscv64 cannot)."""
+
+def _engine_installed() -> bool:
+    if importlib.util.find_spec("cel_expr_python") is not None:
+        return True  # Google's (x86_64, aarch64)
+    try:
+        importlib.metadata.distribution("common-expression-language")  # Rust's (the others)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+AVAILABLE = _engine_installed()
+"""Whether an engine is installed to evaluate selectors in (:mod:`kdraexp.dra.celworker`)."""
 
 ANSWERS = 65536
 """Answers kept, over all expressions; when full, the cache starts over."""
