@@ -161,11 +161,13 @@ class Evaluator:
 
     @serialised
     def start(self) -> None:
-        """Start the process now, so that it is ready by the time the first selector comes."""
-        if self._process is None and time.monotonic() >= self._retry_at:
-            # A failure is said again, with its reason, when the first selector needs it.
-            with contextlib.suppress(EvaluationError):
-                self._spawn()
+        """Start the process and wait until it is ready (0.1-0.25 s: it imports the runtime).
+
+        Called as the exporter starts, so that the wait holds no scrape.  A failure is said
+        again, with its reason, when the first selector needs the process.
+        """
+        with contextlib.suppress(EvaluationError):
+            self._ready_process()
 
     @serialised
     def close(self) -> None:

@@ -241,7 +241,7 @@ class Matcher:
         return len(self._answers)
 
     def start(self) -> None:
-        """Start the evaluation process early, so that it is ready when the classes are listed."""
+        """Start the evaluation process and wait for it as the exporter starts: no scrape waits."""
         if AVAILABLE:
             self.evaluator.start()
 
