@@ -15,6 +15,8 @@ from kdraexp.dra.devicecel import CompiledClass, DeviceFields, Matcher, transien
 
 IMPLICIT_EXTENDED = "deviceclass.resource.kubernetes.io/"
 """Every class serves the extended resource of this prefix and its name."""
+PAIRS = 65536
+"""(class, device) pairs matched at once at most: what one slice's match holds in memory."""
 MANY_CLASSES = 32
 """Classes past which matching is costly from the start (32 x 128 devices of a slice)."""
 KEPT_NAMES = 262144
@@ -45,18 +47,34 @@ class ClassIndex:
             {e.extended_resource: e.name for e in self.entries.values() if e.extended_resource}
         )
         self._matcher = matcher
-        self._compiled: list[tuple[ClassEntry, CompiledClass]] = []
+        self._made: tuple[list[tuple[ClassEntry, CompiledClass]], Any] | None = None
+        """The classes compiled and the paths they read: made when a device is first matched
+        (in a list's thread when matching is costly, not on the reactor)."""
         if matcher is not None:
-            classes = list(self.entries.values())
-            compiled = matcher.compile_all([e.expressions for e in classes])
-            self._compiled = list(zip(classes, compiled, strict=True))
             matcher.forget(e.expressions for e in self.entries.values())
-        self._paths = union_paths(compiled for _, compiled in self._compiled)
         self._by_projection: dict[Any, tuple[list[str], list[tuple[str, str]]]] = {}
         """Devices that read alike match alike: the answer for every class at once."""
         self._kept = 0
         self._prepared: dict[int, tuple[list[str], list[tuple[str, str]]]] = {}
         """For devices read whole, the answers :meth:`prepare` found for the slice at hand."""
+
+    @property
+    def _compiled(self) -> list[tuple[ClassEntry, CompiledClass]]:
+        return self._compile()[0]
+
+    @property
+    def _paths(self) -> Any:
+        return self._compile()[1]
+
+    def _compile(self) -> tuple[list[tuple[ClassEntry, CompiledClass]], Any]:
+        if self._made is None:
+            compiled: list[tuple[ClassEntry, CompiledClass]] = []
+            if self._matcher is not None:
+                classes = list(self.entries.values())
+                made = self._matcher.compile_all([e.expressions for e in classes])
+                compiled = list(zip(classes, made, strict=True))
+            self._made = (compiled, union_paths(one for _, one in compiled))
+        return self._made
 
     @property
     def costly(self) -> bool:
@@ -67,7 +85,7 @@ class ClassIndex:
         """
         if self._matcher is None:
             return False
-        return self._matcher.costly or len(self._compiled) > MANY_CLASSES
+        return self._matcher.costly or len(self.entries) > MANY_CLASSES
 
     @property
     def matcher(self) -> Matcher | None:
@@ -89,16 +107,18 @@ class ClassIndex:
                 pending.setdefault(key if key is not None else id(device), device)
         if not pending:
             return
-        requests = [
-            (compiled, device) for device in pending.values() for _, compiled in self._compiled
-        ]
-        answers = iter(self._matcher.match_all(requests))
-        for key in pending:
-            found = self._sort([(entry.name, next(answers)) for entry, _ in self._compiled])
-            if self._paths is None:
-                self._prepared[key] = found
-            else:
-                self._keep(key, found)
+        keys = list(pending)
+        step = max(1, PAIRS // len(self._compiled))  # a thousand classes: 65 devices at a time
+        for start in range(0, len(keys), step):
+            some = keys[start : start + step]
+            requests = [(c, pending[key]) for key in some for _, c in self._compiled]
+            answers = iter(self._matcher.match_all(requests))
+            for key in some:
+                found = self._sort([(entry.name, next(answers)) for entry, _ in self._compiled])
+                if self._paths is None:
+                    self._prepared[key] = found
+                else:
+                    self._keep(key, found)
 
     def matching(self, device: DeviceFields, errors: list[tuple[str, str]]) -> list[str]:
         """The names of the classes whose every selector *device* satisfies.
