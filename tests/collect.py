@@ -9,6 +9,7 @@ import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet.defer import Deferred
 
+from kdraexp.dra.celprocess import Evaluator
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import Kind, Source
 from kdraexp.exposition import text as exposition
@@ -17,6 +18,9 @@ from kdraexp.sources.gather import listed_first
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.store.sharding import Shard
 from tests.conftest import result_of
+
+EVALUATOR = Evaluator()
+"""One evaluation process for the collections the tests make (each Matcher could start its own)."""
 
 
 class Recorder:
@@ -55,7 +59,7 @@ class Both:
 
 def fetch(source: Source, kind: Kind, read: bool = False) -> Deferred[Recorder]:
     """List *kind* from *source* into a Recorder; with *read*, also through a real reader."""
-    reader = CollectionBuilder(select(), Matcher()).reader(kind) if read else None
+    reader = CollectionBuilder(select(), Matcher(EVALUATOR)).reader(kind) if read else None
 
     async def run() -> Recorder:
         recorder = Recorder()
@@ -89,7 +93,7 @@ def collect(
         "devicetaintrules": list(rules),
         "pods": list(pods),
     }
-    builder = CollectionBuilder(chosen, matcher or Matcher(), store, shard)
+    builder = CollectionBuilder(chosen, matcher or Matcher(EVALUATOR), store, shard)
     for first in (True, False):
         for kind in chosen.kinds:
             if listed_first(kind) != first:

@@ -15,7 +15,6 @@ its turns between slices.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import mmap
 import os
@@ -25,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -105,7 +105,8 @@ class Evaluator:
         """Seconds spent waiting for processes to start, in all."""
         self._lock = threading.RLock()
         """One request at a time: lists are read in threads (a cancelled one may still run)."""
-        atexit.register(self.close)
+        self._ending: weakref.finalize[Any, Any] | None = None
+        """Kills the process if this object goes without being closed (and at exit)."""
 
     @serialised
     def compile(self, expressions: Sequence[str]) -> list[str | OverBudget | None]:
@@ -174,14 +175,13 @@ class Evaluator:
         """End the process (it ends by itself, too, when the exporter does)."""
         process, self._process = self._process, None
         progress, self._progress = self._progress, None
+        if self._ending is not None:
+            self._ending.detach()
+            self._ending = None
         self._ready = False
         self._buffer.clear()
         if process is not None:
-            process.kill()
-            process.wait()
-            for pipe in (process.stdin, process.stdout):
-                if pipe is not None:
-                    pipe.close()
+            _end(process)
         if progress is not None:
             progress.close()
 
@@ -210,6 +210,7 @@ class Evaluator:
         assert process.stdin is not None
         os.set_blocking(process.stdin.fileno(), False)
         self._process, self._ready = process, False
+        self._ending = weakref.finalize(self, _end, process)
         return process
 
     def _ready_process(self) -> subprocess.Popen[bytes]:
@@ -363,6 +364,15 @@ class Evaluator:
             process.kill()
             return "not answering"
         return f"signal {-code}" if code < 0 else f"exit code {code}"
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    """Kill the process, wait for it and close its pipes (also for an Evaluator never closed)."""
+    process.kill()
+    process.wait()
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None:
+            pipe.close()
 
 
 def _cpu(pid: int) -> float | None:

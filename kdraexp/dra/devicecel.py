@@ -197,22 +197,13 @@ class CompiledClass:
 Request = tuple[CompiledClass, DeviceFields]
 """A class's selectors and a device to match them against."""
 
-_SHARED: Evaluator | None = None
-
-
-def shared_evaluator() -> Evaluator:
-    """The process every Matcher of this exporter evaluates in (one is enough)."""
-    global _SHARED
-    if _SHARED is None:
-        _SHARED = Evaluator()
-    return _SHARED
-
 
 class Matcher:
     """Evaluates selectors; lives as long as the exporter, so its caches do too."""
 
     def __init__(self, evaluator: Evaluator | None = None) -> None:
-        self._evaluator = evaluator
+        self.evaluator = evaluator or Evaluator()
+        """The evaluation process, its own unless one is given (started when first needed)."""
         self._compiled: dict[tuple[str, ...], CompiledClass] = {}
         self._answers: dict[tuple[str, Hashable], bool | str] = {}
         self._over: dict[str, str] = {}
@@ -229,13 +220,6 @@ class Matcher:
         """Evaluations asked for, over the matcher's life."""
 
     @property
-    def evaluator(self) -> Evaluator:
-        """The evaluation process (the shared one unless another was given)."""
-        if self._evaluator is None:
-            self._evaluator = shared_evaluator()
-        return self._evaluator
-
-    @property
     def kept(self) -> int:
         """How many answers are cached."""
         return len(self._answers)
@@ -244,6 +228,10 @@ class Matcher:
         """Start the evaluation process and wait for it as the exporter starts: no scrape waits."""
         if AVAILABLE:
             self.evaluator.start()
+
+    def close(self) -> None:
+        """End the evaluation process (the source stops)."""
+        self.evaluator.close()
 
     @serialised
     def new_collection(self) -> None:
@@ -332,7 +320,7 @@ class Matcher:
                 self._slow = self.costly = True
 
     def _waited(self) -> float:
-        return self._evaluator.waited if self._evaluator is not None else 0.0
+        return self.evaluator.waited
 
     def _match_all(self, requests: Sequence[Request]) -> list[bool | str]:
         answers: list[bool | str | None] = [

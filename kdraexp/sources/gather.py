@@ -83,8 +83,9 @@ class Gatherer:
         return self._flight.running
 
     def stop(self) -> None:
-        """Cancel the collection in flight (the exporter is stopping)."""
+        """Cancel the collection in flight (the exporter is stopping); end the CEL process."""
         self._flight.cancel()
+        self._matcher.close()
 
     async def _collect(self) -> Collection:
         builder = CollectionBuilder(self._selection, self._matcher, self._store, self._shard)

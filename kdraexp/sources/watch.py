@@ -367,6 +367,7 @@ class WatchGatherer:
         for watch in self._watches.values():
             watch.stop()
         self._flight.cancel()
+        self._matcher.close()
 
     def gather(self) -> Deferred[Collection]:
         """A collection of the current state (503 until synchronised, 500 past staleness)."""
