@@ -8,9 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import treq
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
@@ -90,6 +92,21 @@ class MemoryCgroup:
     def remove(self) -> None:
         """Remove it (its processes have ended)."""
         self.path.rmdir()
+
+
+def memory_cgroup(name: str, limit: int) -> Iterator[MemoryCgroup]:
+    """A fixture's body: a memory cgroup of *limit* bytes, removed after.
+
+    Skipped where cgroups cannot be made, except in CI, where that is a failure.
+    """
+    try:
+        made = MemoryCgroup(f"kdraexp-{name}-{os.getpid()}", limit)
+    except OSError as error:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"no memory cgroup to run in: {error}")
+    yield made
+    made.remove()
 
 
 def _read(path: Path) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import socket
 import threading
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import MemoryCgroup, free_port, start
+from tests.processes import MemoryCgroup, free_port, memory_cgroup, start
 
 pytestmark = pytest.mark.slow
 LIMIT = 16 * 2**20
@@ -166,20 +165,9 @@ def hostile() -> Iterator[Hostile]:
     server.close()
 
 
-def _cgroup(name: str, limit: int) -> Iterator[MemoryCgroup]:
-    try:
-        made = MemoryCgroup(f"kdraexp-{name}-{os.getpid()}", limit)
-    except OSError as error:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"no memory cgroup to run in: {error}")
-    yield made
-    made.remove()
-
-
 @pytest.fixture(scope="module")
 def cgroup() -> Iterator[MemoryCgroup]:
-    yield from _cgroup("hostile", CGROUP_LIMIT)
+    yield from memory_cgroup("hostile", CGROUP_LIMIT)
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +271,7 @@ CHART_LIMIT = 192 * 2**20
 
 @pytest.fixture(scope="module")
 def chart_cgroup() -> Iterator[MemoryCgroup]:
-    yield from _cgroup("chart-limit", CHART_LIMIT)
+    yield from memory_cgroup("chart-limit", CHART_LIMIT)
 
 
 @pytest.fixture(scope="module")

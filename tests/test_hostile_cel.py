@@ -9,7 +9,6 @@ logged, and the exporter answers on.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import pytest_twisted
 
 from kdraexp.dra import devicecel
 from tests.objects import classy, gpu, pool_slice
-from tests.processes import MemoryCgroup, free_port, get, start, stop, wait_for
+from tests.processes import MemoryCgroup, free_port, get, memory_cgroup, start, stop, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -33,14 +32,7 @@ BOMB = "'a'" + ".replace('a', 'aaaaaaaaaa')" * 9 + ".size() > 0"
 
 @pytest.fixture
 def cgroup() -> Iterator[MemoryCgroup]:
-    try:
-        made = MemoryCgroup(f"kdraexp-cel-{os.getpid()}", CHART_LIMIT)
-    except OSError as error:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(f"no memory cgroup to run in: {error}")
-    yield made
-    made.remove()
+    yield from memory_cgroup("cel", CHART_LIMIT)
 
 
 @pytest_twisted.ensureDeferred
