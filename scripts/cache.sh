@@ -18,6 +18,9 @@ cache_begin() {
   cache_dir=$1 cache_what=$2
   command -v go >/dev/null || { echo "go is not installed: cannot build $cache_what" >&2; exit 1; }
   cache_start=$(date +%s)
+  # Below the tests that run meanwhile: they are what waits on a person, and some (a burst of
+  # 2,000 clients) measure a server that must not be starved by a compiler.
+  renice -n 10 -p $$ >/dev/null 2>&1 || true
   tmp="$cache_dir.tmp.$$"
   mkdir -p "$tmp"
   trap 'rm -rf "$tmp"' EXIT
