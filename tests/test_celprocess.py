@@ -14,7 +14,7 @@ import pytest
 from kdraexp.dra import celprocess, devicecel
 from kdraexp.dra.celprocess import Evaluator
 from kdraexp.dra.classindex import MANY_CLASSES, ClassEntry, ClassIndex
-from kdraexp.dra.listing import RESOURCE_SLICES
+from kdraexp.dra.listing import RESOURCE_SLICES, ListError, Reason
 from kdraexp.families.selection import select
 from kdraexp.store.collection import CollectionBuilder, Store
 from tests.collect import collect, values
@@ -92,13 +92,14 @@ def test_a_process_that_cannot_start_is_said(tmp_path: object) -> None:
     )
 
 
-def test_classes_times_devices_past_the_budget_say_so(
+def test_classes_times_devices_past_the_budget_fail_the_list(
     evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past EVALUATIONS in one collection, the rest is not evaluated, said, and asked next time.
+    """Past EVALUATIONS in one collection, the list fails with the reason, not with memory.
 
-    A thousand classes over a thousand distinct devices needed a million evaluations at once;
-    the budget (here 100) bounds each collection, and the next one goes on from the answers kept.
+    Ten thousand classes over a thousand distinct devices needed ten million evaluations, and as
+    many answers held at once: no scrape completed.  The budget (here 100) refuses what would
+    not fit before asking for it; within it, the next collection matches as before.
     """
     monkeypatch.setattr(devicecel, "EVALUATIONS", 100)
     matcher = devicecel.Matcher(evaluator)
@@ -107,15 +108,18 @@ def test_classes_times_devices_past_the_budget_say_so(
         classy(f"c{i}", f"device.attributes['gpu.nvidia.com'].uuid == 'GPU-g{i % 10}' && {i} >= 0")
         for i in range(20)
     ]
-    first = collect(slices=[pool_slice("s", devices)], classes=classes, matcher=matcher)
+    with pytest.raises(ListError) as raised:
+        collect(slices=[pool_slice("s", devices)], classes=classes, matcher=matcher)
+    assert raised.value.resource == "resourceslices"
+    assert raised.value.reason == Reason.TOO_COSTLY and raised.value.public
+    assert "against 20 DeviceClasses needs more than 100 selector evaluations" in str(
+        raised.value
+    )
+    assert matcher.evaluations == 0  # refused before it was asked for
+    fewer = collect(slices=[pool_slice("s", devices)], classes=classes[:10], matcher=matcher)
     assert matcher.evaluations == 100
-    assert sum(first.class_errors.values()) == 100
-    assert set(first.class_error_messages.values()) == {devicecel.EXHAUSTED}
-    second = collect(slices=[pool_slice("s", devices)], classes=classes, matcher=matcher)
-    assert matcher.evaluations == 200  # the answers of the first are kept: the rest is asked
-    assert second.class_errors == {}
-    matched = values(second, "kube_resourceslice_device_class", "deviceclass_name", "device_name")
-    assert len(matched) == 20
+    matched = values(fewer, "kube_resourceslice_device_class", "deviceclass_name", "device_name")
+    assert len(matched) == 10
 
 
 def test_the_caches_are_bounded(evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch) -> None:

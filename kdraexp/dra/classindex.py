@@ -11,7 +11,15 @@ from typing import Any
 
 import attrs
 
-from kdraexp.dra.devicecel import CompiledClass, DeviceFields, Matcher, transient, union_paths
+from kdraexp.dra.devicecel import (
+    ANSWERS,
+    CompiledClass,
+    DeviceFields,
+    Matcher,
+    TooManyEvaluations,
+    transient,
+    union_paths,
+)
 
 IMPLICIT_EXTENDED = "deviceclass.resource.kubernetes.io/"
 """Every class serves the extended resource of this prefix and its name."""
@@ -96,6 +104,9 @@ class ClassIndex:
         """Match a slice's devices at once: one request to the evaluation process at most.
 
         :meth:`matching` then answers for these devices from what was found.
+
+        :raises TooManyEvaluations: when the matches would not fit the collection's budget of
+            evaluations; it names how many classes there are.
         """
         self._prepared.clear()
         if self._matcher is None or not self._compiled:
@@ -108,11 +119,14 @@ class ClassIndex:
         if not pending:
             return
         keys = list(pending)
+        pairs = len(keys) * len(self._compiled)
+        if pairs - ANSWERS > self._matcher.left:  # more than any cache could spare: fail now
+            raise TooManyEvaluations(pairs, len(self.entries))
         step = max(1, PAIRS // len(self._compiled))  # a thousand classes: 65 devices at a time
         for start in range(0, len(keys), step):
             some = keys[start : start + step]
             requests = [(c, pending[key]) for key in some for _, c in self._compiled]
-            answers = iter(self._matcher.match_all(requests))
+            answers = iter(self._match_all(requests))
             for key in some:
                 found = self._sort([(entry.name, next(answers)) for entry, _ in self._compiled])
                 if self._paths is None:
@@ -124,15 +138,15 @@ class ClassIndex:
         """The names of the classes whose every selector *device* satisfies.
 
         Appends (class, reason) to *errors* for each class the match could not be decided with.
+
+        :raises TooManyEvaluations: past the collection's budget (as :meth:`prepare`).
         """
         if self._matcher is None:
             return []
         key = self._key(device)
         known = self._prepared.get(id(device)) if key is None else self._by_projection.get(key)
         if known is None:
-            answers = self._matcher.match_all(
-                [(compiled, device) for _, compiled in self._compiled]
-            )
+            answers = self._match_all([(compiled, device) for _, compiled in self._compiled])
             known = self._sort(
                 [(e.name, a) for (e, _), a in zip(self._compiled, answers, strict=True)]
             )
@@ -141,6 +155,13 @@ class ClassIndex:
         found, failed = known
         errors.extend(failed)
         return found
+
+    def _match_all(self, requests: list[tuple[CompiledClass, DeviceFields]]) -> list[bool | str]:
+        assert self._matcher is not None
+        try:
+            return self._matcher.match_all(requests)
+        except TooManyEvaluations as error:
+            raise TooManyEvaluations(error.wanted, len(self.entries)) from None
 
     def _key(self, device: DeviceFields) -> Any:
         if self._paths is None:

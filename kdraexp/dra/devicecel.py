@@ -13,9 +13,10 @@ cluster of 64,000 GPUs of three types costs a handful of evaluations.  An expres
 at a time: one request to the process for what the cache does not know.
 
 An expression that cannot be compiled or evaluated matches nothing; the collection counts it.  So
-does one that had its budget once (it stays over budget while it exists), and every evaluation
-past :data:`EVALUATIONS` in one collection (classes x distinct devices beyond what any cluster
-needs): the error says which.
+does one that had its budget once (it stays over budget while it exists).  Matching classes that
+would ask for more than :data:`EVALUATIONS` evaluations in one collection (classes x distinct
+devices beyond what any cluster needs) raises :class:`TooManyEvaluations`: a pathological set of
+classes fails the list with that reason, rather than with the exporter's memory.
 """
 
 from __future__ import annotations
@@ -56,10 +57,6 @@ EVALUATIONS = 262144
 """Evaluations one collection may ask for (64,000 distinct devices x four classes fit)."""
 COSTLY = 0.01
 """Seconds one match may take before matching counts as costly."""
-EXHAUSTED = (
-    f"not evaluated: more than {EVALUATIONS} selector evaluations in one collection "
-    "(classes x distinct devices)"
-)
 
 UNEVALUATED = "cannot evaluate selectors: "
 """How the error begins when the evaluation process cannot be had."""
@@ -68,8 +65,21 @@ _ENCODER = msgspec.msgpack.Encoder()
 
 
 def transient(error: str) -> bool:
-    """Whether *error* may not hold next time (the budget ran out, the process was missing)."""
-    return error == EXHAUSTED or error.startswith(UNEVALUATED)
+    """Whether *error* may not hold next time (the process was missing)."""
+    return error.startswith(UNEVALUATED)
+
+
+class TooManyEvaluations(Exception):
+    """Matching would ask for more than :data:`EVALUATIONS` evaluations in one collection."""
+
+    def __init__(self, wanted: int, classes: int | None = None) -> None:
+        self.wanted = wanted
+        against = f" against {classes} DeviceClasses" if classes is not None else ""
+        super().__init__(
+            f"matching devices{against} needs more than {EVALUATIONS} selector evaluations "
+            f"in one collection ({wanted} at once): classes x distinct devices beyond what "
+            "selectors are for"
+        )
 
 
 class DeviceFields(Protocol):
@@ -220,6 +230,11 @@ class Matcher:
         """Evaluations asked for, over the matcher's life."""
 
     @property
+    def left(self) -> int:
+        """Evaluations this collection may still ask for."""
+        return self._left
+
+    @property
     def kept(self) -> int:
         """How many answers are cached."""
         return len(self._answers)
@@ -235,7 +250,7 @@ class Matcher:
 
     @serialised
     def new_collection(self) -> None:
-        """A new collection: a new budget of :data:`EVALUATIONS`."""
+        """A new collection (a new list; in watch mode, a new object): a new budget."""
         self._left = EVALUATIONS
 
     @serialised
@@ -305,15 +320,19 @@ class Matcher:
             del self._over[text]
 
     @serialised
-    def match_all(self, requests: Sequence[Request]) -> list[bool | str]:
+    def match_all(self, requests: Sequence[Request], budgeted: bool = True) -> list[bool | str]:
         """Each request's answer, asking the process once per selector position at most.
 
         A device's selectors are evaluated in order and the first answer other than True is
         the class's (as Kubernetes does: a later selector is not evaluated after a False).
+        Unless *budgeted* is false (the caller has a budget of its own), what is asked for
+        counts against this collection's :data:`EVALUATIONS`.
+
+        :raises TooManyEvaluations: when what is asked for does not fit what is left of them.
         """
         began, waited = time.monotonic(), self._waited()
         try:
-            return self._match_all(requests)
+            return self._match_all(requests, budgeted)
         finally:
             # The wait for a process to start is no measure of what matching costs.
             if time.monotonic() - began - (self._waited() - waited) > COSTLY:
@@ -322,7 +341,7 @@ class Matcher:
     def _waited(self) -> float:
         return self.evaluator.waited
 
-    def _match_all(self, requests: Sequence[Request]) -> list[bool | str]:
+    def _match_all(self, requests: Sequence[Request], budgeted: bool) -> list[bool | str]:
         answers: list[bool | str | None] = [
             compiled.error if compiled.error is not None else None for compiled, _ in requests
         ]
@@ -338,12 +357,15 @@ class Matcher:
                     answers[index] = True
             if not round_:
                 return [answer if answer is not None else True for answer in answers]
-            for (index, _, _), answer in zip(round_, self._evaluate(round_), strict=True):
+            evaluated = self._evaluate(round_, budgeted)
+            for (index, _, _), answer in zip(round_, evaluated, strict=True):
                 if answer is not True:
                     answers[index] = answer
             position += 1
 
-    def _evaluate(self, round_: list[tuple[int, Selector, DeviceFields]]) -> list[bool | str]:
+    def _evaluate(
+        self, round_: list[tuple[int, Selector, DeviceFields]], budgeted: bool
+    ) -> list[bool | str]:
         """One selector per request, from the cache or else the process."""
         found: list[bool | str | None] = []
         keys: list[tuple[str, Hashable]] = []
@@ -377,6 +399,10 @@ class Matcher:
                     devices.append(context if context is not None else _build(selector, device))
                 wanted[key] = (index, number)
         if wanted:
+            if budgeted:
+                if len(wanted) > self._left:
+                    raise TooManyEvaluations(len(wanted))
+                self._left -= len(wanted)
             self._ask(list(expressions), devices, wanted)
         answers = [
             answer if answer is not None else self._known(key)
@@ -391,7 +417,7 @@ class Matcher:
             answer = answers.get(key)
             if answer is not None:
                 return answer
-        return self._over.get(key[0], EXHAUSTED)
+        return self._over[key[0]]
 
     def _ask(
         self,
@@ -399,12 +425,9 @@ class Matcher:
         devices: list[dict[str, Any]],
         wanted: dict[tuple[str, Hashable], tuple[int, int]],
     ) -> None:
-        """Evaluate what the cache lacks, within this collection's budget."""
-        keys = list(wanted)[: max(0, self._left)]
-        self._left -= len(keys)
+        """Evaluate what the cache lacks."""
+        keys = list(wanted)
         self.evaluations += len(keys)
-        if not keys:
-            return
         try:
             answers = self.evaluator.evaluate(expressions, devices, [wanted[key] for key in keys])
         except EvaluationError as error:

@@ -77,6 +77,8 @@ class Reason(StrEnum):
     TOO_LARGE = "TooLarge"
     FILE_UNREADABLE = "FileUnreadable"
     INTERNAL = "InternalError"
+    TOO_COSTLY = "TooCostly"
+    """Matching devices against the DeviceClasses would take more than a collection may."""
 
 
 @attrs.frozen

@@ -137,7 +137,7 @@ class SelectorAnswers:
         assert self.matcher is not None
         view = SliceView(_SLICE.decode(zlib.decompress(facts.source)), Context(Options()))
         devices = [device for device in view.devices if device.name in wanted]
-        answers = self.matcher.match_all([(compiled, device) for device in devices])
+        answers = self.matcher.match_all([(compiled, device) for device in devices], budgeted=False)
         return {
             device.name: answer
             for device, answer in zip(devices, answers, strict=True)

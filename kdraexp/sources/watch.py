@@ -19,6 +19,7 @@ served.
 
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any
 
@@ -44,6 +45,7 @@ from kdraexp.sources.protocol import CollectionFailed, NotSynced, Waiting
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.watchstats import WatchStats
+from kdraexp.util.lane import Lane
 from kdraexp.util.singleflight import SingleFlight
 from kdraexp.util.turns import Turns
 
@@ -103,6 +105,10 @@ class KindWatch:
         self._idle: IDelayedCall | None = None
         self._refusals: tuple[str | None, int] = (None, 0)
         """The version watches were last refused from, and how many times in a row."""
+        self.lane = Lane(clock, lambda: reader.costly, self._broke)
+        """Every change to the reader, in order: in a thread while reading is costly."""
+        self._broken: Exception | None = None
+        """What applying an event in the lane raised: the watch ends with it."""
 
     def start(self) -> None:
         """Start following (until :meth:`stop`)."""
@@ -114,7 +120,8 @@ class KindWatch:
         return self._running is not None
 
     def stop(self) -> None:
-        """Stop following; the watch in flight is dropped."""
+        """Stop following; the watch in flight is dropped, and the events not applied yet."""
+        self.lane.clear()
         running, self._running = self._running, None
         if running is not None:
             running.cancel()
@@ -131,21 +138,28 @@ class KindWatch:
                     await self._sync(self._resync)
                 await self._follow()
                 backoff = BACKOFF[0]
+                continue
             except CancelledError:
                 if self._running is None:
                     return  # stopped
-                self._stats.restarted(self.kind.plural)  # idle, or asked to list again
-            except (ListError, ShapeError) as raised:
-                error = _as_list_error(self.kind, raised)
-                expired = error.code == 410 or error.reason in ("Expired", "Gone")
-                if expired and self._resync is None:
-                    self._resync = "expired"  # compacted while following: list again at once
+                broken, self._broken = self._broken, None
+                if broken is None:
+                    self._stats.restarted(self.kind.plural)  # idle, or asked to list again
                     continue
-                if self._resync is None and error.code is not None and self._refused():
-                    self._resync = "refused"  # the version itself is what the server refuses
-                self._failed(error)  # a 410 while listing again too: back off, as client-go
-                await deferLater(self._clock, backoff, lambda: None)
-                backoff = min(backoff * 2, BACKOFF[1])
+                raised: Exception = broken  # an event the lane could not apply
+            except (ListError, ShapeError) as caught:
+                raised = caught
+            self._broken = None
+            failure = _as_list_error(self.kind, raised)
+            expired = failure.code == 410 or failure.reason in ("Expired", "Gone")
+            if expired and self._resync is None:
+                self._resync = "expired"  # compacted while following: list again at once
+                continue
+            if self._resync is None and failure.code is not None and self._refused():
+                self._resync = "refused"  # the version itself is what the server refuses
+            self._failed(failure)  # a 410 while listing again too: back off, as client-go
+            await deferLater(self._clock, backoff, lambda: None)
+            backoff = min(backoff * 2, BACKOFF[1])
 
     def _refused(self) -> bool:
         """Count a refusal of the watch's version; whether it is refused too often now."""
@@ -160,7 +174,7 @@ class KindWatch:
         self.synced = False
         self._sync_started = self._clock.seconds()
         self._stats.resyncing(self.kind.plural)
-        self._reader.resync()
+        await self._restart_reader()
         if self._streaming:
             try:
                 await self._stream_initial()
@@ -174,11 +188,33 @@ class KindWatch:
                     error=str(error),
                 )
                 self._streaming = False
-                self._reader.resync()
+                await self._restart_reader()
         if not self._streaming:
-            await self._client.fetch(self.kind, self._reader)
+            await self.lane.hold()  # the pages are read here, not in the lane
+            try:
+                await self._client.fetch(self.kind, self._reader)
+            finally:
+                self.lane.release()
             self._version = self._client.list_versions.get(self.kind.plural)
             self._synced()
+
+    async def _restart_reader(self) -> None:
+        """Listing again: the events of the old stream not applied yet are dropped."""
+        self.lane.clear()
+        await self.lane.hold()
+        try:
+            self._reader.resync()
+        finally:
+            self.lane.release()
+
+    def reread(self) -> None:
+        """Read every kept object again, with the classes now configured, one at a time."""
+
+        def each() -> None:
+            for key in list(self._reader.entries):
+                self.lane.run(functools.partial(self._reader.reread, key))
+
+        self.lane.run(None, each)
 
     async def _stream_initial(self) -> None:
         done = False
@@ -188,12 +224,10 @@ class KindWatch:
             self._alive()
             if kind == "BOOKMARK":
                 meta = _IDENTITY.decode(raw).metadata
-                self._version = (meta.resource_version if meta else None) or self._version
-                self._current()
                 annotations = (meta.annotations if meta else None) or {}
-                if annotations.get(INITIAL_EVENTS_END) == "true":
-                    done = True
-                    self._synced()
+                ends = annotations.get(INITIAL_EVENTS_END) == "true"
+                done = done or ends
+                self._bookmark(meta, ends)
                 return
             if done:
                 self._apply(kind, raw)
@@ -213,9 +247,7 @@ class KindWatch:
         def event(kind: str, raw: msgspec.Raw) -> None:
             self._alive()
             if kind == "BOOKMARK":
-                meta = _IDENTITY.decode(raw).metadata
-                self._version = (meta.resource_version if meta else None) or self._version
-                self._current()
+                self._bookmark(_IDENTITY.decode(raw).metadata, False)
                 return
             self._apply(kind, raw)
 
@@ -230,6 +262,9 @@ class KindWatch:
             how="a streaming list" if initial else "changes",
         )
         self._alive()
+        broken, self._broken = self._broken, None
+        if broken is not None:
+            raise _as_list_error(self.kind, broken)  # an event applied since the last watch
         try:
             self._watching = Deferred.fromCoroutine(
                 self._client.watch(
@@ -258,19 +293,42 @@ class KindWatch:
         else:
             self._idle = self._clock.callLater(IDLE, self._restart_watch)
 
+    def _broke(self, error: Exception) -> None:
+        """Applying an event in the lane raised: the watch ends with that error."""
+        self._broken = error
+        self._restart_watch()
+
+    def _bookmark(self, meta: Any, ends_initial: bool) -> None:
+        version = meta.resource_version if meta else None
+
+        def then() -> None:
+            self._version = version or self._version
+            self._current()
+            if ends_initial:
+                self._synced()
+
+        self.lane.run(None, then)
+
     def _initial(self, kind: str, raw: msgspec.Raw) -> None:
-        self._reader.page([raw])
-        self._stats.event(self.kind.plural, kind, self._clock.seconds())
+        arrived = self._clock.seconds()
+        self.lane.run(
+            lambda: self._reader.page([raw]),
+            lambda: self._stats.event(self.kind.plural, kind, arrived),
+        )
 
     def _apply(self, kind: str, raw: msgspec.Raw) -> None:
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             return
-        self._reader.apply(kind, raw)
-        self._version = _version_of(raw) or self._version
-        self._current()
-        self._stats.event(self.kind.plural, kind, self._clock.seconds())
-        if self._reader.changed:
-            self._changed(self.kind)
+        arrived = self._clock.seconds()
+
+        def then() -> None:
+            self._version = _version_of(raw) or self._version
+            self._current()
+            self._stats.event(self.kind.plural, kind, arrived)
+            if self._reader.changed:
+                self._changed(self.kind)
+
+        self.lane.run(lambda: self._reader.apply(kind, raw), then)
 
     def _current(self) -> None:
         """An event or bookmark applied: the state is current again, whatever failed before.
@@ -389,9 +447,22 @@ class WatchGatherer:
             return
         if not self._watches[kind.plural].synced:
             return
-        first_time = self._first_synced_now()
-        if self._builder.classes_listed() and not first_time:
-            self._builder.reread_with_classes()  # from the kept objects: no list is made
+        classes_changed = Deferred.fromCoroutine(self._classes_changed(self._first_synced_now()))
+        classes_changed.addErrback(lambda failure: log.failure("Reading new classes", failure))
+
+    async def _classes_changed(self, first_time: bool) -> None:
+        """Configure the kinds read with the classes, once none of them is being read."""
+        watches = [w for w in self._watches.values() if KINDS[w.kind].reads_classes]
+        for watch in watches:
+            await watch.lane.hold()
+        try:
+            changed = self._builder.classes_listed()
+        finally:
+            for watch in watches:
+                watch.lane.release()
+        if changed and not first_time:
+            for watch in watches:
+                watch.reread()  # from the kept objects: no list is made
         if first_time:
             self._start_rest()
 
@@ -417,8 +488,15 @@ class WatchGatherer:
         if stale:
             raise CollectionFailed(tuple(_stale(e, self._max_staleness) for e in stale))
         current = [plural for plural, watch in self._watches.items() if watch.synced]
-        self._builder.snapshot(current)
-        return await self._builder.collection(Turns(self._clock))
+        watches = list(self._watches.values())
+        for watch in watches:
+            await watch.lane.hold()  # what is applied meanwhile waits for the next scrape
+        try:
+            self._builder.snapshot(current)
+            return await self._builder.collection(Turns(self._clock))
+        finally:
+            for watch in watches:
+                watch.lane.release()
 
 
 def _stale(error: ListError, bound: float) -> ListError:

@@ -24,9 +24,11 @@ import msgspec
 
 from kdraexp.dra import wire
 from kdraexp.dra.classindex import ClassEntry, ClassIndex
-from kdraexp.dra.devicecel import Matcher
+from kdraexp.dra.devicecel import Matcher, TooManyEvaluations
 from kdraexp.dra.listing import (
     Kind,
+    ListError,
+    Reason,
     ShapeError,
 )
 from kdraexp.dra.problems import Problem, Problems
@@ -103,12 +105,12 @@ class KindReader:
         shard: Shard = Shard(),  # noqa: B008 - frozen
         skipped: Mapping[str, str] | None = None,
         keep_sources: bool = False,
-        off_reactor: bool = False,
+        live: bool = False,
     ) -> None:
         self.kind = kind
-        self._may_leave = off_reactor
-        """Whether its pages may be read in a thread: nothing else touches a list-mode reader
-        while its list is read; a live one's events come meanwhile."""
+        self._live = live
+        """Whether it applies watch events: its pages are then not read in a thread (events
+        come meanwhile), and each object has the matching budget of a collection."""
         self._keep_sources = keep_sources
         """Keep each object's JSON, compressed, so that :meth:`reread` needs no list."""
         self._shard = shard
@@ -136,7 +138,12 @@ class KindReader:
         Only when matching devices has been costly: otherwise the thread's hand-offs of the
         interpreter lock cost more than they spare (a calm 64,000-device scrape took 60 % longer).
         """
-        return self._may_leave and self._classes.costly
+        return not self._live and self._classes.costly
+
+    @property
+    def costly(self) -> bool:
+        """Whether reading its objects matches devices, and matching has been costly."""
+        return self._spec.reads_classes and self._classes.costly
 
     def restart(self) -> None:
         """Forget every page read so far."""
@@ -151,6 +158,8 @@ class KindReader:
         """Read one page: each new or changed object once, for all the families of its kind.
 
         :raises ShapeError: for an object not of the kind's shape.
+        :raises ListError: ``TooCostly``, when matching its devices against the DeviceClasses
+            needs more evaluations than one collection has (see ``TooManyEvaluations``).
         """
         decoder = self.kind.decoder
         for raw in items:
@@ -185,7 +194,14 @@ class KindReader:
                 continue
             if item.metadata is not None and item.metadata.uid == key:
                 item.metadata.uid = key  # one string for the identity and the rows
-            entry = self._read(item, version, part is Part.WRITE)
+            if self._live and self._spec.reads_classes and self._classes.matcher is not None:
+                self._classes.matcher.new_collection()  # an event is a collection of its own
+            try:
+                entry = self._read(item, version, part is Part.WRITE)
+            except TooManyEvaluations as error:
+                raise ListError(
+                    self.kind.plural, Reason.TOO_COSTLY, None, str(error), public=True
+                ) from None
             if entry.facts is None and not (
                 entry.problems or entry.class_errors or any(entry.rows)
             ):
@@ -230,19 +246,16 @@ class KindReader:
         elif entries.pop(key, None) is not None:
             self.changed = True  # it moved to another shard
 
-    def reread(self) -> None:
-        """Read every object again from its kept source, with the classes now configured.
+    def reread(self, key: str) -> None:
+        """Read an object again from its kept source, with the classes now configured.
 
         What a DeviceClass change needs in watch mode: the slices' rows and facts made again
         without listing them (the sources are kept by a live reader only).
         """
-        kept, self.entries = self.entries, {}
-        for key, entry in kept.items():
-            if entry.source is None:
-                self.entries[key] = entry
-            else:
-                self.page([msgspec.Raw(zlib.decompress(entry.source))])
-        self.changed = True
+        entry = self.entries.get(key)
+        if entry is not None and entry.source is not None:
+            self.apply("MODIFIED", msgspec.Raw(zlib.decompress(entry.source)))
+            self.changed = True
 
     def reconfigure(self, classes: ClassIndex, context: Hashable) -> None:
         """New DeviceClasses: the entries made with the old ones are stale (see :meth:`resync`)."""
@@ -451,7 +464,7 @@ class CollectionBuilder:
             self._shard,
             skipped,
             keep_sources=live and reads_classes,
-            off_reactor=not live,
+            live=live,
         )
         self._readers[kind.plural] = reader
         return reader
@@ -476,12 +489,6 @@ class CollectionBuilder:
             if KINDS[reader.kind].reads_classes:
                 reader.reconfigure(self._classes, context)
         return changed
-
-    def reread_with_classes(self) -> None:
-        """Read again, from what they kept, the live entries made with the old classes."""
-        for reader in self._readers.values():
-            if KINDS[reader.kind].reads_classes:
-                reader.reread()
 
     async def finish(self, turns: Turns | None = None) -> Collection:
         """The lists are complete: keep them in the store and make the collection.
