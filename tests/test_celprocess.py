@@ -98,8 +98,9 @@ def test_classes_times_devices_past_the_budget_fail_the_list(
     """Past EVALUATIONS in one collection, the list fails with the reason, not with memory.
 
     Ten thousand classes over a thousand distinct devices needed ten million evaluations, and as
-    many answers held at once: no scrape completed.  The budget (here 100) refuses what would
-    not fit before asking for it; within it, the next collection matches as before.
+    many answers held at once: no scrape completed.  The budget (here 100, and 8 for each of the
+    10 devices) refuses what would not fit before asking for it; within it, the next collection
+    matches as before.
     """
     monkeypatch.setattr(devicecel, "EVALUATIONS", 100)
     matcher = devicecel.Matcher(evaluator)
@@ -112,14 +113,14 @@ def test_classes_times_devices_past_the_budget_fail_the_list(
         collect(slices=[pool_slice("s", devices)], classes=classes, matcher=matcher)
     assert raised.value.resource == "resourceslices"
     assert raised.value.reason == Reason.TOO_COSTLY and raised.value.public
-    assert "against 20 DeviceClasses needs more than 100 selector evaluations" in str(
-        raised.value
-    )
+    said = str(raised.value)
+    assert "against 20 DeviceClasses needs more selector evaluations than one collection" in said
+    assert "(100 and 8 per device; 200 at once)" in said
     assert matcher.evaluations == 0  # refused before it was asked for
-    fewer = collect(slices=[pool_slice("s", devices)], classes=classes[:10], matcher=matcher)
-    assert matcher.evaluations == 100
+    fewer = collect(slices=[pool_slice("s", devices)], classes=classes[:18], matcher=matcher)
+    assert matcher.evaluations == 180
     matched = values(fewer, "kube_resourceslice_device_class", "deviceclass_name", "device_name")
-    assert len(matched) == 10
+    assert len(matched) == 18
 
 
 def test_the_caches_are_bounded(evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch) -> None:

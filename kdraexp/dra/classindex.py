@@ -111,6 +111,7 @@ class ClassIndex:
         self._prepared.clear()
         if self._matcher is None or not self._compiled:
             return
+        self._matcher.devices_read(len(devices))
         pending: dict[Any, DeviceFields] = {}
         for device in devices:
             key = self._key(device)

@@ -14,8 +14,9 @@ at a time: one request to the process for what the cache does not know.
 
 An expression that cannot be compiled or evaluated matches nothing; the collection counts it.  So
 does one that had its budget once (it stays over budget while it exists).  Matching classes that
-would ask for more than :data:`EVALUATIONS` evaluations in one collection (classes x distinct
-devices beyond what any cluster needs) raises :class:`TooManyEvaluations`: a pathological set of
+would ask for more than :data:`EVALUATIONS` evaluations in one collection, beyond
+:data:`PER_DEVICE` for each device (classes x distinct devices beyond what any cluster needs),
+raises :class:`TooManyEvaluations`: a pathological set of
 classes fails the list with that reason, rather than with the exporter's memory.
 """
 
@@ -54,7 +55,10 @@ AVAILABLE = _engine_installed()
 ANSWERS = 65536
 """Answers kept, over all expressions; when full, the cache starts over."""
 EVALUATIONS = 262144
-"""Evaluations one collection may ask for (64,000 distinct devices x four classes fit)."""
+"""Evaluations one collection may ask for, beyond :data:`PER_DEVICE` for each device read."""
+PER_DEVICE = 8
+"""Evaluations each device read adds to its collection's budget: eight classes that each read
+every device whole (no cache helps) fit a cluster of any size."""
 COSTLY = 0.01
 """Seconds one match may take before matching counts as costly."""
 
@@ -70,15 +74,15 @@ def transient(error: str) -> bool:
 
 
 class TooManyEvaluations(Exception):
-    """Matching would ask for more than :data:`EVALUATIONS` evaluations in one collection."""
+    """Matching would ask for more evaluations than its collection has left."""
 
     def __init__(self, wanted: int, classes: int | None = None) -> None:
         self.wanted = wanted
         against = f" against {classes} DeviceClasses" if classes is not None else ""
         super().__init__(
-            f"matching devices{against} needs more than {EVALUATIONS} selector evaluations "
-            f"in one collection ({wanted} at once): classes x distinct devices beyond what "
-            "selectors are for"
+            f"matching devices{against} needs more selector evaluations than one collection "
+            f"has ({EVALUATIONS} and {PER_DEVICE} per device; {wanted} at once): classes x "
+            "distinct devices beyond what selectors are for"
         )
 
 
@@ -252,6 +256,11 @@ class Matcher:
     def new_collection(self) -> None:
         """A new collection (a new list; in watch mode, a new object): a new budget."""
         self._left = EVALUATIONS
+
+    @serialised
+    def devices_read(self, count: int) -> None:
+        """*count* more devices are matched in this collection: :data:`PER_DEVICE` more each."""
+        self._left += PER_DEVICE * count
 
     @serialised
     def collected(self) -> None:
