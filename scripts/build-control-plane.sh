@@ -4,6 +4,8 @@
 # the ServiceMonitor, PodMonitor and PrometheusRule CRDs from the prometheus-operator module,
 # into a cache outside the repository keyed by version, and reuse it when present.
 # Prints the directory holding them on the last line of stdout.
+#
+#   scripts/build-control-plane.sh [core]   core: kube-apiserver, etcd and the CRDs only
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,35 +18,50 @@ operator_version=v0.90.1
 sum=$(cat "$module/go.sum" "$0" | sha256sum | cut -c1-12)
 out="$cache_root/control-plane-$k8s_version-etcd-$etcd_version-$sum"
 
-# One build at a time: `make test` begins one early, and the tests' call then waits for it.
+# Two stages, one build of each at a time: kube-apiserver, etcd and the CRDs first (most of the
+# end-to-end tests need nothing else), then kube-scheduler and kube-controller-manager (the
+# simulated cluster's). `make test` begins both early; the tests' calls then wait for the
+# stage they need. With `core`, only the first stage is built.
 mkdir -p "$cache_root"
-exec 9>"$cache_root/control-plane.lock"
-flock 9
-if cache_hit "$out" kube-apiserver etcd kube-scheduler kube-controller-manager crds; then
-  echo "$out"
-  exit 0
-fi
-cache_begin "$out" "the control plane"
 minor=${k8s_version#v1.}; minor=${minor%%.*}
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version"
 ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 # No inlining (-l): a third less compiling for binaries that only serve the tests.
 gcflags="all=-l"
-cd "$module"
-echo "building kube-apiserver $k8s_version ..." >&2
-CGO_ENABLED=0 go build -trimpath -gcflags "$gcflags" -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-echo "building etcd $etcd_version ..." >&2
-CGO_ENABLED=0 go build -trimpath -gcflags "$gcflags" -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
-for command in kube-scheduler kube-controller-manager; do
-  echo "building $command $k8s_version ..." >&2
-  CGO_ENABLED=0 go build -trimpath -gcflags "$gcflags" -ldflags "$ldflags" -o "$tmp/$command" "k8s.io/kubernetes/cmd/$command"
-done
-echo "fetching prometheus-operator $operator_version CRDs ..." >&2
-operator_dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$operator_version" \
-  | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-mkdir -p "$tmp/crds"
-for kind in servicemonitors podmonitors prometheusrules; do
-  cp "$operator_dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$tmp/crds/"
-done
-cache_commit
+
+exec 8>"$cache_root/control-plane-core.lock"
+flock 8
+if ! cache_hit "$out" kube-apiserver etcd crds; then
+  cache_begin "$out" "kube-apiserver, etcd and the CRDs"
+  cd "$module"
+  echo "building kube-apiserver $k8s_version ..." >&2
+  CGO_ENABLED=0 go build -trimpath -gcflags "$gcflags" -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+  echo "building etcd $etcd_version ..." >&2
+  CGO_ENABLED=0 go build -trimpath -gcflags "$gcflags" -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+  echo "fetching prometheus-operator $operator_version CRDs ..." >&2
+  operator_dir=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$operator_version" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  mkdir -p "$tmp/crds"
+  for kind in servicemonitors podmonitors prometheusrules; do
+    cp "$operator_dir/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$tmp/crds/"
+  done
+  cache_commit
+fi
+exec 8>&-
+if [ "${1:-}" = core ]; then
+  echo "$out"
+  exit 0
+fi
+
+exec 9>"$cache_root/control-plane-scheduler.lock"
+flock 9
+if ! cache_hit "$out" kube-scheduler kube-controller-manager; then
+  cache_begin "$out" "kube-scheduler and kube-controller-manager"
+  cd "$module"
+  for command in kube-scheduler kube-controller-manager; do
+    echo "building $command $k8s_version ..." >&2
+    CGO_ENABLED=0 go build -trimpath -gcflags "$gcflags" -ldflags "$ldflags" -o "$tmp/$command" "k8s.io/kubernetes/cmd/$command"
+  done
+  cache_add
+fi
 echo "$out"

@@ -3,6 +3,7 @@
 #   cache_hit DIR FILE...   true when every FILE is already in DIR
 #   cache_begin DIR WHAT    check for Go and make "$tmp" to build into (removed on failure)
 #   cache_commit            move "$tmp" to DIR and say how long the build took
+#   cache_add               move each file of "$tmp" into DIR (which exists), as cache_commit
 cache_root=${KDRAEXP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kdraexp}
 
 cache_hit() {
@@ -29,6 +30,16 @@ cache_begin() {
 cache_commit() {
   rm -rf "$cache_dir"
   mv "$tmp" "$cache_dir"
+  trap - EXIT
+  echo "$cache_what built in $(( $(date +%s) - cache_start ))s" >&2
+}
+
+cache_add() {
+  local file
+  for file in "$tmp"/*; do
+    mv "$file" "$cache_dir/"
+  done
+  rm -rf "$tmp"
   trap - EXIT
   echo "$cache_what built in $(( $(date +%s) - cache_start ))s" >&2
 }

@@ -41,9 +41,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Build the Go tools the collected tests need; without them skip those tests (not in CI).
 
     The end-to-end tests run last, in their order, so that the control plane they need builds
-    while the others run.
+    while the others run; the simulated cluster's last of all, its scheduler building meanwhile.
     """
-    items.sort(key=_end_to_end)
+    items.sort(key=lambda item: (_end_to_end(item), tools.scheduled(item.path.as_posix())))
     if shutil.which("go") and any(map(_end_to_end, items)):
         tools.start_control_plane()  # first: it takes longest; waited for before the first e2e test
     for fragment, builders in tools.NEEDS.items():
@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         try:
             for build in builders:
-                if build is tools.control_plane and shutil.which("go"):
+                if build in (tools.control_plane, tools.scheduler_plane) and shutil.which("go"):
                     continue  # started above
                 build()
         except tools.ToolUnavailable as error:
@@ -66,9 +66,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    """Before an end-to-end test, outside its timeout: wait for the control plane's build."""
+    """Before an end-to-end test, outside its timeout: wait for the stage of the build it needs."""
     if _end_to_end(item):
-        tools.wait_for_control_plane()
+        tools.wait_for_control_plane(tools.scheduled(item.path.as_posix()))
     yield
 
 

@@ -55,43 +55,60 @@ def actionlint() -> str:
     )
 
 
-_control_plane: concurrent.futures.Future[Path] | None = None
+_builds: dict[str, concurrent.futures.Future[Path]] = {}
+"""The control plane's two stages, building: ``core`` (kube-apiserver, etcd, the CRDs), then
+``scheduler`` (kube-scheduler and kube-controller-manager too)."""
+SCHEDULED = ("test_allocator.py", "test_diagnosis.py", "test_pods.py")
+"""The end-to-end tests of the simulated cluster: they need the second stage."""
 
 
 def start_control_plane() -> None:
     """Begin building the control plane, beside the tests that do not need it.
 
     Cold, its four binaries take most of the suite's time: the tests that do not need them run
-    meanwhile, and the end-to-end tests, run last, wait for it (:func:`wait_for_control_plane`).
+    meanwhile, the end-to-end tests run last and wait for kube-apiserver and etcd
+    (:func:`wait_for_control_plane`), and the simulated cluster's, last of all, for the rest.
     """
-    global _control_plane
-    if _control_plane is None:
-        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="control-plane")
-        _control_plane = pool.submit(
-            lambda: Path(
-                _last_line(
-                    ["bash", str(SCRIPTS / "build-control-plane.sh")],
-                    "kube-apiserver/etcd/kube-scheduler/kube-controller-manager",
-                )
-            )
-        )
-        pool.shutdown(wait=False)
+    if _builds:
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="control-plane")
+    _builds["core"] = pool.submit(_stage, ["core"], "kube-apiserver/etcd")
+    _builds["scheduler"] = pool.submit(_stage, [], "kube-scheduler/kube-controller-manager")
+    pool.shutdown(wait=False)
 
 
-def wait_for_control_plane() -> None:
-    """Wait until the control plane is built, or its build has failed (the tests then say)."""
-    if _control_plane is not None:
-        concurrent.futures.wait([_control_plane])
+def _stage(args: list[str], what: str) -> Path:
+    return Path(_last_line(["bash", str(SCRIPTS / "build-control-plane.sh"), *args], what))
+
+
+def scheduled(path: str) -> bool:
+    """Whether the test file at *path* runs the simulated cluster (the second stage)."""
+    return path.endswith(SCHEDULED)
+
+
+def wait_for_control_plane(scheduler: bool = False) -> None:
+    """Wait until a stage is built, or its build has failed (the tests then say)."""
+    build = _builds.get("scheduler" if scheduler else "core")
+    if build is not None:
+        concurrent.futures.wait([build])
 
 
 def control_plane() -> Path:
-    """The directory of kube-apiserver, etcd, kube-scheduler, kube-controller-manager, CRDs.
+    """The directory of kube-apiserver, etcd and the CRDs.
 
-    :raises ToolUnavailable: when it cannot be built.
+    :raises ToolUnavailable: when they cannot be built.
     """
     start_control_plane()
-    assert _control_plane is not None
-    return _control_plane.result()
+    return _builds["core"].result()
+
+
+def scheduler_plane() -> Path:
+    """The directory of :func:`control_plane` with kube-scheduler and kube-controller-manager.
+
+    :raises ToolUnavailable: when they cannot be built.
+    """
+    start_control_plane()
+    return _builds["scheduler"].result()
 
 
 @functools.cache
@@ -106,6 +123,6 @@ NEEDS = {
     "tests/test_dashboard.py": (helm,),
     "tests/test_image.py": (helm,),
     "tests/test_workflows.py": (actionlint,),
-    "tests/e2e/": (helm, control_plane, prometheus),
+    "tests/e2e/": (helm, control_plane, scheduler_plane, prometheus),
 }
 """Which collected tests need which tools (matched on the test file's path)."""

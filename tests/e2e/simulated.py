@@ -148,7 +148,7 @@ def _ready(url: str) -> bool:
 def start_simulated(directory: Path) -> Simulated:
     """Start the control plane, kube-scheduler and kube-controller-manager; wait until ready."""
     plane = start(directory, identities=(SCHEDULER, CONTROLLER_MANAGER))
-    binaries = tools.control_plane()
+    binaries = tools.scheduler_plane()
     scheduler_config = _kubeconfig(directory / "scheduler.kubeconfig", plane.kube, SCHEDULER[0])
     manager_config = _kubeconfig(
         directory / "controller-manager.kubeconfig", plane.kube, CONTROLLER_MANAGER[0]
