@@ -22,6 +22,8 @@ cache_begin() {
   # Below the tests that run meanwhile: they are what waits on a person, and some (a burst of
   # 2,000 clients) measure a server that must not be starved by a compiler.
   renice -n 10 -p $$ >/dev/null 2>&1 || true
+  # The compiler collects its garbage a quarter as often: a sixth less CPU, a little more memory.
+  export GOGC=${GOGC:-400}
   tmp="$cache_dir.tmp.$$"
   mkdir -p "$tmp"
   trap 'rm -rf "$tmp"' EXIT
