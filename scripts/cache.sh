@@ -32,8 +32,7 @@ cache_begin() {
 cache_commit() {
   rm -rf "$cache_dir"
   mv "$tmp" "$cache_dir"
-  trap - EXIT
-  echo "$cache_what built in $(( $(date +%s) - cache_start ))s" >&2
+  _cache_built
 }
 
 cache_add() {
@@ -42,6 +41,10 @@ cache_add() {
     mv "$file" "$cache_dir/"
   done
   rm -rf "$tmp"
+  _cache_built
+}
+
+_cache_built() {
   trap - EXIT
   echo "$cache_what built in $(( $(date +%s) - cache_start ))s" >&2
 }

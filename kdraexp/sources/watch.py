@@ -190,22 +190,16 @@ class KindWatch:
                 self._streaming = False
                 await self._restart_reader()
         if not self._streaming:
-            await self.lane.hold()  # the pages are read here, not in the lane
-            try:
+            async with Lane.holding([self.lane]):  # the pages are read here, not in the lane
                 await self._client.fetch(self.kind, self._reader)
-            finally:
-                self.lane.release()
             self._version = self._client.list_versions.get(self.kind.plural)
             self._synced()
 
     async def _restart_reader(self) -> None:
         """Listing again: the events of the old stream not applied yet are dropped."""
         self.lane.clear()
-        await self.lane.hold()
-        try:
+        async with Lane.holding([self.lane]):
             self._reader.resync()
-        finally:
-            self.lane.release()
 
     def reread(self) -> None:
         """Read every kept object again, with the classes now configured, one at a time."""
@@ -453,13 +447,8 @@ class WatchGatherer:
     async def _classes_changed(self, first_time: bool) -> None:
         """Configure the kinds read with the classes, once none of them is being read."""
         watches = [w for w in self._watches.values() if KINDS[w.kind].reads_classes]
-        for watch in watches:
-            await watch.lane.hold()
-        try:
+        async with Lane.holding(w.lane for w in watches):
             changed = self._builder.classes_listed()
-        finally:
-            for watch in watches:
-                watch.lane.release()
         if changed and not first_time:
             for watch in watches:
                 watch.reread()  # from the kept objects: no list is made
@@ -488,15 +477,10 @@ class WatchGatherer:
         if stale:
             raise CollectionFailed(tuple(_stale(e, self._max_staleness) for e in stale))
         current = [plural for plural, watch in self._watches.items() if watch.synced]
-        watches = list(self._watches.values())
-        for watch in watches:
-            await watch.lane.hold()  # what is applied meanwhile waits for the next scrape
-        try:
+        # What is applied meanwhile waits for the next scrape.
+        async with Lane.holding(w.lane for w in self._watches.values()):
             self._builder.snapshot(current)
             return await self._builder.collection(Turns(self._clock))
-        finally:
-            for watch in watches:
-                watch.lane.release()
 
 
 def _stale(error: ListError, bound: float) -> ListError:

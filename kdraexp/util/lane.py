@@ -11,11 +11,14 @@ While reading is cheap and nothing is queued, work is done at once, as if there 
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorThreads, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.threads import deferToThreadPool
+
+from kdraexp.util.reactor import thread_pool
 
 Work = Callable[[], object]
 
@@ -75,15 +78,27 @@ class Lane:
         self._held -= 1
         self._go()
 
+    @staticmethod
+    @contextlib.asynccontextmanager
+    async def holding(lanes: Iterable[Lane]) -> AsyncIterator[None]:
+        """Hold every lane of *lanes* for the block (see :meth:`hold`)."""
+        held: list[Lane] = []
+        try:
+            for lane in lanes:
+                held.append(lane)
+                await lane.hold()
+            yield
+        finally:
+            for lane in held:
+                lane.release()
+
     def _go(self) -> None:
         if not self._running and not self._held and self._queue:
             self._running = True
             Deferred.fromCoroutine(self._drain())
 
     async def _drain(self) -> None:
-        pool = getattr(self._clock, "getThreadPool", None)
-        if not IReactorThreads.providedBy(self._clock):
-            pool = None
+        pool = thread_pool(self._clock)
         try:
             while self._queue and not self._held:
                 work, then = self._queue.popleft()

@@ -7,7 +7,7 @@ and shutdown.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from twisted.internet.interfaces import (
     IReactorCore,
@@ -39,3 +39,11 @@ def installed() -> IKdraReactor:
     from twisted.internet import reactor
 
     return cast(IKdraReactor, reactor)
+
+
+def thread_pool(clock: Any) -> Any:
+    """``getThreadPool`` of the reactor (the pool made when first asked for), or None.
+
+    None for a clock without threads (a test's ``Clock``): the work is then done where it is.
+    """
+    return clock.getThreadPool if IReactorThreads.providedBy(clock) else None

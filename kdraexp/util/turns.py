@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from twisted.internet.interfaces import IReactorThreads, IReactorTime
+from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThreadPool
+
+from kdraexp.util.reactor import thread_pool
 
 TURN = 0.01
 """Seconds of work after which the reactor gets a turn."""
@@ -49,7 +51,7 @@ async def feed(reader: Any, items: Sequence[Any], clock: IReactorTime) -> None:
     (``off_reactor``: one object's DeviceClass selectors may take seconds), the rest is read in
     a thread of the reactor's pool while the reactor goes on.
     """
-    pool = getattr(clock, "getThreadPool", None) if IReactorThreads.providedBy(clock) else None
+    pool = thread_pool(clock)
     turns = Turns(clock)
     for start in range(0, len(items), CHUNK):
         if pool is not None and getattr(reader, "off_reactor", False):
