@@ -96,7 +96,10 @@ async def test_costly_work_runs_in_a_thread_and_a_hold_waits_for_it() -> None:
     lane.run(lambda: order.append("after"))
     assert order == ["work", "then"]  # held: nothing starts
     lane.release()
-    await deferLater(reactor, 0.2, lambda: None)
+    for _ in range(1000):  # it runs in a thread: poll, with a bound
+        if order[-1] == "after":
+            break
+        await deferLater(reactor, 0.01, lambda: None)
     assert order[-1] == "after"
 
 
