@@ -213,6 +213,35 @@ def test_own_selectors_within_a_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(messages) == 2 and all("not judged in this collection" in m for m in messages)
 
 
+def test_own_selectors_read_each_slice_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests with different own selectors: each slice is read again once for all of them.
+
+    Their answers are those each would get alone.
+    """
+    decoded: list[bytes] = []
+    decoder = pending._SLICE
+
+    class Counting:
+        def decode(self, data: bytes) -> Any:
+            decoded.append(data)
+            return decoder.decode(data)
+
+    monkeypatch.setattr(pending, "_SLICE", Counting())
+    asks = [
+        request(selectors=selected(f'{UUID} == "GPU-g0"')),
+        request(selectors=selected(f'{UUID} != "GPU-g0"')),
+        request(selectors=selected("device.attributes['gpu.nvidia.com'].type > 1")),
+    ]
+    together = judged(*asks)
+    assert len(decoded) == 4  # the four slices with a GPU
+    assert together == {
+        ("c0", "gpu"): "feasible",
+        ("c1", "gpu"): "no_matching_device",
+        ("c2", "gpu"): "selector_error",
+    }
+    assert {key: judged(ask)[("c0", "gpu")] for key, ask in zip(together, asks)} == together
+
+
 def test_plain_requests_judged_from_summaries_as_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
     """A plain request (a class and a count) is judged from the pools' summaries.
 

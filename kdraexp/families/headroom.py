@@ -17,12 +17,21 @@ from collections.abc import Iterator, Mapping
 from kdraexp.families.index import USABLE, ClusterIndex, DeviceFacts, Pool, blocked, take
 
 
-def allocatable(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, str, float]]:
+def allocatable(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float], ...]:
     """(node, class, how many more fit) for each class that selects a device of the pool.
 
     A pool that is not usable fits none; a pool whose devices sit on several nodes (per-device
-    node selection) is counted per node, its counters shared by all.
+    node selection) is counted per node, its counters shared by all.  Kept in the index until
+    the pool's use changes.
     """
+    key = (pool.driver, pool.name)
+    found = index.fits.get(key)
+    if found is None:
+        found = index.fits[key] = tuple(_first_fit(index, pool))
+    return found
+
+
+def _first_fit(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, str, float]]:
     for deviceclass in dict.fromkeys(c for device in pool.devices for c in device.classes):
         counts: dict[str, float] = {}
         consumed = dict(pool.consumed)

@@ -290,6 +290,9 @@ class ClusterIndex:
         self.summaries: dict[tuple[str, str], Any] = {}
         """Per pool, what pending requests read of it, kept until its use changes (see
         :mod:`.pending`)."""
+        self.fits: dict[tuple[str, str], tuple[tuple[str, str, float], ...]] = {}
+        """Per pool, its first fit per node and class (see :mod:`.headroom`), kept until its use
+        changes: the headroom family and pending requests' summaries both read it."""
         self.judged: dict[Any, Any] = {}
         """Pending requests judged since claims last changed (see :mod:`.pending`)."""
         self.owns: Callable[[str, str], bool] = _everything
@@ -363,6 +366,7 @@ class ClusterIndex:
     def consume(self, pool: Pool) -> None:
         """Add up what the pool's allocated devices consume of its counters."""
         self.summaries.pop((pool.driver, pool.name), None)
+        self.fits.pop((pool.driver, pool.name), None)
         pool.consumed = {}
         for device in pool.devices:
             if (pool.driver, pool.name, device.name) in self.allocated:

@@ -21,7 +21,7 @@ import attrs
 import msgspec
 
 from kdraexp.dra import gated, wire
-from kdraexp.dra.devicecel import CompiledClass, Matcher
+from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import RESOURCE_CLAIMS
 from kdraexp.families.context import Context, Options
 from kdraexp.families.headroom import allocatable, shares
@@ -74,20 +74,34 @@ class Judgement:
 class SelectorAnswers:
     """Claims' own selectors against devices: answers kept per (class, selectors) and slice.
 
-    Lives as long as the exporter; a slice's answers go when the slice changes or goes.  Bounded
-    against claims that each pin one device by its own selector: at most :data:`BUDGET` devices
-    are evaluated a collection (what is left is evaluated by the next ones, the answers so far
-    kept) and the answers of :data:`KEPT` selectors are kept, the oldest dropped first.
+    Lives as long as the exporter; a slice's answers go when the slice changes or goes.  A slice
+    is read again from its JSON once for every pending (class, selectors) at a time: reading it
+    costs more than evaluating it.  Bounded against claims that each pin one device by its own
+    selector: at most :data:`BUDGET` devices are evaluated a collection (what is left is
+    evaluated by the next ones, the answers so far kept) and the answers of :data:`KEPT`
+    selectors are kept, the oldest dropped first.
     """
 
     def __init__(self, matcher: Matcher | None) -> None:
         self.matcher = matcher
         self._kept: dict[tuple[str, tuple[str, ...]], dict[int, tuple[SliceFacts, Answers]]] = {}
+        self._pending: list[tuple[str, tuple[str, ...]]] = []
+        """The (class, selectors) of pending requests judged together, slice by slice."""
         self._left = BUDGET
 
-    def new_collection(self) -> None:
-        """A new collection: a new budget."""
+    def new_collection(self, pending: dict[tuple[str, tuple[str, ...]], int]) -> None:
+        """A new collection, of requests with these own selectors: a new budget.
+
+        *pending* gives, per (class, selectors), the devices of the class.  They are judged
+        together only when the budget covers all of them; otherwise one after another, so that
+        the budget gives some of them their answers now rather than none.  The answers of
+        selectors no pending request has now are dropped.
+        """
         self._left = BUDGET
+        for key in [key for key in self._kept if key not in pending]:
+            del self._kept[key]
+        together = len(pending) <= KEPT and sum(pending.values()) <= BUDGET
+        self._pending = sorted(pending) if together else []
 
     def answers(
         self, deviceclass: str, selectors: tuple[str, ...], pools: list[Pool]
@@ -98,7 +112,6 @@ class SelectorAnswers:
         """
         if self.matcher is None:
             return {}
-        compiled = self.matcher.compile(selectors)
         key = (deviceclass, selectors)
         old = self._kept.pop(key, {})
         kept: dict[int, tuple[SliceFacts, Answers]] = {}
@@ -111,7 +124,7 @@ class SelectorAnswers:
                     if self._left <= 0:
                         complete = False
                         continue
-                    known = (facts, self._judge(facts, deviceclass, selectors, compiled))
+                    known = (facts, self._judge(facts, key))
                 kept[id(facts)] = known
                 for name, answer in known[1].items():
                     found.setdefault((pool.driver, pool.name, name), answer)
@@ -120,34 +133,48 @@ class SelectorAnswers:
         self._kept[key] = kept
         return found if complete else None
 
-    def _judge(
-        self,
-        facts: SliceFacts,
-        deviceclass: str,
-        selectors: tuple[str, ...],
-        compiled: CompiledClass,
-    ) -> Answers:
-        """The slice's devices of the class that match (True) or cannot be judged (why)."""
-        wanted = {device.name for device in facts.devices if deviceclass in device.classes}
-        if not wanted:
-            return {}
-        self._left -= len(wanted)
-        if facts.source is None:  # facts made without a list (every listed slice keeps it)
-            return dict.fromkeys(wanted, "the slice's JSON was not kept")
-        assert self.matcher is not None
-        view = SliceView(_SLICE.decode(zlib.decompress(facts.source)), Context(Options()))
-        devices = [device for device in view.devices if device.name in wanted]
-        answers = self.matcher.match_all([(compiled, device) for device in devices], budgeted=False)
-        return {
-            device.name: answer
-            for device, answer in zip(devices, answers, strict=True)
-            if answer is not False
-        }
+    def _judge(self, facts: SliceFacts, asked: tuple[str, tuple[str, ...]]) -> Answers:
+        """The slice's devices of the class that match (True) or cannot be judged (why).
 
-    def forget(self, keep: set[tuple[str, tuple[str, ...]]]) -> None:
-        """Drop the answers of selectors no pending request has now."""
-        for key in [key for key in self._kept if key not in keep]:
-            del self._kept[key]
+        The answers for the other pending selectors not yet known on this slice are made in the
+        same reading, and kept for when they are asked for.
+        """
+        keys = [asked] + [
+            key
+            for key in self._pending
+            if key != asked and self._kept.get(key, {}).get(id(facts), (None,))[0] is not facts
+        ]
+        of_class = {
+            deviceclass: {device.name for device in facts.devices if deviceclass in device.classes}
+            for deviceclass in {key[0] for key in keys}
+        }
+        wanted = {key: of_class[key[0]] for key in keys}
+        keys = [key for key in keys if wanted[key]]
+        made: dict[tuple[str, tuple[str, ...]], Answers] = {key: {} for key in keys}
+        if facts.source is None:  # facts made without a list (every listed slice keeps it)
+            made = {
+                key: dict.fromkeys(wanted[key], "the slice's JSON was not kept") for key in keys
+            }
+        elif keys:
+            assert self.matcher is not None
+            view = SliceView(_SLICE.decode(zlib.decompress(facts.source)), Context(Options()))
+            pairs = [
+                (key, compiled, device)
+                for key, compiled in zip(
+                    keys, self.matcher.compile_all([key[1] for key in keys]), strict=True
+                )
+                for device in view.devices
+                if device.name in wanted[key]
+            ]
+            answers = self.matcher.match_all([(c, d) for _, c, d in pairs], budgeted=False)
+            for (key, _, device), answer in zip(pairs, answers, strict=True):
+                if answer is not False:
+                    made[key][device.name] = answer
+        for key in keys:
+            self._left -= len(wanted[key])
+            if key != asked:
+                self._kept.setdefault(key, {})[id(facts)] = (facts, made[key])
+        return made.get(asked, {})
 
 
 def judge(index: ClusterIndex, request: RequestFacts) -> Judgement:

@@ -138,18 +138,17 @@ class ClusterRows:
             pools, moved = await self._follow(index, claims, turns)
         if self._selectors is None or self._selectors.matcher is not classes.matcher:
             self._selectors = SelectorAnswers(classes.matcher)
-        self._selectors.new_collection()
-        index.selectors = self._selectors
-        index.owns = _owner(shard)
-        index.judged = {}  # what is allocated may have changed
-        self._selectors.forget(
+        self._selectors.new_collection(
             {
-                (r.deviceclass, r.selectors)
+                (r.deviceclass, r.selectors): len(index.by_class.get(r.deviceclass, ()))
                 for c in claims.values()
                 for r in c.pending
                 if r.selectors
             }
         )
+        index.selectors = self._selectors
+        index.owns = _owner(shard)
+        index.judged = {}  # what is allocated may have changed
         if any(family.per == "pod" for family in changed):
             index.pods = [pod for pod in facts.get(PODS.plural, {}).values() if pod is not None]
             self._pods = {(pod.namespace, pod.name): pod for pod in index.pods}
