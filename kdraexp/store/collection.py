@@ -41,7 +41,7 @@ from kdraexp.store.clusterrows import CLUSTER_NEEDS, ClusterRows, Laid
 from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, block_ends, blocks, expand, flatten
 from kdraexp.store.sharding import Part, Shard
 from kdraexp.util.text import printable
-from kdraexp.util.turns import Turns
+from kdraexp.util.turns import CHUNK, Turns
 
 
 class Entry(msgspec.Struct, gc=False):
@@ -84,7 +84,7 @@ def row_families(selection: Selection, kind: Kind) -> list[Family]:
 _IDENTITY = msgspec.json.Decoder(wire.Identity)
 
 
-def identity(meta: wire.ObjectMeta | None) -> str:
+def identity(meta: wire.ObjectMeta | wire.IdentityMeta | None) -> str:
     """An object's identity: its uid, else namespace/name."""
     if meta is None:
         return ""
@@ -139,6 +139,15 @@ class KindReader:
         interpreter lock cost more than they spare (a calm 64,000-device scrape took 60 % longer).
         """
         return not self._live and self._classes.costly
+
+    @property
+    def chunk(self) -> int:
+        """Objects read between two looks at the clock (see :func:`kdraexp.util.turns.feed`).
+
+        One slice at a time, since its devices may take a while against many or costly
+        DeviceClass selectors; other objects take microseconds each.
+        """
+        return 1 if self._spec.reads_classes else CHUNK
 
     @property
     def costly(self) -> bool:
