@@ -390,11 +390,30 @@ class Page(Wire):
     items: list[msgspec.Raw] | None = None
 
 
+class IdentityMeta(Wire):
+    """The part of ``metadata`` that says which object it is and whether it changed."""
+
+    name: str | None = None
+    namespace: str | None = None
+    uid: str | None = None
+    resource_version: str | None = msgspec.field(default=None, name="resourceVersion")
+
+
 class Identity(Wire):
-    """The part of an object that says which it is and whether it changed."""
+    """The part of an object that says which it is and whether it changed.
+
+    Read of every object of every list, changed or not: nothing more is decoded (a pod's
+    labels, annotations and owners would double its cost).
+    """
 
     kind: str | None = None
     """Sent on watch events (list items leave it out): an object of another kind is refused."""
+    metadata: IdentityMeta | None = None
+
+
+class Bookmark(Wire):
+    """A watch's ``BOOKMARK`` object: its version, and what ends a streaming list's first events."""
+
     metadata: ObjectMeta | None = None
 
 

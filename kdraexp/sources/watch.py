@@ -64,6 +64,7 @@ REFUSALS = 3
 """Watches from one resourceVersion the server refuses in a row before the kind is listed
 again: a version it will never accept (a bookmark gone bad) must not be retried forever."""
 _IDENTITY = msgspec.json.Decoder(wire.Identity)
+_BOOKMARK = msgspec.json.Decoder(wire.Bookmark)
 
 
 class _Idle(Exception):
@@ -217,7 +218,7 @@ class KindWatch:
             nonlocal done
             self._alive()
             if kind == "BOOKMARK":
-                meta = _IDENTITY.decode(raw).metadata
+                meta = _BOOKMARK.decode(raw).metadata
                 annotations = (meta.annotations if meta else None) or {}
                 ends = annotations.get(INITIAL_EVENTS_END) == "true"
                 done = done or ends
