@@ -167,14 +167,14 @@ def test_a_changed_claim_renders_its_blocks_only(monkeypatch: pytest.MonkeyPatch
     store, renderer = Store(), Renderer(Clock())
     bodies(renderer, collect(claims=claims, classes=classes, store=store), b"")
     rendered: dict[str, list[int]] = {}
-    deflated = rendering._deflated
+    deflated = rendering.Renderer._deflated
 
-    def counting(block: Any, family: Any) -> Any:
+    async def counting(self: Any, block: Any, family: Any) -> Any:
         rows = sum(len(flat) for flat in block) // (len(family.labels) + 1)
         rendered.setdefault(family.name, []).append(rows)
-        return deflated(block, family)
+        return await deflated(self, block, family)
 
-    monkeypatch.setattr(rendering, "_deflated", counting)
+    monkeypatch.setattr(rendering.Renderer, "_deflated", counting)
     claims[1234] = new_claim("claim-1234", None)
     claims[1234]["metadata"]["resourceVersion"] = "2"
     changed = collect(claims=claims, classes=classes, store=store)
