@@ -14,6 +14,7 @@ answers kept per slice while it is unchanged.
 
 from __future__ import annotations
 
+import sys
 import zlib
 from collections.abc import Iterator
 
@@ -21,9 +22,8 @@ import attrs
 import msgspec
 
 from kdraexp.dra import gated, wire
-from kdraexp.dra.devicecel import Matcher
+from kdraexp.dra.devicecel import CompiledClass, Matcher
 from kdraexp.dra.listing import RESOURCE_CLAIMS
-from kdraexp.families.context import Context, Options
 from kdraexp.families.headroom import allocatable, shares
 from kdraexp.families.index import (
     USABLE,
@@ -35,7 +35,7 @@ from kdraexp.families.index import (
     blocked,
     take,
 )
-from kdraexp.families.resourceslice import SliceView
+from kdraexp.families.resourceslice import DeviceView
 
 REASONS = (
     "class_not_found",
@@ -88,6 +88,8 @@ class SelectorAnswers:
         self._pending: list[tuple[str, tuple[str, ...]]] = []
         """The (class, selectors) of pending requests judged together, slice by slice."""
         self._left = BUDGET
+        self._compiled: dict[tuple[str, tuple[str, ...]], CompiledClass] = {}
+        """This collection's compiled selectors (the matcher's are behind its lock)."""
 
     def new_collection(self, pending: dict[tuple[str, tuple[str, ...]], int]) -> None:
         """A new collection, of requests with these own selectors: a new budget.
@@ -98,6 +100,7 @@ class SelectorAnswers:
         selectors no pending request has now are dropped.
         """
         self._left = BUDGET
+        self._compiled = {}
         for key in [key for key in self._kept if key not in pending]:
             del self._kept[key]
         together = len(pending) <= KEPT and sum(pending.values()) <= BUDGET
@@ -157,13 +160,19 @@ class SelectorAnswers:
             }
         elif keys:
             assert self.matcher is not None
-            view = SliceView(_SLICE.decode(zlib.decompress(facts.source)), Context(Options()))
-            pairs = [
-                (key, compiled, device)
-                for key, compiled in zip(
-                    keys, self.matcher.compile_all([key[1] for key in keys]), strict=True
+            spec = _SLICE.decode(zlib.decompress(facts.source)).spec or wire.SliceSpec()
+            driver = sys.intern(spec.driver or "")
+            devices = [DeviceView.for_selectors(device, driver) for device in spec.devices or ()]
+            compiled = self._compiled
+            if any(key not in compiled for key in keys):
+                new = [key for key in keys if key not in compiled]
+                compiled.update(
+                    zip(new, self.matcher.compile_all([key[1] for key in new]), strict=True)
                 )
-                for device in view.devices
+            pairs = [
+                (key, compiled[key], device)
+                for key in keys
+                for device in devices
                 if device.name in wanted[key]
             ]
             answers = self.matcher.match_all([(c, d) for _, c, d in pairs], budgeted=False)

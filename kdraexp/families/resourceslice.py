@@ -109,6 +109,23 @@ class DeviceView:
         self._consumes: tuple[tuple[str, dict[str, float]], ...] | None = None
         self._strings: dict[str, str] = {}
 
+    @classmethod
+    def for_selectors(cls, device: wire.Device, driver: str) -> DeviceView:
+        """The device with only what selectors read.
+
+        For claims' own selectors, evaluated on devices read again from their slice's JSON: a
+        whole view would cost twice the decoding.
+        """
+        made = cls.__new__(cls)
+        made.wire = device
+        made.name = device.name or ""
+        made.driver = driver
+        made.attributes = device.attributes or {}
+        made.capacity_raw = device.capacity or {}
+        made.allow_multiple_allocations = device.allow_multiple_allocations is True
+        made._strings = {}
+        return made
+
     def taints(self, context: Context, where: str) -> list[tuple[str, str, str, float | None]]:
         """The device's taints as (key, value, effect, time added); bad ones reported once."""
         if self._taints is None:
