@@ -239,7 +239,9 @@ def test_own_selectors_read_each_slice_once(monkeypatch: pytest.MonkeyPatch) -> 
         ("c1", "gpu"): "no_matching_device",
         ("c2", "gpu"): "selector_error",
     }
-    assert {key: judged(ask)[("c0", "gpu")] for key, ask in zip(together, asks)} == together
+    assert {
+        key: judged(ask)[("c0", "gpu")] for key, ask in zip(together, asks, strict=True)
+    } == together
 
 
 def test_plain_requests_judged_from_summaries_as_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
