@@ -45,12 +45,12 @@ def measure(devices: int, scrapes: int, directory: Path) -> dict[str, Any]:
         pending_first, pending_calm = _calm(pending, scrapes)
         pending_rss = pending.peak_rss()
         reasons = get(pending.port, "/metrics")[1].count(b"kube_resourceclaim_pending_reason{")
-        firsts = {id(plain): [plain_first], id(pending): [pending_first]}
+        plain_firsts, pending_firsts = [plain_first], [pending_first]
         for again in range(1, FIRSTS):
-            for api in (plain, pending):
+            for api, firsts in ((plain, plain_firsts), (pending, pending_firsts)):
                 fresh = Run(devices, directory / f"first-{again}", [], api=api)
                 try:
-                    firsts[id(api)].append(_first(fresh))
+                    firsts.append(_first(fresh))
                 finally:
                     fresh.stop()
         watching = Run(devices, directory / "watch", ["--mode", "watch"], api=pending)
@@ -65,10 +65,10 @@ def measure(devices: int, scrapes: int, directory: Path) -> dict[str, Any]:
         "devices": devices,
         "pending": PENDING,
         "pending_reason_series": reasons,
-        "list_first": statistics.median(t for t, _ in firsts[id(plain)]),
-        "list_first_cpu": statistics.median(c for _, c in firsts[id(plain)]),
-        "pending_list_first": statistics.median(t for t, _ in firsts[id(pending)]),
-        "pending_list_first_cpu": statistics.median(c for _, c in firsts[id(pending)]),
+        "list_first": statistics.median(t for t, _ in plain_firsts),
+        "list_first_cpu": statistics.median(c for _, c in plain_firsts),
+        "pending_list_first": statistics.median(t for t, _ in pending_firsts),
+        "pending_list_first_cpu": statistics.median(c for _, c in pending_firsts),
         "list_calm_median": statistics.median(plain_calm),
         "list_peak_rss_bytes": plain_rss,
         "pending_list_calm_median": statistics.median(pending_calm),

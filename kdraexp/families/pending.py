@@ -151,12 +151,12 @@ class SelectorAnswers:
             deviceclass: {device.name for device in facts.devices if deviceclass in device.classes}
             for deviceclass in {key[0] for key in keys}
         }
-        wanted = {key: of_class[key[0]] for key in keys}
-        keys = [key for key in keys if wanted[key]]
+        keys = [key for key in keys if of_class[key[0]]]
         made: dict[tuple[str, tuple[str, ...]], Answers] = {key: {} for key in keys}
         if facts.source is None:  # facts made without a list (every listed slice keeps it)
             made = {
-                key: dict.fromkeys(wanted[key], "the slice's JSON was not kept") for key in keys
+                key: dict.fromkeys(of_class[key[0]], "the slice's JSON was not kept")
+                for key in keys
             }
         elif keys:
             assert self.matcher is not None
@@ -173,14 +173,14 @@ class SelectorAnswers:
                 (key, compiled[key], device)
                 for key in keys
                 for device in devices
-                if device.name in wanted[key]
+                if device.name in of_class[key[0]]
             ]
             answers = self.matcher.match_all([(c, d) for _, c, d in pairs], budgeted=False)
             for (key, _, device), answer in zip(pairs, answers, strict=True):
                 if answer is not False:
                     made[key][device.name] = answer
         for key in keys:
-            self._left -= len(wanted[key])
+            self._left -= len(of_class[key[0]])
             if key != asked:
                 self._kept.setdefault(key, {})[id(facts)] = (facts, made[key])
         return made.get(asked, {})

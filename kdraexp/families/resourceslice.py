@@ -123,7 +123,6 @@ class DeviceView:
         made.attributes = device.attributes or {}
         made.capacity_raw = device.capacity or {}
         made.allow_multiple_allocations = device.allow_multiple_allocations is True
-        made._strings = {}
         return made
 
     def taints(self, context: Context, where: str) -> list[tuple[str, str, str, float | None]]:
