@@ -14,7 +14,6 @@ the connection drains, so forty concurrent scrapes hold forty pieces, not forty 
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import operator
 import re
@@ -29,6 +28,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.python.failure import Failure
 
 from kdraexp.exposition import text as exposition
+from kdraexp.exposition.sortedrows import SortedRows
 from kdraexp.exposition.text import encode_family
 from kdraexp.families.family import Family, Row
 from kdraexp.store.collection import Collection
@@ -56,8 +56,9 @@ it compresses as well, and the compressor is made five times faster (a first scr
 thousands)."""
 
 
-Kept = tuple[Block, "Segment", int]
-"""A block written, its segment and the hash of its length and first flat."""
+Kept = tuple[Block, "Segment", int, int]
+"""A block written, its segment, the hash of its length and first flat, and of its flats'
+identities."""
 
 
 @attrs.frozen
@@ -82,10 +83,10 @@ class Renderer:
         self._turns = Turns(clock)
         """One budget for all rendering: thirty families of 10 ms each are 300 ms too."""
         self._segments: dict[str, Segment] = {}
-        self._blocks: dict[str, tuple[dict[int, Kept], dict[int, Kept]]] = {}
-        """Per family, each block and its segment as last written, by its flats' identities and
-        by its length and first flat."""
-        self._orders: dict[str, list[Row]] = {}
+        self._blocks: dict[str, tuple[dict[int, Kept], dict[int, Kept], dict[int, Kept]]] = {}
+        """Per family, each block and its segment as last written, by its flats' identities, by
+        its length and first flat, and by its own identity."""
+        self._orders: dict[str, SortedRows] = {}
         """Per family of the original's, its rows as last sorted."""
         self._rendering: dict[str, list[Deferred[Segment]]] = {}
         """Per family being rendered, the scrapes waiting for it."""
@@ -143,15 +144,23 @@ class Renderer:
         Sorting the rows by their label values (in the labels' written order) gives the same
         order, and lets blocks of the sorted rows be kept, when no value holds a character that
         sorts before the closing quote (none does in Kubernetes names); else the lines are made
-        and sorted whole.
+        and sorted whole.  Sorted rows are kept, and follow what came and went.
         """
         width = len(family.labels) + 1
-        rows = list(itertools.chain.from_iterable(collection.blocks(family)))
+        source = list(collection.blocks(family))
+        kept = self._orders.get(family.name)
+        if kept is not None:
+            chunks = kept.follow(source, lambda rows: _orderable(rows, family))
+            if chunks is not None:
+                return await self._blockwise(family, chunks, key)
+        rows = list(itertools.chain.from_iterable(source))
         if not any(map(width.__ne__, map(len, rows))):  # each object one row: its flat
             await self._turns.take()
             order = await self._order(family, rows)
             if order is not None:
-                return await self._blockwise(family, _sorted_blocks(order), key)
+                chunks = list(_sorted_blocks(order))
+                self._orders[family.name] = SortedRows(source, chunks, _sort_key(family))
+                return await self._blockwise(family, chunks, key)
         self._orders.pop(family.name, None)
         # Objects of several rows (a slice's devices): their rows are made anew for each sort,
         # so blocks of them could not be kept without keeping every row; the family is written
@@ -169,28 +178,8 @@ class Renderer:
         return Segment(key, (b"".join(parts),), crc, size)
 
     async def _order(self, family: Family, rows: list[Row]) -> list[Row] | None:
-        """*rows* sorted as their lines would be, or None if their values forbid it.
-
-        Sorted as the last ones were, with the rows gone taken out and the new ones put in,
-        when few changed (rows are found again by identity: the order kept holds them).
-        """
+        """*rows* sorted as their lines would be, or None if their values forbid it."""
         key = _sort_key(family)
-        ids = set(map(id, rows))
-        last = self._orders.get(family.name)
-        if last is not None and len(ids) == len(rows):
-            known = set(map(id, last))
-            new = list(
-                itertools.compress(rows, map(operator.not_, map(known.__contains__, map(id, rows))))
-            )
-            gone = len(known) - (len(rows) - len(new))
-            if len(new) + gone <= len(rows) // 8:
-                if not _orderable(new, family):
-                    return None
-                kept = list(itertools.compress(last, map(ids.__contains__, map(id, last))))
-                for row in new:
-                    bisect.insort(kept, row, key=key)
-                self._orders[family.name] = kept
-                return kept
         order: list[Row] = []
         for start in range(0, len(rows), SORTED_RUN):  # runs sorted in turns, then merged
             run = rows[start : start + SORTED_RUN]
@@ -200,7 +189,6 @@ class Renderer:
             await self._turns.take()
         order.sort(key=key)  # finds the runs and merges them: a few passes, not a full sort
         await self._turns.take()
-        self._orders[family.name] = order
         return order
 
     async def _deflated(self, block: Block, family: Family) -> Segment:
@@ -223,30 +211,40 @@ class Renderer:
 
     async def _blockwise(self, family: Family, blocks: Iterable[Block], key: Hashable) -> Segment:
         """A family deflated block by block: a block written for an earlier collection is kept."""
-        previous, previous_content = self._blocks.get(family.name, ({}, {}))
+        previous, previous_content, previous_objects = self._blocks.get(family.name, ({}, {}, {}))
         kept: dict[int, Kept] = {}
         kept_content: dict[int, Kept] = {}
+        kept_objects: dict[int, Kept] = {}
         parts: list[bytes] = []
         crc, size = 0, 0
         for block in blocks:
-            # Found by the identities of its flats (hashed: a tuple of them for each block would
-            # take megabytes), checked one by one: cheaper than hashing their contents, and
-            # sound, as what is kept holds the flats, so no other object can have their
-            # identities.  An object read again with the same rows has new flats: then by its
-            # length and first flat, and compared in full.
-            identity = hash(tuple(map(id, block)))
-            found = previous.get(identity)
-            if found is not None and (
-                len(found[0]) != len(block) or not all(map(operator.is_, found[0], block))
-            ):
-                found = None
-            if found is None:
-                content = hash((len(block), block[0]))  # a candidate, compared in full
-                same = previous_content.get(content)
-                if same is not None and same[0] == block:
-                    found = (block, same[1], content)  # kept with the new flats, not the old
+            # A block kept from the last collection (see kdraexp.store.keptblocks) is the same
+            # object.  Others are found by the identities of their flats (hashed: a tuple of
+            # them for each block would take megabytes), checked one by one: cheaper than
+            # hashing their contents, and sound, as what is kept holds the flats, so no other
+            # object can have their identities.  An object read again with the same rows has new
+            # flats: then by its length and first flat, and compared in full.
+            found = previous_objects.get(id(block))
+            if found is not None and found[0] is block:
+                identity = found[3]
+            else:
+                identity = hash(tuple(map(id, block)))
+                found = previous.get(identity)
+                if found is not None and (
+                    len(found[0]) != len(block) or not all(map(operator.is_, found[0], block))
+                ):
+                    found = None
+                if found is None:
+                    content = hash((len(block), block[0]))  # a candidate, compared in full
+                    same = previous_content.get(content)
+                    if same is not None and same[0] == block:
+                        found = (block, same[1], content, identity)  # with the new flats
+                    else:
+                        segment = await self._deflated(block, family)
+                        found = (block, segment, content, identity)
                 else:
-                    found = (block, await self._deflated(block, family), content)
+                    found = (block, found[1], found[2], identity)
+            kept_objects[id(block)] = found
             kept[identity] = kept_content[found[2]] = found
             segment = found[1]
             if not parts:
@@ -259,7 +257,7 @@ class Renderer:
             else:
                 crc = crc32_combine(crc, segment.crc, segment.size)
             size += segment.size
-        self._blocks[family.name] = (kept, kept_content)
+        self._blocks[family.name] = (kept, kept_content, kept_objects)
         return Segment(key, tuple(parts), crc, size)
 
     def gzip(self, segments: list[Segment], tail: bytes) -> tuple[list[bytes], int]:

@@ -13,9 +13,7 @@ owner chosen by its hash, so a writer keeps what it wrote for the blocks no chan
 
 from __future__ import annotations
 
-import itertools
-import operator
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any
 
 from kdraexp.dra.classindex import ClassIndex
@@ -31,7 +29,8 @@ from kdraexp.families.family import Family
 from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
 from kdraexp.families.pending import SelectorAnswers
 from kdraexp.families.resourceslice import pool_key
-from kdraexp.store.rows import Flat, block_ends, flatten, mask_for
+from kdraexp.store.keptblocks import Change, KeptBlocks, touched_between
+from kdraexp.store.rows import Flat, flatten, mask_for
 from kdraexp.store.sharding import Shard
 from kdraexp.util.turns import Turns
 
@@ -39,9 +38,9 @@ OWNERS_PER_TURN = 256
 
 
 class Laid:
-    """One family's sets of rows by owner, in the order written, and where its blocks end."""
+    """One family's sets of rows by owner, in the order written, and its blocks."""
 
-    __slots__ = ("ends", "flats", "mask", "owners", "problems")
+    __slots__ = ("kept", "owners", "problems", "view")
 
     def __init__(
         self,
@@ -49,19 +48,32 @@ class Laid:
         problems: dict[Hashable, tuple[Problem, ...]],
         mask: int | None = None,
         width: int = 1,
+        old: Laid | None = None,
+        touched: Collection[Hashable] | None = None,
     ) -> None:
+        """*old*'s blocks are followed for the *touched* owners (see :class:`KeptBlocks`)."""
         self.owners = owners
         """Each owner's (pool's or claim's) rows, flattened; owners without rows left out."""
         self.problems = problems
         """Each owner's problems, for the owners that have any."""
-        self.flats = list(owners.values())
         if mask is None:  # blocks of about 64 rows (a pool has a row per device)
-            rows = sum(map(len, self.flats)) / width
-            mask = mask_for(rows / len(self.flats) if self.flats else 1.0)
-        self.mask = mask
+            rows = sum(map(len, owners.values())) / width
+            mask = mask_for(rows / len(owners) if owners else 1.0)
+        self.kept: KeptBlocks = KeptBlocks.following(
+            old.kept if old is not None else None, owners, _flats_of(owners), mask, touched
+        )
         """Kept while the owners' rows change, so that the blocks they did not touch stay."""
-        self.ends = block_ends(owners, len(self.flats), mask)
-        """Where the family's blocks end (see :mod:`kdraexp.store.rows`)."""
+        self.view = self.kept.view
+        """The family's blocks (see :mod:`kdraexp.store.rows`): this collection's, unchanging."""
+
+    @property
+    def mask(self) -> int:
+        """The block mask the owners were first cut with."""
+        return self.kept.mask
+
+
+def _flats_of(owners: dict[Hashable, Flat]) -> Callable[[Iterable[Hashable]], Iterable[Flat]]:
+    return lambda keys: map(owners.__getitem__, keys)
 
 
 CLUSTER_NEEDS = frozenset({DEVICE_TAINT_RULES.plural})
@@ -91,6 +103,8 @@ class ClusterRows:
         self._claims: dict[str, ClaimFacts] = {}
         self._pools: tuple[int, Pools] | None = None
         self._selectors: SelectorAnswers | None = None
+        self._pending: dict[str, ClaimFacts] = {}
+        """The claims with pending requests, by key."""
         self._pods: dict[tuple[str, str], Any] = {}
         """The pods that matter by (namespace, name): the owners of the per-pod families."""
 
@@ -103,12 +117,14 @@ class ClusterRows:
         classes: ClassIndex,
         turns: Turns,
         shard: Shard = Shard(),  # noqa: B008 - frozen
+        changed_facts: Mapping[str, Change] | None = None,
     ) -> None:
         """Make again the rows of the *families* whose key changed.
 
         *versions* and *facts* are per resource, the facts per object: this is the one place
         that joins the kinds.  While the versions of the slices, the classes and the taint rules
-        are the same, only claims changed and only what they touch is made again.
+        are the same, only claims changed and only what they touch is made again;
+        *changed_facts* may say which, per resource (see :func:`touched_between`).
         """
         changed = [f for f in families if self.keys.get(f.name) != keys[f.name]]
         if not changed:
@@ -134,14 +150,22 @@ class ClusterRows:
             )
             pools: Iterable[tuple[str, str]] | None = None
             moved: Iterable[str] | None = None
+            self._pending = {key: claim for key, claim in claims.items() if claim.pending}
         else:
-            pools, moved = await self._follow(index, claims, turns)
+            known = (changed_facts or {}).get(RESOURCE_CLAIMS.plural)
+            pools, moved = await self._follow(index, claims, turns, known)
+            for key in moved:
+                claim = claims.get(key)
+                if claim is not None and claim.pending:
+                    self._pending[key] = claim
+                else:
+                    self._pending.pop(key, None)
         if self._selectors is None or self._selectors.matcher is not classes.matcher:
             self._selectors = SelectorAnswers(classes.matcher)
         self._selectors.new_collection(
             {
                 (r.deviceclass, r.selectors): len(index.by_class.get(r.deviceclass, ()))
-                for c in claims.values()
+                for c in self._pending.values()
                 for r in c.pending
                 if r.selectors
             }
@@ -162,13 +186,15 @@ class ClusterRows:
         self._index, self._base, self._claims = index, base, claims
 
     async def _follow(
-        self, index: ClusterIndex, claims: dict[str, ClaimFacts], turns: Turns
+        self,
+        index: ClusterIndex,
+        claims: dict[str, ClaimFacts],
+        turns: Turns,
+        known: Change | None,
     ) -> tuple[set[tuple[str, str]], set[str]]:
         """Bring the index up to *claims*: the pools and claims whose rows change."""
         before = self._claims
-        differs = map(operator.is_not, map(before.get, claims), claims.values())
-        moved = set(itertools.compress(claims, differs))  # in C: a claim's facts are new
-        moved.update(before.keys() - claims.keys())
+        moved = set(touched_between(before, claims, known))  # a claim's facts are new
         pools: set[tuple[str, str]] = set()
         for key in moved:
             if key in before:
@@ -198,11 +224,11 @@ class ClusterRows:
         view.problems = Problems()
         everyone: Mapping[Any, Any] = index.pools if family.per == "pool" else claims
         old = self.laid.get(family.name)
-        given = pools if family.per == "pool" else moved
+        given: Iterable[Any] | None = pools if family.per == "pool" else moved
         if family.per == "pod":  # few pods matter, and their rows join claims: all made again
             everyone, given = self._pods, None
-        if family.per == "pending" and pools and moved is not None:
-            given = set(moved) | {key for key, claim in claims.items() if claim.pending}
+        if family.per == "pending" and pools and moved is not None and old is not None:
+            given = {*moved, *old.owners}  # the pending read the pools that changed
         mask: int | None = None
         touched: Iterable[Any]
         if given is None or old is None:  # every set made again
@@ -239,5 +265,8 @@ class ClusterRows:
             if count % OWNERS_PER_TURN == OWNERS_PER_TURN - 1:
                 await turns.take()
         if added and mask is not None:  # new owners go where a fresh collection puts them
-            owners = {owner: owners[owner] for owner in everyone if owner in owners}
-        return Laid(owners, problems, mask, len(family.labels) + 1)
+            placed = list(filter(owners.__contains__, everyone))
+            owners = dict(zip(placed, map(owners.__getitem__, placed), strict=True))
+        following = old if mask is not None else None
+        width = len(family.labels) + 1
+        return Laid(owners, problems, mask, width, following, set(touched) if following else None)

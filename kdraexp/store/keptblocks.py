@@ -1,0 +1,256 @@
+"""A family's blocks kept from one collection to the next: a block no change touched is the same.
+
+Cutting 32,000 claims into blocks anew for each collection costs what the claims number, though
+twenty changed; a writer then hashes every block's flats to find the ones it wrote.  Kept
+blocks are updated for the owners that changed, went or came, and every other block is the
+very tuple of the last collection, found again by its identity.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
+from typing import Any
+
+from kdraexp.store.rows import BLOCK_MASK, BLOCK_OBJECTS, Block, Flat, block_ends
+
+Flats = Callable[[Iterable[Any]], Iterable[Flat]]
+"""Owners' rows, in their order (made in C where it can: a block may hold a thousand)."""
+REBUILT = 8
+"""Past one owner in this many changed, every block is cut again (cheaper than following)."""
+_SERIAL = itertools.count()
+"""Numbers for blocks and their versions, never the same twice (a layout cut again included)."""
+
+
+class Layout:
+    """Owners cut in blocks, shared by the families whose rows they own.
+
+    A block keeps its number while it lasts, and has a new version each time its owners change.
+    """
+
+    __slots__ = ("_mask", "_order", "_owners", "_versions", "_where")
+
+    def __init__(self, order: Mapping[Any, Any], mask: int) -> None:
+        self._mask = mask
+        self._order: list[int] = []
+        """Block numbers, in the order written."""
+        self._owners: dict[int, list[Hashable]] = {}
+        self._versions: dict[int, int] = {}
+        self._where: dict[Hashable, int] = {}
+        owners, start = list(order), 0
+        for end in block_ends(owners, len(owners), mask):
+            self._append(owners[start:end])
+            start = end
+
+    @property
+    def mask(self) -> int:
+        """Where blocks end, kept while they are followed (see :func:`block_ends`)."""
+        return self._mask
+
+    @classmethod
+    def following(
+        cls,
+        layout: Layout | None,
+        order: Mapping[Any, Any],
+        mask: int,
+        touched: Collection[Hashable] | None,
+    ) -> Layout:
+        """*layout* updated for *touched* (owners changed, gone or new), or blocks cut anew.
+
+        *order* holds every owner, in the order written.  Without *layout* or *touched*, or
+        when many changed, every block is cut again.
+        """
+        if layout is None or touched is None or len(touched) * REBUILT > max(len(order), 1):
+            return cls(order, mask)
+        layout._update(order, touched)
+        return layout
+
+    def blocks(self) -> Iterator[tuple[int, int, list[Hashable]]]:
+        """Each block's number, version and owners, in order."""
+        owners, versions = self._owners, self._versions
+        for number in self._order:
+            yield number, versions[number], owners[number]
+
+    def _append(self, owners: list[Hashable]) -> int:
+        number = next(_SERIAL)
+        self._order.append(number)
+        self._owners[number] = owners
+        self._versions[number] = number
+        self._where.update(zip(owners, itertools.repeat(number)))
+        return number
+
+    def _update(self, order: Mapping[Any, Any], touched: Collection[Hashable]) -> None:
+        dirty: set[int] = set()
+        added: list[Hashable] = []
+        for owner in touched:
+            number = self._where.get(owner)
+            if owner in order:
+                if number is None:
+                    added.append(owner)
+                else:
+                    dirty.add(number)
+            elif number is not None:  # gone
+                del self._where[owner]
+                owners = self._owners[number]
+                owners.remove(owner)
+                if owners:
+                    dirty.add(number)
+                else:
+                    self._order.remove(number)
+                    del self._owners[number], self._versions[number]
+                    dirty.discard(number)
+        if added:
+            dirty |= self._insert(order, added)
+        for number in dirty:
+            self._versions[number] = next(_SERIAL)
+
+    def _insert(self, order: Mapping[Any, Any], added: list[Hashable]) -> set[int]:
+        """Put new owners after the owner before them in *order*; a block too long is split."""
+        listed = list(order)
+        places = dict(zip(listed, itertools.count()))
+        dirty: set[int] = set()
+        for owner in sorted(added, key=places.__getitem__):
+            place = places[owner] - 1
+            while place >= 0 and listed[place] not in self._where:
+                place -= 1
+            if place < 0:
+                number = self._order[0] if self._order else self._append([])
+                self._owners[number].insert(0, owner)
+            else:
+                before = listed[place]
+                number = self._where[before]
+                owners = self._owners[number]
+                owners.insert(owners.index(before) + 1, owner)
+            self._where[owner] = number
+            dirty.add(number)
+            if len(self._owners[number]) > BLOCK_OBJECTS:
+                dirty.add(self._split(number))
+        return dirty
+
+    def _split(self, number: int) -> int:
+        """Cut a block in two halves; the number of the second."""
+        owners = self._owners[number]
+        half = len(owners) // 2
+        second = next(_SERIAL)
+        self._order.insert(self._order.index(number) + 1, second)
+        self._owners[number], self._owners[second] = owners[:half], owners[half:]
+        self._versions[second] = second
+        self._where.update(zip(owners[half:], itertools.repeat(second)))
+        return second
+
+
+class Made:
+    """One family's blocks of a layout, each kept until the layout's block has a new version."""
+
+    __slots__ = ("_made",)
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[int, Block]] = {}
+
+    def view(self, layout: Layout, flats: Flats) -> list[Block]:
+        """The family's blocks that have rows, in order: a list of its own for each call."""
+        made, kept = self._made, {}
+        view = []
+        for number, version, owners in layout.blocks():
+            found = made.get(number)
+            if found is None or found[0] != version:
+                found = (version, tuple(filter(None, flats(owners))))
+            kept[number] = found
+            if found[1]:
+                view.append(found[1])
+        self._made = kept
+        return view
+
+
+class KeptBlocks:
+    """One family's owners in blocks, each block's flats kept until one of its owners changes."""
+
+    __slots__ = ("layout", "made", "view")
+
+    def __init__(self, layout: Layout, made: Made, flats: Flats) -> None:
+        self.layout = layout
+        self.made = made
+        self.view = made.view(layout, flats)
+        """The blocks that have rows, in order (this one's: the next update makes its own)."""
+
+    @property
+    def mask(self) -> int:
+        """Where blocks end, kept while they are followed (see :func:`block_ends`)."""
+        return self.layout.mask
+
+    @classmethod
+    def following(
+        cls,
+        kept: KeptBlocks | None,
+        order: Mapping[Any, Any],
+        flats: Flats,
+        mask: int,
+        touched: Collection[Hashable] | None,
+    ) -> KeptBlocks:
+        """*kept* followed for *touched* (see :meth:`Layout.following`), or cut anew."""
+        layout = Layout.following(kept.layout if kept else None, order, mask, touched)
+        return cls(layout, kept.made if kept else Made(), flats)
+
+
+_ROWS = operator.attrgetter("rows")
+
+
+Change = tuple[Mapping[Any, Any], Mapping[Any, Any], Collection[Any]]
+"""Two mappings, one after the other, and the keys whose values differ between them."""
+
+
+def touched_between(
+    old: Mapping[Any, Any], new: Mapping[Any, Any], known: Change | None = None
+) -> Collection[Any]:
+    """The keys whose values are not the same objects in *old* and *new*.
+
+    What *known* says, when it is about these two (a watch knows what its events touched);
+    else looked for, in C.
+    """
+    if known is not None and known[0] is old and known[1] is new:
+        return known[2]
+    differs = map(operator.is_not, map(old.get, new), new.values())
+    touched = set(itertools.compress(new, differs))
+    touched.update(old.keys() - new.keys())
+    return touched
+
+
+class KindBlocks:
+    """Each family of one kind: its kept blocks, of one layout following the kind's entries."""
+
+    __slots__ = ("_entries", "_families", "_layout")
+
+    def __init__(self) -> None:
+        self._layout: Layout | None = None
+        self._entries: Mapping[str, Any] | None = None
+        """The entries the layout was last cut or followed for."""
+        self._families: dict[int, tuple[Mapping[str, Any], Made, list[Block]]] = {}
+        """Per family (its slot in an entry's rows), the entries its view was made of."""
+
+    def blocks(
+        self, entries: Mapping[str, Any], slot: int, known: Change | None = None
+    ) -> list[Block]:
+        """The blocks of the family in *slot* for *entries* (a collection's, not changing).
+
+        *known* may say what changed since the entries before (see :func:`touched_between`).
+        """
+        found = self._families.get(slot)
+        if found is not None and found[0] is entries:
+            return found[2]
+        if self._entries is not entries:
+            touched = None
+            if self._entries is not None:
+                touched = touched_between(self._entries, entries, known)
+            self._layout = Layout.following(self._layout, entries, BLOCK_MASK, touched)
+            self._entries = entries
+        assert self._layout is not None
+        row = operator.itemgetter(slot)
+
+        def flats(keys: Iterable[str]) -> Iterable[Flat]:
+            return map(row, map(_ROWS, map(entries.__getitem__, keys)))
+
+        made = found[1] if found is not None else Made()
+        view = made.view(self._layout, flats)
+        self._families[slot] = (entries, made, view)
+        return view
