@@ -290,6 +290,10 @@ class ClusterIndex:
         self.summaries: dict[tuple[str, str], Any] = {}
         """Per pool, what pending requests read of it, kept until its use changes (see
         :mod:`.pending`)."""
+        self.totals: dict[str, Any] = {}
+        """Per class, its pools' summaries added up (see :mod:`.pending`)."""
+        self.stale: dict[str, set[tuple[str, str]]] = {}
+        """Per class, the pools whose summary changed since its totals were added up."""
         self.fits: dict[tuple[str, str], tuple[tuple[str, str, float], ...]] = {}
         """Per pool, its first fit per node and class (see :mod:`.headroom`), kept until its use
         changes: the headroom family and pending requests' summaries both read it."""
@@ -365,7 +369,10 @@ class ClusterIndex:
 
     def consume(self, pool: Pool) -> None:
         """Add up what the pool's allocated devices consume of its counters."""
-        self.summaries.pop((pool.driver, pool.name), None)
+        old = self.summaries.pop((pool.driver, pool.name), None)
+        if old is not None:
+            for deviceclass in old.classes:
+                self.stale.setdefault(deviceclass, set()).add((pool.driver, pool.name))
         self.fits.pop((pool.driver, pool.name), None)
         pool.consumed = {}
         for device in pool.devices:
