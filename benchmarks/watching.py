@@ -8,13 +8,15 @@ four shards, each listing its part: each one's peak RSS against the unsharded ex
 
 from __future__ import annotations
 
+import http.client
 import json
 import statistics
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
-from benchmarks.run import Run, get
+from benchmarks.run import SCRAPE_HEADERS, Run, get
 
 CHURN = 20
 """Claims changed a second."""
@@ -89,12 +91,43 @@ def _under_churn(run: Run, scrapes: int) -> list[float]:
 
 
 def _latency(run: Run, name: str) -> float:
-    """Seconds from a new claim to the first scrape that shows it."""
+    """Seconds from a new claim to the first scrape that shows it.
+
+    Each scrape is read as Prometheus asks for it (gzip), inflated as it comes, and left once
+    the claims' families are behind (families come sorted by name): reading whole 160 MiB
+    bodies would make the poll, not the exporter, what is measured.
+    """
     sent = json.loads(get(run.api_port, f"/probe?name={name}")[1])["sent"]
     needle = f'resourceclaim_name="{name}"'.encode()
-    while needle not in get(run.port, "/metrics")[1]:
+    while not _shows(run.port, needle, PAST_CLAIMS):
         time.sleep(0.01)
     return time.time() - float(sent)
+
+
+PAST_CLAIMS = b"\n# HELP kube_resourcepool_"
+"""Where the claims' families end in a scrape."""
+
+
+def _shows(port: int, needle: bytes, end: bytes) -> bool:
+    """Whether a gzip scrape holds *needle* before *end*."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    try:
+        connection.request("GET", "/metrics", headers=SCRAPE_HEADERS)
+        response = connection.getresponse()
+        if response.status != 200:
+            raise RuntimeError(f"scrape answered {response.status}")
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        tail = b""
+        while chunk := response.read(64 * 1024):
+            text = tail + inflater.decompress(chunk)
+            if needle in text:
+                return True
+            if end in text:
+                return False
+            tail = text[-max(len(needle), len(end)) :]
+        return False
+    finally:
+        connection.close()
 
 
 def table(result: dict[str, Any]) -> str:
@@ -140,16 +173,16 @@ def targets(result: dict[str, Any]) -> list[tuple[str, bool]]:
             result["watch_requests_per_scrape"] == 0,
         ),
         (
-            f"{size}: watch mode, {CHURN} changes a second: median scrape <= 0.5x list mode's",
-            result["watch_churn_median"] <= 0.5 * result["list_churn_median"],
+            f"{size}: watch mode, {CHURN} changes a second: median scrape <= 0.1x list mode's",
+            result["watch_churn_median"] <= 0.1 * result["list_churn_median"],
         ),
         (f"{size}: watch mode: a change shown within 1 s", result["watch_latency_max"] <= 1.0),
         (
-            f"{size}: watch mode: peak RSS <= list mode's",
-            result["watch_peak_rss_bytes"] <= result["list_peak_rss_bytes"],
+            f"{size}: watch mode: peak RSS <= 0.8x list mode's",
+            result["watch_peak_rss_bytes"] <= 0.8 * result["list_peak_rss_bytes"],
         ),
         (
-            f"{size}: each of {SHARDS} shards' peak RSS <= 0.4x the unsharded exporter's",
-            max(result["shard_peak_rss_bytes"]) <= 0.4 * result["list_peak_rss_bytes"],
+            f"{size}: each of {SHARDS} shards' peak RSS <= 0.35x the unsharded exporter's",
+            max(result["shard_peak_rss_bytes"]) <= 0.35 * result["list_peak_rss_bytes"],
         ),
     ]
