@@ -239,10 +239,13 @@ class ClusterRows:
             touched, owners, problems = given, dict(old.owners), dict(old.problems)
             mask = old.mask
         added = False
+        remade: set[Any] = set()
+        """The owners whose rows are not what they were (a set made again alike is kept)."""
         for count, owner in enumerate(touched):
             one = everyone.get(owner)
             if one is None:
-                owners.pop(owner, None)
+                if owners.pop(owner, None) is not None:
+                    remade.add(owner)
                 problems.pop(owner, None)
                 continue
             if family.per == "pool":
@@ -253,11 +256,15 @@ class ClusterRows:
                 view.claims = [one]
             found = len(view.problems.found)
             flat = flatten(family.rows(view))
+            was = owners.get(owner)
             if flat:
-                added = added or owner not in owners
-                owners[owner] = flat
-            else:
-                owners.pop(owner, None)
+                if flat != was:
+                    added = added or was is None
+                    owners[owner] = flat
+                    remade.add(owner)
+            elif was is not None:
+                del owners[owner]
+                remade.add(owner)
             if len(view.problems.found) > found:
                 problems[owner] = tuple(view.problems.found[found:])
             else:
@@ -269,4 +276,4 @@ class ClusterRows:
             owners = dict(zip(placed, map(owners.__getitem__, placed), strict=True))
         following = old if mask is not None else None
         width = len(family.labels) + 1
-        return Laid(owners, problems, mask, width, following, set(touched) if following else None)
+        return Laid(owners, problems, mask, width, following, remade if following else None)
