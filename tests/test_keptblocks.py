@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from kdraexp.store.keptblocks import KeptBlocks, KindBlocks, touched_between
 from kdraexp.store.rows import Flat
 
-MASK = 3
-"""Small blocks (about four owners each), so that a few hundred owners make many."""
+SIZE = 4
+"""Small blocks (four owners each), so that a few hundred owners make many."""
 
 
 def flats_of(owners: dict[str, Flat]) -> Any:
@@ -39,7 +39,7 @@ def test_followed_blocks_hold_the_rows_in_order(size: int, changes: list[tuple[s
     """
     serial = itertools.count()
     owners: dict[str, Flat] = {f"o{n:04d}": (f"o{n:04d}", next(serial)) for n in range(size)}
-    kept = KeptBlocks.following(None, owners, flats_of(owners), MASK, None)
+    kept = KeptBlocks.following(None, owners, flats_of(owners), SIZE, None)
     for change, at in changes:
         before = {id(block): block for block in kept.view}
         keys = list(owners)
@@ -60,9 +60,9 @@ def test_followed_blocks_hold_the_rows_in_order(size: int, changes: list[tuple[s
             else:
                 owners[key] = (key, next(serial)) if change == "change" else ()
             touched.add(key)
-        kept = KeptBlocks.following(kept, owners, flats_of(owners), MASK, touched)
+        kept = KeptBlocks.following(kept, owners, flats_of(owners), SIZE, touched)
         assert list(itertools.chain.from_iterable(kept.view)) == [f for f in owners.values() if f]
-        assert all(len(block) <= 1024 for block in kept.view)
+        assert all(len(block) <= 2 * SIZE for block in kept.view)
         for block in kept.view:
             if not touched & {flat[0] for flat in block}:
                 continue

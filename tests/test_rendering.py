@@ -157,11 +157,7 @@ def test_kept_blocks_write_what_a_fresh_render_writes(steps: list[Change]) -> No
 
 
 def test_a_changed_claim_renders_its_blocks_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Of 2,000 claims one changes: each family renders a block or two, not its 2,000 rows.
-
-    Blocks end after objects chosen by hash, about one in 64, so their sizes vary from run to
-    run; a block of 1,000 claims or more has odds of a few in a million.
-    """
+    """Of 2,000 claims one changes: each family renders a block or two, not its 2,000 rows."""
     claims = [new_claim(f"claim-{i:04d}", [result(f"gpu-{i}")], reserved=True) for i in range(2000)]
     classes = [classy("gpu.nvidia.com", cost="1")]
     store, renderer = Store(), Renderer(Clock())
@@ -182,6 +178,4 @@ def test_a_changed_claim_renders_its_blocks_only(monkeypatch: pytest.MonkeyPatch
     assert text == b"".join(exposition.encode_collection(changed))
     assert rendered, "the changed claim's blocks were rendered"
     for name, blocks in rendered.items():
-        assert len(blocks) <= 2 and sum(blocks) < 2000, f"{name}: blocks of {blocks} rows"
-    total = sum(map(sum, rendered.values()))
-    assert total < 1000 * len(rendered), f"{total} rows rendered again for one claim"
+        assert len(blocks) <= 2 and sum(blocks) <= 128, f"{name}: blocks of {blocks} rows"

@@ -32,7 +32,7 @@ from kdraexp.exposition.sortedrows import SortedRows
 from kdraexp.exposition.text import encode_family
 from kdraexp.families.family import Family, Row
 from kdraexp.store.collection import Collection
-from kdraexp.store.rows import BLOCK_MASK, LABELS, MAX_BLOCK_ROWS, Block, expand, rows_of
+from kdraexp.store.rows import BLOCK_SIZE, LABELS, Block, expand, rows_of
 from kdraexp.util.turns import Turns
 
 GZIP_LEVEL = 1
@@ -308,21 +308,9 @@ def _sort_key(family: Family) -> Callable[[Row], Any]:
 
 
 def _sorted_blocks(rows: list[Row]) -> Iterator[Block]:
-    """Sorted rows in blocks, each ending after a row chosen by its identity.
-
-    Each row is its object's flat: the same object while the object is unchanged.
-    """
-    start = 0
-    mixed = map(hash, zip(map(id, rows)))  # an identity's bits mixed (a 1-tuple's hash), in C
-    chosen = map(operator.not_, map(BLOCK_MASK.__and__, mixed))
-    ends = itertools.compress(itertools.count(1), chosen)
-    for end in itertools.chain(ends, (len(rows),)):
-        while end - start > MAX_BLOCK_ROWS:
-            yield tuple(rows[start : start + MAX_BLOCK_ROWS])
-            start += MAX_BLOCK_ROWS
-        if end > start:
-            yield tuple(rows[start:end])
-            start = end
+    """Sorted rows in blocks of BLOCK_SIZE (:class:`SortedRows` keeps them from then on)."""
+    for start in range(0, len(rows), BLOCK_SIZE):
+        yield tuple(rows[start : start + BLOCK_SIZE])
 
 
 def _deflated_text(text: bytes) -> Segment:

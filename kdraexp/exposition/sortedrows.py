@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from kdraexp.families.family import Row
-from kdraexp.store.rows import Block
+from kdraexp.store.rows import BLOCK_SIZE, Block
 
-LONGEST = 256
+LONGEST = 2 * BLOCK_SIZE
 """A chunk longer than this is cut in two halves."""
 FOLLOWED = 8
 """Past one row in this many come or gone, the rows are sorted again (cheaper)."""

@@ -7,8 +7,9 @@ allocate is counted again, and only their own cost rows and the rows of the pool
 made again: a change costs what it touches, not the size of the cluster.  Anything else changed
 (or the first time) makes every set again.
 
-Each family's sets are laid out in blocks (:data:`kdraexp.store.rows.Block`) that end after an
-owner chosen by its hash, so a writer keeps what it wrote for the blocks no change touched.
+Each family's sets are laid out in blocks kept from one collection to the next
+(:mod:`kdraexp.store.keptblocks`), so a writer keeps what it wrote for the blocks no change
+touched.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, S
 from kdraexp.families.pending import SelectorAnswers
 from kdraexp.families.resourceslice import pool_key
 from kdraexp.store.keptblocks import Change, KeptBlocks, touched_between
-from kdraexp.store.rows import Flat, flatten, mask_for
+from kdraexp.store.rows import Flat, flatten, size_for
 from kdraexp.store.sharding import Shard
 from kdraexp.util.turns import Turns
 
@@ -46,7 +47,7 @@ class Laid:
         self,
         owners: dict[Hashable, Flat],
         problems: dict[Hashable, tuple[Problem, ...]],
-        mask: int | None = None,
+        size: int | None = None,
         width: int = 1,
         old: Laid | None = None,
         touched: Collection[Hashable] | None = None,
@@ -56,20 +57,20 @@ class Laid:
         """Each owner's (pool's or claim's) rows, flattened; owners without rows left out."""
         self.problems = problems
         """Each owner's problems, for the owners that have any."""
-        if mask is None:  # blocks of about 64 rows (a pool has a row per device)
+        if size is None:  # blocks of about 64 rows (a pool has a row per device)
             rows = sum(map(len, owners.values())) / width
-            mask = mask_for(rows / len(owners) if owners else 1.0)
+            size = size_for(rows / len(owners) if owners else 1.0)
         self.kept: KeptBlocks = KeptBlocks.following(
-            old.kept if old is not None else None, owners, _flats_of(owners), mask, touched
+            old.kept if old is not None else None, owners, _flats_of(owners), size, touched
         )
         """Kept while the owners' rows change, so that the blocks they did not touch stay."""
         self.view = self.kept.view
         """The family's blocks (see :mod:`kdraexp.store.rows`): this collection's, unchanging."""
 
     @property
-    def mask(self) -> int:
-        """The block mask the owners were first cut with."""
-        return self.kept.mask
+    def size(self) -> int:
+        """The owners a block was first cut with."""
+        return self.kept.size
 
 
 def _flats_of(owners: dict[Hashable, Flat]) -> Callable[[Iterable[Hashable]], Iterable[Flat]]:
@@ -229,7 +230,7 @@ class ClusterRows:
             everyone, given = self._pods, None
         if family.per == "pending" and pools and moved is not None and old is not None:
             given = {*moved, *old.owners}  # the pending read the pools that changed
-        mask: int | None = None
+        size: int | None = None
         touched: Iterable[Any]
         if given is None or old is None:  # every set made again
             touched, owners, problems = list(everyone), {}, {}
@@ -237,7 +238,7 @@ class ClusterRows:
                 touched = [key for key, claim in claims.items() if claim.pending]
         else:
             touched, owners, problems = given, dict(old.owners), dict(old.problems)
-            mask = old.mask
+            size = old.size
         added = False
         remade: set[Any] = set()
         """The owners whose rows are not what they were (a set made again alike is kept)."""
@@ -271,9 +272,9 @@ class ClusterRows:
                 problems.pop(owner, None)
             if count % OWNERS_PER_TURN == OWNERS_PER_TURN - 1:
                 await turns.take()
-        if added and mask is not None:  # new owners go where a fresh collection puts them
+        if added and size is not None:  # new owners go where a fresh collection puts them
             placed = list(filter(owners.__contains__, everyone))
             owners = dict(zip(placed, map(owners.__getitem__, placed), strict=True))
-        following = old if mask is not None else None
+        following = old if size is not None else None
         width = len(family.labels) + 1
-        return Laid(owners, problems, mask, width, following, remade if following else None)
+        return Laid(owners, problems, size, width, following, remade if following else None)

@@ -486,7 +486,7 @@ class Collection:
         """The rows of one family in blocks: equal blocks, equal rows (see :data:`Block`)."""
         laid = self._cluster.get(family.name)
         if laid is not None or family.reads is CLUSTER:
-            yield from laid.view if laid is not None else ()
+            yield from filter(None, laid.view) if laid is not None else ()
             return
         plural = family.reads.plural  # type: ignore[union-attr]
         if family.current_generation:
@@ -503,7 +503,9 @@ class Collection:
             return
         kept = self._kept.setdefault(plural, KindBlocks())
         entries = self._entries.get(plural, {})
-        yield from kept.blocks(entries, self._slots[family.name], self._changes.get(plural))
+        yield from filter(
+            None, kept.blocks(entries, self._slots[family.name], self._changes.get(plural))
+        )
 
     def families(self) -> Iterator[tuple[Family, list[Row]]]:
         """Each family that has rows, with its rows, in the order written."""

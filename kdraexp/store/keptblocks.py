@@ -13,7 +13,7 @@ import operator
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
-from kdraexp.store.rows import BLOCK_MASK, BLOCK_OBJECTS, Block, Flat, block_ends
+from kdraexp.store.rows import BLOCK_SIZE, Block, Flat
 
 Flats = Callable[[Iterable[Any]], Iterable[Flat]]
 """Owners' rows, in their order (made in C where it can: a block may hold a thousand)."""
@@ -27,33 +27,39 @@ class Layout:
     """Owners cut in blocks, shared by the families whose rows they own.
 
     A block keeps its number while it lasts, and has a new version each time its owners change.
+    While no block comes or goes (its *shape* stays), the numbers of the blocks changed are
+    logged, so that a family's blocks are made again for those only.
     """
 
-    __slots__ = ("_mask", "_order", "_owners", "_versions", "_where")
+    __slots__ = ("_order", "_owners", "_places", "_size", "_versions", "_where", "log", "shape")
 
-    def __init__(self, order: Mapping[Any, Any], mask: int) -> None:
-        self._mask = mask
+    def __init__(self, order: Mapping[Any, Any], size: int) -> None:
+        self._size = size
         self._order: list[int] = []
         """Block numbers, in the order written."""
         self._owners: dict[int, list[Hashable]] = {}
         self._versions: dict[int, int] = {}
         self._where: dict[Hashable, int] = {}
-        owners, start = list(order), 0
-        for end in block_ends(owners, len(owners), mask):
-            self._append(owners[start:end])
-            start = end
+        self._places: dict[int, int] | None = None
+        self.shape = next(_SERIAL)
+        """Changes whenever a block comes or goes."""
+        self.log: list[int] = []
+        """The blocks changed since the shape last changed, in turn."""
+        owners = list(order)
+        for start in range(0, len(owners), size):
+            self._append(owners[start : start + size])
 
     @property
-    def mask(self) -> int:
-        """Where blocks end, kept while they are followed (see :func:`block_ends`)."""
-        return self._mask
+    def size(self) -> int:
+        """The objects blocks were cut with (kept while they are followed)."""
+        return self._size
 
     @classmethod
     def following(
         cls,
         layout: Layout | None,
         order: Mapping[Any, Any],
-        mask: int,
+        size: int,
         touched: Collection[Hashable] | None,
     ) -> Layout:
         """*layout* updated for *touched* (owners changed, gone or new), or blocks cut anew.
@@ -62,7 +68,7 @@ class Layout:
         when many changed, every block is cut again.
         """
         if layout is None or touched is None or len(touched) * REBUILT > max(len(order), 1):
-            return cls(order, mask)
+            return cls(order, size)
         layout._update(order, touched)
         return layout
 
@@ -72,7 +78,19 @@ class Layout:
         for number in self._order:
             yield number, versions[number], owners[number]
 
+    def block(self, number: int) -> tuple[int, int, list[Hashable]]:
+        """One block's place, version and owners."""
+        if self._places is None:
+            self._places = dict(zip(self._order, itertools.count()))
+        return self._places[number], self._versions[number], self._owners[number]
+
+    def _reshaped(self) -> None:
+        self.shape = next(_SERIAL)
+        self.log = []
+        self._places = None
+
     def _append(self, owners: list[Hashable]) -> int:
+        self._reshaped()
         number = next(_SERIAL)
         self._order.append(number)
         self._owners[number] = owners
@@ -98,12 +116,14 @@ class Layout:
                     dirty.add(number)
                 else:
                     self._order.remove(number)
+                    self._reshaped()
                     del self._owners[number], self._versions[number]
                     dirty.discard(number)
         if added:
             dirty |= self._insert(order, added)
         for number in dirty:
             self._versions[number] = next(_SERIAL)
+        self.log.extend(dirty)
 
     def _insert(self, order: Mapping[Any, Any], added: list[Hashable]) -> set[int]:
         """Put new owners after the owner before them in *order*; a block too long is split."""
@@ -124,7 +144,7 @@ class Layout:
                 owners.insert(owners.index(before) + 1, owner)
             self._where[owner] = number
             dirty.add(number)
-            if len(self._owners[number]) > BLOCK_OBJECTS:
+            if len(self._owners[number]) > 2 * self._size:
                 dirty.add(self._split(number))
         return dirty
 
@@ -134,6 +154,7 @@ class Layout:
         half = len(owners) // 2
         second = next(_SERIAL)
         self._order.insert(self._order.index(number) + 1, second)
+        self._reshaped()
         self._owners[number], self._owners[second] = owners[:half], owners[half:]
         self._versions[second] = second
         self._where.update(zip(owners[half:], itertools.repeat(second)))
@@ -143,23 +164,39 @@ class Layout:
 class Made:
     """One family's blocks of a layout, each kept until the layout's block has a new version."""
 
-    __slots__ = ("_made",)
+    __slots__ = ("_made", "_seen", "_shape", "_view")
 
     def __init__(self) -> None:
         self._made: dict[int, tuple[int, Block]] = {}
+        self._view: list[Block] = []
+        self._shape = -1
+        self._seen = 0
+        """How much of the layout's log the view has followed."""
 
     def view(self, layout: Layout, flats: Flats) -> list[Block]:
-        """The family's blocks that have rows, in order: a list of its own for each call."""
-        made, kept = self._made, {}
-        view = []
-        for number, version, owners in layout.blocks():
-            found = made.get(number)
-            if found is None or found[0] != version:
-                found = (version, tuple(filter(None, flats(owners))))
-            kept[number] = found
-            if found[1]:
+        """The family's blocks, in order, () for a block without rows: a list of its own.
+
+        Made again for the blocks the layout logged as changed since the last view, while its
+        shape is the same; else each block is looked at.
+        """
+        made = self._made
+        if layout.shape == self._shape:
+            view = list(self._view)
+            for number in set(layout.log[self._seen :]):
+                place, version, owners = layout.block(number)
+                block = view[place] = tuple(filter(None, flats(owners)))
+                made[number] = (version, block)
+        else:
+            kept: dict[int, tuple[int, Block]] = {}
+            view = []
+            for number, version, owners in layout.blocks():
+                found = made.get(number)
+                if found is None or found[0] != version:
+                    found = (version, tuple(filter(None, flats(owners))))
+                kept[number] = found
                 view.append(found[1])
-        self._made = kept
+            self._made = kept
+        self._view, self._shape, self._seen = view, layout.shape, len(layout.log)
         return view
 
 
@@ -172,12 +209,13 @@ class KeptBlocks:
         self.layout = layout
         self.made = made
         self.view = made.view(layout, flats)
-        """The blocks that have rows, in order (this one's: the next update makes its own)."""
+        """The blocks in order, () for one without rows (this one's: the next update makes
+        its own)."""
 
     @property
-    def mask(self) -> int:
-        """Where blocks end, kept while they are followed (see :func:`block_ends`)."""
-        return self.layout.mask
+    def size(self) -> int:
+        """The objects blocks were cut with (see :class:`Layout`)."""
+        return self.layout.size
 
     @classmethod
     def following(
@@ -185,11 +223,11 @@ class KeptBlocks:
         kept: KeptBlocks | None,
         order: Mapping[Any, Any],
         flats: Flats,
-        mask: int,
+        size: int,
         touched: Collection[Hashable] | None,
     ) -> KeptBlocks:
         """*kept* followed for *touched* (see :meth:`Layout.following`), or cut anew."""
-        layout = Layout.following(kept.layout if kept else None, order, mask, touched)
+        layout = Layout.following(kept.layout if kept else None, order, size, touched)
         return cls(layout, kept.made if kept else Made(), flats)
 
 
@@ -242,7 +280,7 @@ class KindBlocks:
             touched = None
             if self._entries is not None:
                 touched = touched_between(self._entries, entries, known)
-            self._layout = Layout.following(self._layout, entries, BLOCK_MASK, touched)
+            self._layout = Layout.following(self._layout, entries, BLOCK_SIZE, touched)
             self._entries = entries
         assert self._layout is not None
         row = operator.itemgetter(slot)
