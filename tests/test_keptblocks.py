@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdraexp.store.keptblocks import KeptBlocks, KindBlocks, touched_between
+from kdraexp.store.keptblocks import LOGGED, KeptBlocks, KindBlocks, touched_between
 from kdraexp.store.rows import Flat
 
 SIZE = 4
@@ -101,3 +101,16 @@ def test_kind_blocks_follow_entries_for_each_family() -> None:
         assert list(itertools.chain.from_iterable(now)) == rows
         assert len({id(b) for b in now} - {id(b) for b in was}) == 1, "one block made again"
     assert kind.blocks(changed, 0) is second[0], "the same entries, the same blocks"
+
+
+def test_the_log_of_changed_blocks_stays_bounded() -> None:
+    """A layout changed forever without a block coming or going logs a bounded number."""
+    owners: dict[str, Flat] = {f"o{n}": (f"o{n}", 0) for n in range(40)}
+    kept = KeptBlocks.following(None, owners, flats_of(owners), SIZE, None)
+    for step in range(1, 2000):
+        owners = dict(owners)
+        key = f"o{step % 40}"
+        owners[key] = (key, step)
+        kept = KeptBlocks.following(kept, owners, flats_of(owners), SIZE, {key})
+        assert len(kept.layout.log) <= LOGGED * 11
+    assert list(itertools.chain.from_iterable(kept.view)) == list(owners.values())

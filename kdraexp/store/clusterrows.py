@@ -65,7 +65,7 @@ class Laid:
         )
         """Kept while the owners' rows change, so that the blocks they did not touch stay."""
         self.view = self.kept.view
-        """The family's blocks (see :mod:`kdraexp.store.rows`): this collection's, unchanging."""
+        """The family's blocks, () for one without rows: this collection's, unchanging."""
 
     @property
     def size(self) -> int:

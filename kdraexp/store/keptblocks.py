@@ -19,6 +19,9 @@ Flats = Callable[[Iterable[Any]], Iterable[Flat]]
 """Owners' rows, in their order (made in C where it can: a block may hold a thousand)."""
 REBUILT = 8
 """Past one owner in this many changed, every block is cut again (cheaper than following)."""
+LOGGED = 4
+"""A layout logs at most this many changed blocks per block, then starts a new shape (each
+family then looks at every block once)."""
 _SERIAL = itertools.count()
 """Numbers for blocks and their versions, never the same twice (a layout cut again included)."""
 
@@ -124,6 +127,8 @@ class Layout:
         for number in dirty:
             self._versions[number] = next(_SERIAL)
         self.log.extend(dirty)
+        if len(self.log) > LOGGED * (len(self._order) + 1):  # bounded: a new shape instead
+            self._reshaped()
 
     def _insert(self, order: Mapping[Any, Any], added: list[Hashable]) -> set[int]:
         """Put new owners after the owner before them in *order*; a block too long is split."""
