@@ -297,6 +297,7 @@ class ClusterIndex:
         self.fits: dict[tuple[str, str], tuple[tuple[str, str, float], ...]] = {}
         """Per pool, its first fit per node and class (see :mod:`.headroom`), kept until its use
         changes: the headroom family and pending requests' summaries both read it."""
+        self._states: dict[tuple[str, str], list[str]] = {}
         self.judged: dict[Any, Any] = {}
         """Pending requests judged since claims last changed (see :mod:`.pending`)."""
         self.owns: Callable[[str, str], bool] = _everything
@@ -374,6 +375,7 @@ class ClusterIndex:
             for deviceclass in old.classes:
                 self.stale.setdefault(deviceclass, set()).add((pool.driver, pool.name))
         self.fits.pop((pool.driver, pool.name), None)
+        self._states.pop((pool.driver, pool.name), None)
         pool.consumed = {}
         for device in pool.devices:
             if (pool.driver, pool.name, device.name) in self.allocated:
@@ -403,8 +405,19 @@ class ClusterIndex:
         ``available`` is what the allocator could pick now for a request tolerating nothing.
         """
         for pool in self.pools.values():
-            for device in pool.devices:
-                yield device.labels, self.state(pool, device)
+            for device, state in zip(pool.devices, self.states(pool), strict=True):
+                yield device.labels, state
+
+    def states(self, pool: Pool) -> list[str]:
+        """Each of the pool's devices' state, kept until the pool's use changes.
+
+        The device states family and pending requests' summaries both read them.
+        """
+        key = (pool.driver, pool.name)
+        found = self._states.get(key)
+        if found is None:
+            found = self._states[key] = [self.state(pool, device) for device in pool.devices]
+        return found
 
     def state(self, pool: Pool, device: DeviceFacts) -> str:
         """The device's one state (see :meth:`device_states`)."""

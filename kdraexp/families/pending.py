@@ -284,11 +284,10 @@ def summary(index: ClusterIndex, pool: Pool) -> Summary:
         open_tainted: dict[str, int] = {}
         shareable: set[str] = set()
         seen: set[str] = set()
-        for device in pool.devices:
+        for device, state in zip(pool.devices, index.states(pool), strict=True):
             if device.name in seen or not device.classes:
                 continue
             seen.add(device.name)
-            state = index.state(pool, device)
             tainted_open = state == "tainted" and not blocked(device, pool)
             for deviceclass in device.classes:
                 counts = states.setdefault(deviceclass, {})
