@@ -55,6 +55,7 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     watched = json.loads((tmp_path / "results.json").read_text())["watch"]
     assert watched["devices"] == 1000
     assert watched["watch_requests_per_scrape"] == 0
+    assert watched["watch_differences"] == [], "after churn, watch mode wrote other samples"
     assert len(watched["shard_peak_rss_bytes"]) == 4
     assert "At 1,000 devices (median scrape, seconds):" in result.stdout
     podded = json.loads((tmp_path / "results.json").read_text())["pods"]
