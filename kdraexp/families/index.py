@@ -298,6 +298,7 @@ class ClusterIndex:
         """Per pool, its first fit per node and class (see :mod:`.headroom`), kept until its use
         changes: the headroom family and pending requests' summaries both read it."""
         self._states: dict[tuple[str, str], list[str]] = {}
+        """Per pool, its devices' states, kept until its use changes (see :meth:`states`)."""
         self.judged: dict[Any, Any] = {}
         """Pending requests judged since claims last changed (see :mod:`.pending`)."""
         self.owns: Callable[[str, str], bool] = _everything
