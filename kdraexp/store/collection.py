@@ -17,7 +17,8 @@ from __future__ import annotations
 import itertools
 import operator
 import zlib
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Collection as Keys
 from typing import Any
 
 import msgspec
@@ -339,56 +340,58 @@ class Store:
         self.kept: dict[str, KindBlocks] = {}
         """Per kind, its families' blocks as last written."""
         self.changes: dict[str, Change] = {}
-        """Per kind, the entries before its last snapshot, after it, and what its events
-        touched in between (watch mode)."""
+        """Per kind, the entries before its last change, after it, and the keys touched in
+        between (what a watch's events touched, or what a list found changed)."""
         self.fact_changes: dict[str, Change] = {}
         """Per kind, its facts before the last collection, after it, and what changed."""
         self._facts: dict[str, tuple[dict[str, Entry], dict[str, Any]]] = {}
         """Per kind, the entries last joined and their facts."""
+        self._having: dict[str, tuple[dict[str, Entry], dict[str, Any]]] = {}
+        """Per kind, the entries last looked at and those with problems."""
+        self._problems: dict[str, tuple[dict[str, Any], _Problems]] = {}
+        """Per kind, its entries with problems and their problems."""
         self.last: tuple[Hashable, Collection] | None = None
         """The last collection made, with the versions it was made of."""
-        self._problems: dict[str, tuple[dict[str, Entry], dict[str, Entry], _Problems]] = {}
-        """Per kind, the entries last looked at, those with problems, and their problems."""
 
     def problems_of(self, plural: str) -> _Problems:
         """The problems and class errors of the kind's entries, found again where they changed."""
-        entries = self.entries.get(plural, {})
+        having, _, _ = self._follow(
+            self._having, plural, lambda entry: entry, lambda e: bool(e.problems or e.class_errors)
+        )
         found = self._problems.get(plural)
-        if found is not None and found[0] is entries:
-            return found[2]
-        touched = (
-            touched_between(found[0], entries, self.changes.get(plural))
-            if found is not None
-            else entries
-        )
-        if found is None or len(touched) * 8 > len(entries):
-            having = {key: e for key, e in entries.items() if e.problems or e.class_errors}
-        else:
-            having = dict(found[1])
-            for key in touched:
-                entry = entries.get(key)
-                if entry is not None and (entry.problems or entry.class_errors):
-                    having[key] = entry
-                else:
-                    having.pop(key, None)
-        made = (
-            list(itertools.chain.from_iterable(map(_PROBLEMS, having.values()))),
-            list(itertools.chain.from_iterable(map(_CLASS_ERRORS, having.values()))),
-        )
-        self._problems[plural] = (entries, having, made)
-        return made
+        if found is None or found[0] is not having:
+            made = (
+                list(itertools.chain.from_iterable(map(_PROBLEMS, having.values()))),
+                list(itertools.chain.from_iterable(map(_CLASS_ERRORS, having.values()))),
+            )
+            found = self._problems[plural] = (having, made)
+        return found[1]
 
     def facts_of(self, plural: str) -> dict[str, Any]:
-        """Each entry's facts, by its key, in the entries' order (a new dict when they change).
+        """Each entry's facts, by its key, in the entries' order (a new dict when they change)."""
+        facts, before, touched = self._follow(self._facts, plural, _FACTS)
+        if before is not None:
+            self.fact_changes[plural] = (before, facts, touched)
+        return facts
 
-        Made again only for the entries that changed: 32,000 claims' facts gathered for each
-        collection cost more than the twenty that changed.
+    def _follow(
+        self,
+        kept: dict[str, tuple[dict[str, Entry], dict[str, Any]]],
+        plural: str,
+        value: Callable[[Entry], Any],
+        wanted: Callable[[Entry], bool] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any] | None, Keys[str]]:
+        """Per entry of the kind (those *wanted*), its *value*, in the entries' order.
+
+        Made again only for the entries that changed since *kept*'s (32,000 claims gathered for
+        each collection cost more than the twenty that changed); with the mapping before and
+        the keys touched, when it was followed.
         """
-        entries = self.entries[plural]
-        found = self._facts.get(plural)
+        entries = self.entries.get(plural, {})
+        found = kept.get(plural)
         if found is not None and found[0] is entries:
-            return found[1]
-        touched = (
+            return found[1], None, ()
+        touched: Keys[str] = (
             touched_between(found[0], entries, self.changes.get(plural))
             if found is not None
             else entries.keys()
@@ -396,23 +399,24 @@ class Store:
         if (
             found is None
             or len(touched) * 8 > len(entries)
-            or any(key in entries and key not in found[1] for key in touched)
+            or any(key in entries and key not in found[0] for key in touched)
         ):  # many changed, or new ones (they go where the entries have them)
-            facts = dict(zip(entries, map(_FACTS, entries.values()), strict=True))
+            if wanted is None:
+                made = dict(zip(entries, map(value, entries.values()), strict=True))  # in C
+            else:
+                made = {key: value(e) for key, e in entries.items() if wanted(e)}
         elif not touched:
-            facts = found[1]
+            made = found[1]
         else:
-            facts = dict(found[1])
+            made = dict(found[1])
             for key in touched:
                 entry = entries.get(key)
-                if entry is None:
-                    facts.pop(key, None)
+                if entry is not None and (wanted is None or wanted(entry)):
+                    made[key] = value(entry)
                 else:
-                    facts[key] = entry.facts
-        self._facts[plural] = (entries, facts)
-        if found is not None:
-            self.fact_changes[plural] = (found[1], facts, touched)
-        return facts
+                    made.pop(key, None)
+        kept[plural] = (entries, made)
+        return made, found[1] if found is not None else None, touched
 
 
 class Collection:
@@ -590,6 +594,9 @@ class CollectionBuilder:
             previous = store.entries.get(plural, {})
             if reader.changed_from(previous) or plural not in store.versions:
                 store.versions[plural] = store.versions.get(plural, 0) + 1
+                # Compared once here for the blocks, facts and problems that follow the entries.
+                touched = touched_between(previous, reader.entries)
+                store.changes[plural] = (previous, reader.entries, touched)
             store.entries[plural] = reader.entries
             store.skipped[plural] = reader.skipped
             store.warm.pop(plural, None)
