@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kdraexp.dra.devicecel import Matcher
 from kdraexp.families import pending
 from kdraexp.families.pending import REASONS
 from kdraexp.store.collection import Collection, Store
@@ -294,3 +295,38 @@ def test_plain_requests_judged_from_summaries_as_in_full(monkeypatch: pytest.Mon
         monkeypatch.undo()
         assert fast == slow
         assert fast
+
+
+def test_own_selectors_evaluated_once_for_devices_read_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Devices that read alike where a request's own selector reads are evaluated once.
+
+    That holds over every slice; a pool of two slices answers for the devices of both.
+    """
+    asked: list[int] = []
+    match_all = Matcher.match_all
+
+    def counting(self: Any, requests: Any, budgeted: bool = True) -> Any:
+        if not budgeted:
+            asked.append(len(requests))
+        return match_all(self, requests, budgeted)
+
+    monkeypatch.setattr(Matcher, "match_all", counting)
+    objects = cluster()
+    objects["slices"] = [
+        *(
+            pool_slice(f"s{n}", [gpu("g0"), gpu("g1", product="H100")], pool=f"p{n}")
+            for n in range(6)
+        ),
+        pool_slice("two-a", [gpu("g0", product="H100")], pool="two", count=2),
+        pool_slice("two-b", [gpu("g1", product="H100")], pool="two", count=2),
+    ]
+    objects["claims"] = [
+        new_claim(f"c{n}", None, requests=[request(selectors=selected(PRODUCT.format("H100")))])
+        for n in range(2)
+    ] + [new_claim("taken", [result(name, pool=f"p{n}") for n in range(6) for name in ("g1",)])]
+    collection = collect(**objects)
+    assert sum(asked) == 2  # A100 and H100, whatever the slice
+    assert matching(collection, "c0") == {"allocated": 6, "available": 2}
+    assert reasons(collection)[("c0", "gpu")] == "feasible"

@@ -8,21 +8,21 @@ applies is the one given (the metrics reference lists them in order); ``feasible
 request alone could be allocated now, so the claim waits for something else.
 
 Equal requests get one judgement per collection: claims made from one template cost one.  A
-request's own selectors are evaluated on devices read again from their slices' kept JSON, the
-answers kept per slice while it is unchanged.
+request's own selectors are evaluated on devices read again from their slices' kept JSON, once
+for devices that read alike, the answers kept per slice while it is unchanged.
 """
 
 from __future__ import annotations
 
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 
 import attrs
 import msgspec
 
 from kdraexp.dra import gated, wire
-from kdraexp.dra.devicecel import CompiledClass, Matcher
+from kdraexp.dra.devicecel import CompiledClass, Matcher, union_paths
 from kdraexp.dra.listing import RESOURCE_CLAIMS
 from kdraexp.families.headroom import allocatable, shares
 from kdraexp.families.index import (
@@ -57,6 +57,9 @@ BUDGET = 262144
 """Devices a collection evaluates claims' own selectors on, at most."""
 KEPT = 32
 """Distinct (class, selectors) of pending requests whose answers are kept."""
+BATCH = 64
+"""Slices whose devices are evaluated together: the devices of 64 slices held at once."""
+_NONE: Answers = {}
 NOT_JUDGED = "not_judged"
 """No reason yet: the collection's budget for claims' own selectors ran out first."""
 
@@ -90,6 +93,7 @@ class SelectorAnswers:
         self._left = BUDGET
         self._compiled: dict[tuple[str, tuple[str, ...]], CompiledClass] = {}
         """This collection's compiled selectors (the matcher's are behind its lock)."""
+        self._batch = _Batch()
 
     def new_collection(self, pending: dict[tuple[str, tuple[str, ...]], int]) -> None:
         """A new collection, of requests with these own selectors: a new budget.
@@ -101,6 +105,7 @@ class SelectorAnswers:
         """
         self._left = BUDGET
         self._compiled = {}
+        self._batch = _Batch()
         for key in [key for key in self._kept if key not in pending]:
             del self._kept[key]
         together = len(pending) <= KEPT and sum(pending.values()) <= BUDGET
@@ -108,18 +113,20 @@ class SelectorAnswers:
 
     def answers(
         self, deviceclass: str, selectors: tuple[str, ...], pools: list[Pool]
-    ) -> dict[tuple[str, str, str], bool | str] | None:
-        """Per device of *pools* the class selects that matches: True, or why it cannot be said.
+    ) -> dict[int, Answers] | None:
+        """Per pool of *pools* (by ``id``), its devices of the class that match, or why not known.
 
-        None when this collection's budget ran out first.
+        Each is True or why it cannot be said; the dicts are kept, not to be changed.  None when
+        this collection's budget ran out first.
         """
         if self.matcher is None:
             return {}
         key = (deviceclass, selectors)
         old = self._kept.pop(key, {})
         kept: dict[int, tuple[SliceFacts, Answers]] = {}
-        found: dict[tuple[str, str, str], bool | str] = {}
+        found: dict[int, Answers] = {}
         complete = True
+        read: list[tuple[Pool, Answers]] = []
         for pool in pools:
             for facts in pool.current:
                 known = old.get(id(facts))
@@ -128,9 +135,20 @@ class SelectorAnswers:
                         complete = False
                         continue
                     known = (facts, self._judge(facts, key))
+                    if self._batch.slices >= BATCH:
+                        self._batch.evaluate(self.matcher)
                 kept[id(facts)] = known
-                for name, answer in known[1].items():
-                    found.setdefault((pool.driver, pool.name, name), answer)
+                read.append((pool, known[1]))
+        self._batch.evaluate(self.matcher)
+        merged: set[int] = set()
+        for pool, answers in read:
+            have = found.setdefault(id(pool), answers)
+            if have is not answers:  # a pool of several slices: the first slice's device wins
+                if id(pool) not in merged:
+                    merged.add(id(pool))
+                    have = found[id(pool)] = dict(have)
+                for name, answer in answers.items():
+                    have.setdefault(name, answer)
         while len(self._kept) >= KEPT:
             del self._kept[next(iter(self._kept))]
         self._kept[key] = kept
@@ -140,7 +158,8 @@ class SelectorAnswers:
         """The slice's devices of the class that match (True) or cannot be judged (why).
 
         The answers for the other pending selectors not yet known on this slice are made in the
-        same reading, and kept for when they are asked for.
+        same reading, and kept for when they are asked for.  They are filled in when the batch
+        the slice joined is evaluated.
         """
         keys = [asked] + [
             key
@@ -169,21 +188,63 @@ class SelectorAnswers:
                 compiled.update(
                     zip(new, self.matcher.compile_all([key[1] for key in new]), strict=True)
                 )
-            pairs = [
-                (key, compiled[key], device)
-                for key in keys
-                for device in devices
-                if device.name in of_class[key[0]]
-            ]
-            answers = self.matcher.match_all([(c, d) for _, c, d in pairs], budgeted=False)
-            for (key, _, device), answer in zip(pairs, answers, strict=True):
-                if answer is not False:
-                    made[key][device.name] = answer
+            for key in keys:
+                wanted = of_class[key[0]]
+                of_key = [device for device in devices if device.name in wanted]
+                self._batch.add(key, compiled[key], of_key, made[key])
+            self._batch.slices += 1
         for key in keys:
             self._left -= len(of_class[key[0]])
             if key != asked:
                 self._kept.setdefault(key, {})[id(facts)] = (facts, made[key])
         return made.get(asked, {})
+
+
+class _Batch:
+    """Slices read again for claims' own selectors, evaluated together.
+
+    Devices that read alike (equal values where the selectors read) are evaluated once over the
+    batch's slices: a cluster's GPUs repeat a few PCI addresses and one driver version, and each
+    evaluation asked costs more than reading the device.
+    """
+
+    def __init__(self) -> None:
+        self.slices = 0
+        self._pairs: list[tuple[CompiledClass, DeviceView]] = []
+        self._alike: dict[Hashable, int] = {}
+        """(selectors, what the device reads) -> its place in the pairs."""
+        self._into: list[list[tuple[Answers, str]]] = []
+        """Per pair, where its answer goes (one place per device read alike)."""
+
+    def add(
+        self,
+        key: tuple[str, tuple[str, ...]],
+        compiled: CompiledClass,
+        devices: list[DeviceView],
+        answers: Answers,
+    ) -> None:
+        """Evaluate *compiled* on *devices* with the batch; their answers go to *answers*."""
+        paths = union_paths([compiled])
+        alike, pairs, into = self._alike, self._pairs, self._into
+        for device in devices:
+            reads = id(device) if paths is None else tuple([device.projection(p) for p in paths])
+            place = alike.get((key, reads))
+            if place is None:
+                place = alike[(key, reads)] = len(pairs)
+                pairs.append((compiled, device))
+                into.append([])
+            into[place].append((answers, device.name))
+
+    def evaluate(self, matcher: Matcher | None) -> None:
+        """Fill in every answer asked for since the last time, and start again."""
+        pairs, into = self._pairs, self._into
+        self.slices, self._pairs, self._alike, self._into = 0, [], {}, []
+        if pairs and matcher is not None:
+            found = matcher.match_all(pairs, budgeted=False)
+            for places, answer in zip(into, found, strict=True):
+                if answer is not False:
+                    for answers, name in places:
+                        answers[name] = answer
 
 
 def judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
@@ -342,7 +403,7 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
             return Judgement(NOT_JUDGED)
         kept = []
         for pool, device in candidates:
-            answer = answers.get((pool.driver, pool.name, device.name), False)
+            answer = answers.get(id(pool), _NONE).get(device.name, False)
             if answer is True:
                 kept.append((pool, device))
             elif answer is not False:
