@@ -32,11 +32,20 @@ PODS = "/api/v1/pods"
 DEFAULT_LIMIT = 500
 
 
+def _listed(item: dict[str, Any]) -> tuple[str, str]:
+    """Where a real API server lists an object: by namespace, then name (its storage key)."""
+    metadata = item["metadata"]
+    return metadata.get("namespace", ""), metadata["name"]
+
+
 class Pages:
     """Every list's pages, encoded once per (resource, offset, limit); and the watches."""
 
     def __init__(self, nodes: int, pending: int = 0, with_pods: bool = False) -> None:
-        self.objects = cluster(nodes, pending, with_pods)
+        self.objects = {
+            plural: sorted(items, key=_listed)
+            for plural, items in cluster(nodes, pending, with_pods).items()
+        }
         self.items = {
             plural: [json.dumps(item, separators=(",", ":")).encode() for item in items]
             for plural, items in self.objects.items()
