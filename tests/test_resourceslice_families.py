@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from kdraexp.dra import wire
+from kdraexp.families.resourceslice import DeviceView
 from kdraexp.families.selection import select
 from tests.collect import collect, labels, samples, values
 from tests.objects import (
@@ -349,3 +354,45 @@ def test_taint_rules_taint_the_devices_they_select() -> None:
     ]
     written = collect(slices=[pool_slice("s", [gpu("a"), gpu("b")])], rules=rules)
     assert states(written) == {"a": "tainted", "b": "available"}
+
+
+_NAMES = st.sampled_from(["type", "uuid", "memory"])
+_DOMAINS = st.sampled_from([NVIDIA, "resource.kubernetes.io", "example.com"])
+_VALUES = st.sampled_from([b'{"string":"a"}', b'{"string":"b"}', b'{"int":1}', b'{"value":"1"}'])
+
+
+@st.composite
+def _devices(draw: Any) -> Any:
+    """A device of one of two drivers with attributes and capacities, bare or in a domain."""
+    driver = draw(st.sampled_from([NVIDIA, "example.com"]))
+    keys = st.one_of(_NAMES, st.builds(lambda d, n: f"{d}/{n}", _DOMAINS, _NAMES))
+    raw = st.dictionaries(keys, _VALUES.map(msgspec.Raw), max_size=4)
+    made = wire.Device(name="d", attributes=draw(raw), capacity=draw(raw))
+    return DeviceView.for_selectors(made, driver)
+
+
+@given(
+    st.lists(_devices(), min_size=2, max_size=6),
+    st.lists(
+        st.one_of(
+            st.tuples(st.sampled_from(["attributes", "capacity"]), _DOMAINS, _NAMES),
+            st.tuples(st.sampled_from(["attributes", "capacity"]), _DOMAINS),
+            st.just(("driver",)),
+        ),
+        min_size=1,
+        max_size=2,
+        unique=True,
+    ),
+)
+def test_reader_tells_devices_apart_as_their_projections_do(devices: Any, paths: Any) -> None:
+    """Devices of one driver read alike exactly when their projections at every path are equal.
+
+    Claims' own selectors are evaluated once for each such group (``DeviceView.reader``).
+    """
+    for driver in {view.driver for view in devices}:
+        alike = [view for view in devices if view.driver == driver]
+        read = DeviceView.reader(tuple(paths), driver)
+        for one in alike:
+            for other in alike:
+                same = all(one.projection(p) == other.projection(p) for p in paths)
+                assert (read(one) == read(other)) is same

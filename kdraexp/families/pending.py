@@ -211,8 +211,8 @@ class _Batch:
     def __init__(self) -> None:
         self.slices = 0
         self._pairs: list[tuple[CompiledClass, DeviceView]] = []
-        self._alike: dict[Hashable, int] = {}
-        """(selectors, what the device reads) -> its place in the pairs."""
+        self._alike: dict[tuple[str, tuple[str, ...]], dict[Hashable, int]] = {}
+        """Per (class, selectors), what a device reads -> its place in the pairs."""
         self._into: list[list[tuple[Answers, str]]] = []
         """Per pair, where its answer goes (one place per device read alike)."""
 
@@ -223,14 +223,17 @@ class _Batch:
         devices: list[DeviceView],
         answers: Answers,
     ) -> None:
-        """Evaluate *compiled* on *devices* with the batch; their answers go to *answers*."""
+        """Evaluate *compiled* on *devices*, of one driver, with the batch, for *answers*."""
+        if not devices:
+            return
         paths = union_paths([compiled])
-        alike, pairs, into = self._alike, self._pairs, self._into
+        reads = id if paths is None else DeviceView.reader(paths, devices[0].driver)
+        alike, pairs, into = self._alike.setdefault(key, {}), self._pairs, self._into
         for device in devices:
-            reads = id(device) if paths is None else tuple([device.projection(p) for p in paths])
-            place = alike.get((key, reads))
+            read = reads(device)
+            place = alike.get(read)
             if place is None:
-                place = alike[(key, reads)] = len(pairs)
+                place = alike[read] = len(pairs)
                 pairs.append((compiled, device))
                 into.append([])
             into[place].append((answers, device.name))
@@ -397,7 +400,7 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     error = request.deviceclass in index.unsure
     own = ""
     if request.selectors and candidates:
-        pools = list({id(pool): pool for pool, _ in candidates}.values())
+        pools = list(index.pools_by_class[request.deviceclass].values())
         answers = index.selectors.answers(request.deviceclass, request.selectors, pools)
         if answers is None:
             return Judgement(NOT_JUDGED)

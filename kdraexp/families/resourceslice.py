@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -216,7 +216,7 @@ class DeviceView:
     # DeviceFields, for the class selectors.
 
     def _key(self, domain: str, name: str) -> tuple[str, ...]:
-        return (name, f"{domain}/{name}") if domain == self.driver else (f"{domain}/{name}",)
+        return _keys(self.driver, domain, name)
 
     def attribute(self, domain: str, name: str) -> Any:
         """The attribute as a CEL value, or celvalues.ABSENT."""
@@ -275,6 +275,34 @@ class DeviceView:
                 if (key.rpartition("/")[0] or self.driver) == path[1]
             )
         )
+
+    @staticmethod
+    def reader(paths: tuple[tuple[str, ...], ...], driver: str) -> Callable[[DeviceView], Any]:
+        """What a device of *driver* reads at *paths*: equal for devices that read alike.
+
+        Made once for many devices of one driver.  A single attribute or capacity (what most
+        selectors read) is looked up directly, its keys worked out once; else the projections.
+        """
+        if len(paths) == 1 and len(paths[0]) == 3:
+            kind, domain, name = paths[0]
+            keys = _keys(driver, domain, name)
+            attributes = kind == "attributes"
+
+            def one(device: DeviceView) -> Any:
+                values = device.attributes if attributes else device.capacity_raw
+                for key in keys:
+                    raw = values.get(key)
+                    if raw is not None:
+                        return bytes(raw)
+                return None
+
+            return one
+        return lambda device: tuple([device.projection(path) for path in paths])
+
+
+def _keys(driver: str, domain: str, name: str) -> tuple[str, ...]:
+    """Where a device of *driver* keeps *domain*'s *name*: bare too in the driver's own domain."""
+    return (name, f"{domain}/{name}") if domain == driver else (f"{domain}/{name}",)
 
 
 _TUPLES: dict[tuple[str, ...], tuple[str, ...]] = {}
