@@ -3,7 +3,8 @@
 The cluster of ``make bench`` at one size, then the same with PENDING pending claims spread over
 the reasons (benchmarks.cluster.PENDING): first and calm list-mode scrapes and peak RSS of each,
 and calm watch-mode scrapes of the second.  First scrapes are measured FIRSTS times, alternately,
-each by an exporter of its own.
+each by an exporter of its own; their CPU seconds are compared by the fastest of each.  Calm
+scrapes of the two are taken in turn.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from typing import Any
 from benchmarks.run import Run, get
 
 PENDING = 1000
-FIRSTS = 3
-"""First scrapes measured of each cluster, alternately: one of each varies by a fifth here."""
+FIRSTS = 5
+"""First scrapes measured of each cluster, alternately.
 
-
-def _calm(run: Run, scrapes: int) -> tuple[tuple[float, float], list[float]]:
-    """The first scrape (everything read and judged), then calm ones (nothing changed)."""
-    return _first(run), [run.scrape() for _ in range(scrapes)]
+The same first scrape's CPU seconds vary by a fifth and more on a shared machine, and only
+upwards: what others run slows it, nothing speeds it.  The fastest of each is the cost compared
+(as ``timeit`` advises); the medians are printed beside them.
+"""
 
 
 def _first(run: Run) -> tuple[float, float]:
@@ -33,21 +34,27 @@ def _first(run: Run) -> tuple[float, float]:
 
 
 def measure(devices: int, scrapes: int, directory: Path) -> dict[str, Any]:
-    """Every figure, for a cluster of *devices* devices."""
+    """Every figure, for a cluster of *devices* devices.
+
+    The two clusters' scrapes are taken in turn (first scrapes in the order ABBA...): the
+    machine's speed drifts over a run, and it should weigh on both alike.
+    """
     runs: list[Run] = []
     try:
         plain = Run(devices, directory / "plain", [])
         runs.append(plain)
-        plain_first, plain_calm = _calm(plain, scrapes)
-        plain_rss = plain.peak_rss()
         pending = Run(devices, directory / "pending", [], pending=PENDING)
         runs.append(pending)
-        pending_first, pending_calm = _calm(pending, scrapes)
-        pending_rss = pending.peak_rss()
+        plain_firsts, pending_firsts = [_first(plain)], [_first(pending)]
+        plain_calm, pending_calm = [], []
+        for _ in range(scrapes):
+            plain_calm.append(plain.scrape())
+            pending_calm.append(pending.scrape())
+        plain_rss, pending_rss = plain.peak_rss(), pending.peak_rss()
         reasons = get(pending.port, "/metrics")[1].count(b"kube_resourceclaim_pending_reason{")
-        plain_firsts, pending_firsts = [plain_first], [pending_first]
         for again in range(1, FIRSTS):
-            for api, firsts in ((plain, plain_firsts), (pending, pending_firsts)):
+            turn = [(plain, plain_firsts), (pending, pending_firsts)]
+            for api, firsts in turn if again % 2 == 0 else turn[::-1]:
                 fresh = Run(devices, directory / f"first-{again}", [], api=api)
                 try:
                     firsts.append(_first(fresh))
@@ -57,7 +64,8 @@ def measure(devices: int, scrapes: int, directory: Path) -> dict[str, Any]:
         runs.append(watching)
         while get(watching.port, "/readyz")[0] != 200:
             time.sleep(0.02)
-        _, watch_calm = _calm(watching, scrapes)
+        watching.scrape()
+        watch_calm = [watching.scrape() for _ in range(scrapes)]
     finally:
         for run in reversed(runs):
             run.stop()
@@ -67,8 +75,10 @@ def measure(devices: int, scrapes: int, directory: Path) -> dict[str, Any]:
         "pending_reason_series": reasons,
         "list_first": statistics.median(t for t, _ in plain_firsts),
         "list_first_cpu": statistics.median(c for _, c in plain_firsts),
+        "list_first_cpu_fastest": min(c for _, c in plain_firsts),
         "pending_list_first": statistics.median(t for t, _ in pending_firsts),
         "pending_list_first_cpu": statistics.median(c for _, c in pending_firsts),
+        "pending_list_first_cpu_fastest": min(c for _, c in pending_firsts),
         "list_calm_median": statistics.median(plain_calm),
         "list_peak_rss_bytes": plain_rss,
         "pending_list_calm_median": statistics.median(pending_calm),
@@ -96,6 +106,10 @@ def table(result: dict[str, Any]) -> str:
             f"| list mode, first scrape's CPU (s, median of {FIRSTS}) | "
             f"{result['list_first_cpu']:.3f} | {result['pending_list_first_cpu']:.3f} | "
             f"{result['pending_list_first_cpu'] / result['list_first_cpu']:.2f} |",
+            f"| list mode, first scrape's CPU (s, fastest of {FIRSTS}) | "
+            f"{result['list_first_cpu_fastest']:.3f} | "
+            f"{result['pending_list_first_cpu_fastest']:.3f} | "
+            f"{result['pending_list_first_cpu_fastest'] / result['list_first_cpu_fastest']:.2f} |",
             f"| peak RSS (MiB) | {result['list_peak_rss_bytes'] / mib:.0f} | "
             f"{result['pending_list_peak_rss_bytes'] / mib:.0f} | "
             f"{result['pending_list_peak_rss_bytes'] / result['list_peak_rss_bytes']:.2f} |",
@@ -116,8 +130,8 @@ def targets(result: dict[str, Any]) -> list[tuple[str, bool]]:
             result["pending_list_calm_median"] <= 1.10 * result["list_calm_median"],
         ),
         (
-            f"{size}: list mode, the first scrape's CPU grows by at most 10%",
-            result["pending_list_first_cpu"] <= 1.10 * result["list_first_cpu"],
+            f"{size}: list mode, the first scrape's CPU (fastest of {FIRSTS}) grows by at most 10%",
+            result["pending_list_first_cpu_fastest"] <= 1.10 * result["list_first_cpu_fastest"],
         ),
         (
             f"{size}: peak RSS grows by at most 10%",
