@@ -58,6 +58,10 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert watched["watch_differences"] == [], "after churn, watch mode wrote other samples"
     assert len(watched["shard_peak_rss_bytes"]) == 4
     assert "At 1,000 devices (median scrape, seconds):" in result.stdout
+    judged = json.loads((tmp_path / "results.json").read_text())["diagnosis"]
+    assert judged["pending_reason_series"] > 0
+    assert 0 < judged["list_first_cpu_fastest"] <= judged["list_first_cpu"]
+    assert "first scrape's CPU (s, fastest of 5)" in result.stdout
     podded = json.loads((tmp_path / "results.json").read_text())["pods"]
     assert (podded["devices"], podded["pods"]) == (1000, 781)
     assert podded["pod_series"] > 0
