@@ -142,6 +142,46 @@ def test_answer_not_read_is_dropped_after_the_write_deadline() -> None:
     assert not reading_transport.disconnected
 
 
+class Refilling:
+    """An answer's producer that fills the buffers again as soon as it is resumed."""
+
+    def __init__(self, channel: BoundedChannel) -> None:
+        self.channel = channel
+        self.resumed = 0
+
+    def resumeProducing(self) -> None:
+        self.resumed += 1
+        self.channel.pauseProducing()  # as the transport does when the buffers fill again
+
+    def pauseProducing(self) -> None:
+        pass
+
+    def stopProducing(self) -> None:
+        pass
+
+
+def test_deadline_starts_over_when_a_resume_fills_the_buffers_again() -> None:
+    """A client that read once and then nothing more is dropped a deadline after its read.
+
+    Resuming writes until the buffers fill, which pauses again within the same call: that pause
+    must arm the deadline, not be forgotten when the resume ends.
+    """
+    clock = Clock()
+    server = site(clock)
+    channel, transport = connect(server)
+    assert channel is not None
+    producer = Refilling(channel)
+    channel.registerProducer(producer, True)
+    channel.pauseProducing()
+    clock.advance(WRITE_DEADLINE - 1)
+    channel.resumeProducing()  # it read a little: the answer flows and fills the buffers again
+    assert producer.resumed == 1 and channel.stalled_since == clock.seconds()
+    clock.advance(WRITE_DEADLINE - 1)
+    assert not transport.disconnected
+    clock.advance(1)
+    assert transport.disconnected
+
+
 def test_the_stalled_are_shed_first_and_the_new_never() -> None:
     """Shed order: not reading, then idle, then slow headers; a young connection is kept."""
     clock = Clock()

@@ -344,7 +344,10 @@ async def test_healthz_through_a_flood_of_slow_clients(tmp_path: Path) -> None:
 
 
 async def test_clients_that_never_read_are_shed_and_a_burst_is_answered(tmp_path: Path) -> None:
-    """260 clients ask for a 6 MB /metrics and never read it: /healthz answers at once.
+    """260 clients ask for a 22 MB /metrics and never read it: /healthz answers at once.
+
+    A body that large outlasts the socket buffers of every reader many times over, so each
+    connection resumes and pauses again while it is shed: the write deadline must hold across that.
 
     After them, a burst of 2,000 clients is answered in full: at the connection limit new
     clients wait to be accepted instead of being turned away.
@@ -359,7 +362,7 @@ async def test_clients_that_never_read_are_shed_and_a_burst_is_answered(tmp_path
     from benchmarks.cluster import cluster
 
     dump = tmp_path / "dump.json"
-    objects = [item for items in cluster(300).values() for item in items]
+    objects = [item for items in cluster(1100).values() for item in items]
     dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
     port = free_port()
     process = start(["--listen", f"127.0.0.1:{port}", "--source", f"file:{dump}"], tmp_path)
@@ -368,7 +371,7 @@ async def test_clients_that_never_read_are_shed_and_a_burst_is_answered(tmp_path
     try:
         await wait_for(lambda: get(f"{base}/healthz"))
         code, body = await get(f"{base}/metrics", timeout=60)  # type: ignore[misc]
-        assert code == 200 and len(body) > 4_000_000
+        assert code == 200 and len(body) > 20_000_000
         for _ in range(260):
             reader = socket.socket()
             reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

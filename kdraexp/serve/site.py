@@ -93,9 +93,14 @@ class BoundedChannel(HTTPChannel):
             self._stall = self.callLater(WRITE_DEADLINE, self._not_reading)
 
     def resumeProducing(self) -> None:
-        """The client read: the answer flows again."""
-        super().resumeProducing()
+        """The client read: the answer flows again, and the deadline starts over.
+
+        The stall is forgotten first: resuming writes until the buffers fill, which pauses again
+        (often within this call) and must arm a fresh deadline, not find the old one and have it
+        cancelled after.
+        """
         self._cancel_stall()
+        super().resumeProducing()
 
     def allHeadersReceived(self) -> None:
         """Headers complete: stop the deadline; refuse a body before reading any of it."""
