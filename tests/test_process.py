@@ -399,6 +399,36 @@ async def test_clients_that_never_read_are_shed_and_a_burst_is_answered(tmp_path
         assert await stop(process) == 0
 
 
+async def test_clients_that_hang_up_mid_answer_log_nothing_alarming(tmp_path: Path) -> None:
+    """A client gone halfway through a body (a scrape timing out) is no error or critical log."""
+    import json
+    import socket
+
+    from benchmarks.cluster import cluster
+
+    dump = tmp_path / "dump.json"
+    objects = [item for items in cluster(300).values() for item in items]
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    port = free_port()
+    process = start(
+        ["--listen", f"127.0.0.1:{port}", "--source", f"file:{dump}", "--log-format", "json"],
+        tmp_path,
+    )
+    try:
+        await wait_for(lambda: get(f"http://127.0.0.1:{port}/healthz"))
+        for _ in range(20):
+            client = socket.create_connection(("127.0.0.1", port))
+            client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert client.recv(65536).startswith(b"HTTP/1.1 200")  # the answer has begun
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+            client.close()  # a reset, with most of the body unsent
+        assert await get(f"http://127.0.0.1:{port}/healthz") == (200, b"ok\n")
+    finally:
+        assert await stop(process) == 0
+    records = [json.loads(line) for line in (tmp_path / "output.log").read_text().splitlines()]
+    assert [r for r in records if r["level"] in ("error", "critical")] == []
+
+
 def test_kubeconfig_alias_bomb_exits_1_at_once(tmp_path: Path) -> None:
     """A kubeconfig whose YAML aliases expand to billions: status 1 and one line, not a hang."""
     levels = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']

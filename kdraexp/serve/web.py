@@ -193,9 +193,13 @@ class _BodyProducer:
         self._paused = True
 
     def stopProducing(self) -> None:
-        """The client went away: write no more."""
+        """The client went away: write no more, and let go of the request.
+
+        A request that still holds its producer when it is cleaned up logs a critical failure.
+        """
         self._pieces = iter(())
         if not self.done.called:
+            self._consumer.unregisterProducer()
             self.done.callback(None)
 
 
