@@ -115,6 +115,32 @@ def test_demand_by_extended_name_and_implicit_name_until_bound() -> None:
     }
 
 
+def test_negative_and_fractional_extended_requests_are_not_read() -> None:
+    """Kubernetes refuses them; one from a dump counts as a value not read and asks for nothing."""
+    pods = [
+        pod(
+            "odd",
+            {
+                "containers": [
+                    container(limits={"nvidia.com/gpu": "2"}),
+                    container("minus", limits={"nvidia.com/gpu": "-5"}),
+                    container("half", limits={"nvidia.com/gpu": "500m"}),
+                ]
+            },
+        )
+    ]
+    collection = collect(
+        classes=[device_class("gpu", "nvidia.com/gpu")], pods=pods, selection=EVERYTHING
+    )
+    assert values(collection, "kube_pod_dra_extended_resource_request", "pod", "resource") == {
+        ("odd", "nvidia.com/gpu"): 2.0
+    }
+    assert sorted(p.message for p in collection.problems if p.field == "resources") == [
+        "Pod ml/odd container half nvidia.com/gpu: '500m' is not a whole, non-negative count",
+        "Pod ml/odd container minus nvidia.com/gpu: '-5' is not a whole, non-negative count",
+    ]
+
+
 @pytest.mark.parametrize(
     ("reason", "message", "expected"),
     [

@@ -150,14 +150,23 @@ class PodView:
             if not extended_name(name):
                 continue
             try:
-                found[sys.intern(name)] = parse_quantity(str(value))
+                quantity = parse_quantity(str(value))
             except QuantityError as error:
-                self.context.problems.add(
-                    PODS.plural,
-                    "resources",
-                    f"{where} container {container.name or ''} {name}: {error}",
+                self._not_read(container, where, name, str(error))
+                continue
+            if quantity < 0 or quantity != int(quantity):
+                # The API server refuses these; one from elsewhere (a dump) must not lower demand.
+                self._not_read(
+                    container, where, name, f"{value!r} is not a whole, non-negative count"
                 )
+                continue
+            found[sys.intern(name)] = quantity
         return found
+
+    def _not_read(self, container: wire.Container, where: str, name: str, why: str) -> None:
+        self.context.problems.add(
+            PODS.plural, "resources", f"{where} container {container.name or ''} {name}: {why}"
+        )
 
 
 def cause(reason: str, message: str) -> str:
