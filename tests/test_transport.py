@@ -58,14 +58,25 @@ def test_larger_than_the_limit_fails_the_list(
     )
 
 
-def test_corrupt_gzip_is_a_transport_error(fake: FakeKubeAPI, clock: Clock) -> None:
-    """A body that says gzip and is not: the list fails saying so."""
-    fake.faults["deviceclasses"] = Fault(
-        200, b"not gzip at all", headers={"Content-Encoding": "gzip"}
-    )
+def _bad_checksum() -> bytes:
+    body = bytearray(gzip.compress(page(3)))
+    body[-8] ^= 0xFF  # the CRC-32 of the trailer
+    return bytes(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [(b"not gzip at all", "incorrect header check"), (_bad_checksum(), "incorrect data check")],
+    ids=["not-gzip", "bad-checksum"],
+)
+def test_corrupt_gzip_is_a_decode_error(
+    fake: FakeKubeAPI, clock: Clock, body: bytes, said: str
+) -> None:
+    """A body that says gzip and is not: it arrived whole, so the list fails as Decode."""
+    fake.faults["deviceclasses"] = Fault(200, body, headers={"Content-Encoding": "gzip"})
     error = failure_of(listing(fake, clock)).value  # type: ignore[arg-type]
-    assert isinstance(error, ListError) and error.reason == "Transport"
-    assert "cannot be inflated" in error.message
+    assert isinstance(error, ListError) and error.reason == "Decode"
+    assert "cannot be inflated" in error.message and said in error.message
 
 
 def test_redirects_are_not_followed(fake: FakeKubeAPI, clock: Clock) -> None:

@@ -32,7 +32,7 @@ from kdraexp.dra import wire
 from kdraexp.dra.listing import PAGE, Kind, ListError, Reader, Reason, ShapeError
 from kdraexp.kube import tls
 from kdraexp.kube.credentials import CredentialError, Credentials
-from kdraexp.kube.inflate import ResponseTooLarge, decoding_agent
+from kdraexp.kube.inflate import NotInflated, ResponseTooLarge, decoding_agent
 from kdraexp.kube.transport import Limits, cancelled, read_body, read_lines
 from kdraexp.util.text import printable
 from kdraexp.util.turns import feed
@@ -297,7 +297,7 @@ class KubeListClient:
             raise
         except ResponseTooLarge as error:
             raise ListError(kind.plural, Reason.TOO_LARGE, None, str(error), public=True) from None
-        except ShapeError as error:  # an object of a watch the reader refused
+        except (ShapeError, NotInflated) as error:  # bytes that arrived and cannot be read
             raise ListError(kind.plural, Reason.DECODE, None, str(error)) from None
         except Exception as error:
             if cancelled(Failure(error)):

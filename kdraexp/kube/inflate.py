@@ -33,6 +33,10 @@ class ResponseTooLarge(Exception):
     """The server sent more than the limit; the message says how much and which limit."""
 
 
+class NotInflated(ValueError):
+    """The body arrived but is not the gzip it says it is (bad header, data or checksum)."""
+
+
 def too_large(limit: int) -> ResponseTooLarge:
     """The error for a response past *limit* bytes."""
     return ResponseTooLarge(f"the response is larger than --max-response-bytes={limit}")
@@ -100,7 +104,7 @@ class _Inflating(Protocol):
             try:
                 piece = self._inflater.decompress(data, INFLATE_PIECE)
             except zlib.error as error:
-                self._fail(ValueError(f"the gzip body cannot be inflated: {error}"))
+                self._fail(NotInflated(f"the gzip body cannot be inflated: {error}"))
                 return
             if self._inflater.eof:  # one gzip member ends; another may follow
                 rest = self._inflater.unused_data
