@@ -221,6 +221,27 @@ def test_changed_file_parsed_once(tmp_path: Path) -> None:
     assert len(runs) == 2
 
 
+def test_malformed_file_parsed_once_until_it_changes(tmp_path: Path) -> None:
+    """A file that fails to parse fails again at every scrape, unread, until it changes."""
+    path = tmp_path / "dump"
+    path.write_text("kind: [unclosed\n")
+    runs = []
+
+    def counting(function: Any, *args: Any) -> Deferred[Any]:
+        runs.append(function)
+        return maybeDeferred(function, *args)
+
+    source = FileSource(str(path), Clock(), run=counting)
+    errors = [failure_of(fetch(source, kind)).value for _ in range(3) for kind in KINDS]
+    assert len(runs) == 1
+    assert {str(error) for error in errors} == {str(errors[0])}
+    assert "is not YAML or JSON" in str(errors[0])
+    path.write_text(yaml.safe_dump_all(SEED))
+    os.utime(path, ns=(1, 1))
+    assert result_of(fetch(source, DEVICE_CLASSES)).count == 1
+    assert len(runs) == 2
+
+
 def test_parse_outlives_abandoned_scrape(tmp_path: Path) -> None:
     """A scrape that gives up (its deadline) while the file is parsed does not waste the parse.
 

@@ -4,8 +4,9 @@ The file is what ``kubectl get resourceclaims,resourceslices,deviceclasses -A -o
 (``devicetaintrules`` and ``pods`` too, when ``--resources`` names them): a ``List``, or
 multi-document YAML, or JSON.  An object found twice counts once, and an object is changed when
 its content is, whatever its resourceVersion says.  Its status is checked at every scrape and
-the file read and parsed again, once, when it changed: in a thread, so that a large file does
-not stop the exporter answering, and within bounds (a regular file of at most
+the file read and parsed again, once, when it changed (a file that failed fails again, unread,
+until it changes): in a thread, so that a large file does not stop the exporter answering, and
+within bounds (a regular file of at most
 --max-response-bytes, YAML aliases expanding to at most :data:`EXPANSION` values).
 """
 
@@ -22,6 +23,7 @@ import yaml
 from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.threads import deferToThread
+from twisted.python.failure import Failure
 
 from kdraexp.dra.listing import (
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -74,6 +76,8 @@ class FileSource:
         self._run = run
         """Runs the reading and parsing (in a thread; tests run it at once)."""
         self._parsed: _Parsed | None = None
+        self._failed: tuple[Stamp, ListError] | None = None
+        """The file as last found malformed: a 50 MB dump is not parsed again every scrape."""
         self._parsing: SingleFlight[_Parsed] = SingleFlight(self._parse, abandon=False)
         """A parse runs to its end even when the scrape that started it gave up (its deadline):
         the next scrape has the result."""
@@ -84,7 +88,10 @@ class FileSource:
         :raises ListError: when the file cannot be read or holds something malformed.
         """
         parsed = self._parsed
-        if parsed is None or parsed.stamp != self._stamp():
+        stamp = self._stamp()
+        if parsed is None or parsed.stamp != stamp:
+            if self._failed is not None and self._failed[0] == stamp:
+                raise self._failed[1]
             parsed = await self._parsing()
         items = parsed.items[kind.kind]
         try:
@@ -108,10 +115,15 @@ class FileSource:
         parsing: Deferred[_Parsed] = self._run(self._load, stamp)
 
         def keep(parsed: _Parsed) -> _Parsed:
-            self._parsed = parsed
+            self._parsed, self._failed = parsed, None
             return parsed
 
-        return parsing.addCallback(keep)
+        def remember(failure: Failure) -> Failure:
+            if isinstance(failure.value, ListError):
+                self._failed = (stamp, failure.value)
+            return failure
+
+        return parsing.addCallbacks(keep, remember)
 
     def _load(self, stamp: Stamp) -> _Parsed:
         """Read, parse and sort the file (in a thread)."""
