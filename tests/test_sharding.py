@@ -100,8 +100,10 @@ def test_classes_on_shard_zero_and_claims_follow_their_pool() -> None:
 def test_ordinal_and_bounds() -> None:
     """A StatefulSet pod's ordinal; a shard outside its total is refused."""
     assert ordinal("kdraexp-12") == 12
-    with pytest.raises(ValueError, match="not a StatefulSet pod name"):
-        ordinal("kdraexp")
+    assert ordinal("kdra.exp-0") == 0
+    for name in ("kdraexp", "kdraexp-1\n", "evil\nkdraexp-1", "Kdraexp-1", "kdraexp-1 ", "-1"):
+        with pytest.raises(ValueError, match="not a StatefulSet pod name"):
+            ordinal(name)
     with pytest.raises(ValueError, match="expected 0 <= shard < total"):
         Shard(3, 3)
 

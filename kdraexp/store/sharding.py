@@ -73,15 +73,17 @@ class Shard:
         return Part.READ if any(self.owns(reader) for reader in key.readers) else Part.SKIP
 
 
-_ORDINAL = re.compile(r"-([0-9]{1,9})$", re.ASCII)
+_ORDINAL = re.compile(r"[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?-([0-9]{1,9})", re.ASCII)
+"""A pod name (a DNS subdomain: lowercase letters, digits, '-' and '.') ending in its ordinal;
+matched whole, since ``$`` would also match before a trailing newline."""
 
 
 def ordinal(pod: str) -> int:
     """The ordinal of a StatefulSet's pod from its name (``kdraexp-2`` is 2).
 
-    :raises ValueError: when the name does not end in ``-<number>``.
+    :raises ValueError: when the name is not a pod name ending in ``-<number>``.
     """
-    match = _ORDINAL.search(pod)
+    match = _ORDINAL.fullmatch(pod)
     if match is None:
         raise ValueError(f"--pod {pod!r}: not a StatefulSet pod name (NAME-ORDINAL)")
     return int(match.group(1))
