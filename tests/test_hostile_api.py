@@ -133,6 +133,9 @@ class Hostile:
         while True:
             connection.sendall(b"X-Filler: " + b"y" * 8000 + b"\r\n")
 
+    def _line(self, connection: socket.socket) -> None:
+        connection.sendall(b"HTTP/1.1 200 OK\r\nX-Long: " + b"y" * 20000 + b"\r\n\r\n{}")
+
     def close(self) -> None:
         self._server.close()
 
@@ -235,6 +238,7 @@ def _exporter(
         ("huge", b"list deviceclasses failed: TooLarge: the response is larger than"),
         ("bomb", b"list deviceclasses failed: TooLarge: the response is larger than"),
         ("headers", b"list deviceclasses failed: Transport"),
+        ("line", b"list deviceclasses failed: Transport"),
     ],
 )
 def test_bounded_and_still_serving(

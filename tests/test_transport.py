@@ -7,7 +7,10 @@ import json
 
 import pytest
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.main import CONNECTION_DONE
+from twisted.internet.protocol import Protocol
 from twisted.internet.task import Clock
+from twisted.python.failure import Failure
 
 from kdraexp.dra.listing import DEVICE_CLASSES, ListError
 from kdraexp.kube.transport import Limits
@@ -143,3 +146,60 @@ def test_abandoned_scrape_is_not_a_list_error(exporter: Exporter) -> None:
     exporter.fake.faults.clear()
     _, _, body = exporter.get("/metrics")
     assert b"kube_dra_exporter_list_errors_total{" not in body
+
+
+class _Recorded(Protocol):
+    def __init__(self) -> None:
+        self.received = b""
+        self.lost: Failure | None = None
+
+    def dataReceived(self, data: bytes) -> None:
+        self.received += data
+
+    def connectionLost(self, reason: Failure = Failure(CONNECTION_DONE)) -> None:  # noqa: B008
+        self.lost = reason
+
+
+@pytest.mark.parametrize(
+    ("chunks", "refused"),
+    [
+        ([b"HTTP/1.1 200 OK\r\nX-Long: " + b"y" * 16000, b"y" * 1000 + b"\r\n"], "line"),
+        ([b"HTTP/1.1 200 OK\r\n" + b"X-Filler: " + b"y" * 8000 + b"\r\n"] * 40, "headers"),
+        ([b"HTTP/1.1 200 OK\r\nX-Fits: " + b"y" * 16000 + b"\r\n\r\n", b"z" * 40000], None),
+    ],
+    ids=["long-line", "many-lines", "long-body-line"],
+)
+def test_headers_past_their_bounds_are_refused_saying_which(
+    chunks: list[bytes], refused: str | None
+) -> None:
+    """A header line past 16 KiB, or headers past the budget: the connection's loss says so.
+
+    Twisted's parser would drop a long line's connection without a word; a body's lines are
+    not headers.
+    """
+    from twisted.internet.error import ConnectionAborted
+    from twisted.internet.protocol import Factory
+    from twisted.internet.testing import StringTransport
+    from twisted.protocols.policies import WrappingFactory
+
+    from kdraexp.kube.transport import HeadersTooLarge, _HeaderBudget
+
+    inner = _Recorded()
+    wrapper = _HeaderBudget(WrappingFactory(Factory()), inner, 256 * 1024)
+    transport = StringTransport()
+    wrapper.makeConnection(transport)
+    wrapper.write(b"GET / HTTP/1.1\r\n\r\n")
+    for chunk in chunks:
+        wrapper.dataReceived(chunk)
+    wrapper.connectionLost(Failure(ConnectionAborted()))
+    assert inner.lost is not None
+    if refused is None:
+        assert inner.received == b"".join(chunks) and not transport.disconnecting
+        assert inner.lost.check(ConnectionAborted)
+        return
+    assert inner.lost.check(HeadersTooLarge)
+    message = {
+        "line": "a response header line is longer than 16 KiB",
+        "headers": "the response headers are larger than 256 KiB",
+    }[refused]
+    assert str(inner.lost.value) == message

@@ -16,6 +16,7 @@ import attrs
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
 from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
+from twisted.internet.main import CONNECTION_DONE
 from twisted.internet.protocol import Protocol
 from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 from twisted.python.failure import Failure
@@ -98,11 +99,21 @@ def read_body(response: IResponse, limit: int) -> Deferred[bytearray]:
     return body.done
 
 
+class HeadersTooLarge(Exception):
+    """The response's headers run past a bound; the message says which."""
+
+
+LINE_LIMIT = 16 * 1024
+"""A header line's bytes at most: Twisted's HTTP parser drops a longer line's connection
+without a word, which would read as the server closing it."""
+
+
 class _HeaderBudget(ProtocolWrapper):
-    """Drops a connection whose response headers run past the budget.
+    """Drops a connection whose response headers run past the budget, saying so.
 
     Twisted's HTTP parser bounds each header line but not their number: counted here, from
-    each request sent until the blank line that ends the response's headers.
+    each request sent until the blank line that ends the response's headers.  A line past
+    :data:`LINE_LIMIT` is refused here too, before the parser drops it silently.
     """
 
     def __init__(self, factory: WrappingFactory[Any], protocol: IProtocol, budget: int) -> None:
@@ -110,30 +121,57 @@ class _HeaderBudget(ProtocolWrapper):
         self._budget = budget
         self._counting = False
         self._seen = 0
+        self._line = 0
+        """Bytes of the header line under way."""
         self._tail = b""
+        self._refused: HeadersTooLarge | None = None
 
     def write(self, data: bytes) -> None:
-        self._counting, self._seen, self._tail = True, 0, b""
+        self._counting, self._seen, self._line, self._tail = True, 0, 0, b""
         super().write(data)
 
     def writeSequence(self, data: list[bytes]) -> None:
-        self._counting, self._seen, self._tail = True, 0, b""
+        self._counting, self._seen, self._line, self._tail = True, 0, 0, b""
         super().writeSequence(data)
 
     def dataReceived(self, data: bytes) -> None:
         if self._counting:
             window = self._tail + data
             end = window.find(b"\r\n\r\n")
+            head = data if end < 0 else data[: max(0, end - len(self._tail))]
+            if self._longest_line(head) > LINE_LIMIT:
+                self._refuse(f"a response header line is longer than {LINE_LIMIT // 1024} KiB")
+                return
             if end >= 0:
                 self._counting = False
             else:
                 self._seen += len(data)
                 self._tail = window[-3:]
                 if self._seen > self._budget:
-                    assert self.transport is not None
-                    self.transport.abortConnection()  # type: ignore[attr-defined]
+                    self._refuse(f"the response headers are larger than {self._budget // 1024} KiB")
                     return
         super().dataReceived(data)
+
+    def _longest_line(self, head: bytes) -> int:
+        """The longest line *head* ends or continues (without its CR), keeping the last open."""
+        parts = head.split(b"\n")
+        first = self._line + len(parts[0])
+        if len(parts) == 1:
+            self._line = first
+            return first
+        self._line = len(parts[-1])
+        ended = [first - parts[0].endswith(b"\r")]
+        ended.extend(len(part) - part.endswith(b"\r") for part in parts[1:-1])
+        return max(self._line, *ended)
+
+    def _refuse(self, why: str) -> None:
+        self._refused = HeadersTooLarge(why)
+        assert self.transport is not None
+        self.transport.abortConnection()  # type: ignore[attr-defined]
+
+    def connectionLost(self, reason: Failure = Failure(CONNECTION_DONE)) -> None:  # noqa: B008
+        """Lost because the headers were refused: say why, not that the connection was lost."""
+        super().connectionLost(Failure(self._refused) if self._refused else reason)
 
 
 @implementer(IStreamClientEndpoint)
