@@ -12,7 +12,7 @@ from kdraexp.dra.listing import ListError
 from kdraexp.families.selection import select
 from kdraexp.serve.web import ExporterApp
 from kdraexp.sources.protocol import CollectionFailed, NotSynced
-from kdraexp.sources.watch import IDLE, WatchGatherer
+from kdraexp.sources.watch import BACKOFF, IDLE, WatchGatherer
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
 from kdraexp.telemetry.watchstats import WatchStats
 from tests.collect import text
@@ -166,18 +166,76 @@ def test_closed_watch_resumes_compacted_one_relists(watched: Watched) -> None:
     )
 
 
-def test_idle_watch_restarted(watched: Watched) -> None:
-    """A watch that delivers nothing (not even bookmarks) is opened again."""
+def watch_requests(watched: Watched, plural: str = "resourceclaims") -> int:
+    return len([r for r in watched.fake.requests if "watch" in r.args and r.plural == plural])
+
+
+def test_idle_watch_is_a_failure_stale_since_it_went_silent(
+    fake: FakeKubeAPI, clock: Clock
+) -> None:
+    """A watch that delivers nothing (not even bookmarks) failed: stale since its last word.
+
+    It is opened again after a backoff; the state it served was last known current when its
+    last event or bookmark was applied, so past --max-staleness the scrape fails at once.
+    """
+    seed(fake)
+    watched = Watched(fake, clock, staleness=10)
     watched.gatherer.start()
     watched.settle()
-    watches = len([r for r in watched.fake.requests if "watch" in r.args])
+    watches = watch_requests(watched)
     watched.clock.advance(IDLE + 1)
     watched.settle()
-    assert len([r for r in watched.fake.requests if "watch" in r.args]) > watches
     assert watched.metric("kube_dra_exporter_watch_restarts_total", {"resource": "resourceclaims"})
+    assert watched.metric(
+        "kube_dra_exporter_watch_failing_since_timestamp_seconds", {"resource": "resourceclaims"}
+    ) == pytest.approx(0.0)
+    failed = watched.gatherer.gather()
+    watched.settle()
+    error = failure_of(failed).value
+    assert isinstance(error, CollectionFailed)
+    assert {(e.resource, e.reason) for e in error.errors} >= {("resourceclaims", "Timeout")}
+    said = watched.gatherer._watches["resourceclaims"].error
+    assert said is not None and said.message == (
+        "the watch sent nothing, not even a bookmark, for 150s"
+    )
+    watched.clock.advance(BACKOFF[0])
+    watched.settle()
+    assert watch_requests(watched) > watches
     watched.fake.bookmark()  # bookmarks keep a watch alive
     watched.settle()
-    assert watched.gatherer.ready
+    assert "kube_resourceclaim_info{" in watched.text()
+
+
+def test_watch_ended_at_once_backs_off_and_goes_stale(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A server (or a proxy) answering every watch 200 with nothing: a failure, not a success.
+
+    Reopened at once, it would be asked twenty times a second and never go stale, serving a
+    deleted object for as long as it lasts.
+    """
+    seed(fake)
+    watched = Watched(fake, clock, staleness=10)
+    watched.gatherer.start()
+    watched.settle()
+    assert "kube_resourceclaim_info{" in watched.text()
+    watches = watch_requests(watched)
+    watched.fake.faults["resourceclaims"] = Fault(200, b"", times=50)  # bounded: a loop ends
+    watched.fake.close_watches()
+    for _ in range(11):
+        watched.clock.advance(1)
+        watched.settle()
+    assert watch_requests(watched) - watches + len(watched.fake.lists()) <= 5  # backing off
+    failed = watched.gatherer.gather()
+    watched.settle()
+    error = failure_of(failed).value
+    assert isinstance(error, CollectionFailed)
+    assert [(e.resource, e.reason) for e in error.errors] == [("resourceclaims", "Transport")]
+    said = watched.gatherer._watches["resourceclaims"].error
+    assert said is not None and said.message.startswith(
+        "the watch ended at once, having sent nothing"
+    )
+    assert watched.metric(
+        "kube_dra_exporter_list_errors_total", {"resource": "resourceclaims", "reason": "Transport"}
+    )
 
 
 def selecting(name: str, expression: str) -> dict[str, Any]:

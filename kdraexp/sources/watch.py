@@ -4,17 +4,19 @@ Each kind is synchronised by a streaming list where the server offers one (a wat
 ``sendInitialEvents``, complete at the bookmark annotated ``k8s.io/initial-events-end``), else
 by a paged list, and then followed by a watch from the resourceVersion reached.  Bookmarks keep
 that version fresh; a watch the server closes (its ``timeoutSeconds``) is opened again from it;
-a watch silent for :data:`IDLE` seconds is restarted; a 410 (the version was compacted away)
-lists the kind again.  Each event updates the object's entry at once (its rows, its facts); a
-scrape only puts the current entries together, and families whose lists did not change keep
-their rendered text.
+a 410 (the version was compacted away) lists the kind again.  Two endings are failures, as
+client-go has them: a watch ended within :data:`SHORT` with nothing sent (a proxy closing long
+requests), and a watch silent for :data:`IDLE` seconds, not even a bookmark (a stall).  Each
+event updates the object's entry at once (its rows, its facts); a scrape only puts the current
+entries together, and families whose lists did not change keep their rendered text.
 
 The kinds declared ``first`` (DeviceClasses, DeviceTaintRules) are synchronised first: devices
 are matched with the classes.  When a class changes, the kept ResourceSlices (each kept
 deflated) are read again with the new classes: no list is made again.
 A resource not synchronised yet makes scrapes answer 503; one whose watch has failed for longer
 than ``--max-staleness`` makes them fail as a failed list does: no data older than that bound is
-served.
+served.  A failure's time is that of the last event or bookmark applied, not of the error: a
+watch that stalled for :data:`IDLE` seconds has been stale that long.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ exporter's watches do not all end at once)."""
 IDLE = 150.0
 """Seconds a watch may deliver nothing, not even a bookmark (the server sends one a minute),
 before it is restarted."""
+SHORT = 1.0
+"""Seconds within which a watch that ends having sent nothing failed (client-go's rule)."""
 BACKOFF = (1.0, 30.0)
 """Seconds waited after a failure: the first, then doubling up to the last."""
 REFUSALS = 3
@@ -104,6 +108,10 @@ class KindWatch:
         self._sync_started = 0.0
         self._watching: Deferred[None] | None = None
         self._idle: IDelayedCall | None = None
+        self._heard = False
+        """Whether the watch under way has sent anything (an event, a bookmark)."""
+        self._confirmed = clock.seconds()
+        """When an event or bookmark was last applied: the state was current then."""
         self._refusals: tuple[str | None, int] = (None, 0)
         """The version watches were last refused from, and how many times in a row."""
         self.lane = Lane(clock, lambda: reader.costly, self._broke)
@@ -137,17 +145,31 @@ class KindWatch:
             try:
                 if self._resync is not None:
                     await self._sync(self._resync)
+                opened = self._clock.seconds()
                 await self._follow()
+                if not self._heard and self._clock.seconds() - opened < SHORT:
+                    raise ListError(
+                        self.kind.plural,
+                        Reason.TRANSPORT,
+                        None,
+                        "the watch ended at once, having sent nothing (a proxy or load "
+                        "balancer closing long requests?)",
+                    )
                 backoff = BACKOFF[0]
                 continue
             except CancelledError:
                 if self._running is None:
                     return  # stopped
                 broken, self._broken = self._broken, None
-                if broken is None:
-                    self._stats.restarted(self.kind.plural)  # idle, or asked to list again
-                    continue
-                raised: Exception = broken  # an event the lane could not apply
+                if broken is None:  # idle: a stalled stream, or a server that forgot it
+                    self._stats.restarted(self.kind.plural)
+                    broken = ListError(
+                        self.kind.plural,
+                        Reason.TIMEOUT,
+                        None,
+                        f"the watch sent nothing, not even a bookmark, for {IDLE:g}s",
+                    )
+                raised: Exception = broken  # or an event the lane could not apply
             except (ListError, ShapeError) as caught:
                 raised = caught
             self._broken = None
@@ -241,6 +263,7 @@ class KindWatch:
     async def _follow(self) -> None:
         def event(kind: str, raw: msgspec.Raw) -> None:
             self._alive()
+            self._heard = True
             if kind == "BOOKMARK":
                 self._bookmark(_IDENTITY.decode(raw).metadata, False)
                 return
@@ -257,6 +280,7 @@ class KindWatch:
             how="a streaming list" if initial else "changes",
         )
         self._alive()
+        self._heard = False
         broken, self._broken = self._broken, None
         if broken is not None:
             raise _as_list_error(self.kind, broken)  # an event applied since the last watch
@@ -282,7 +306,7 @@ class KindWatch:
             self._watching.cancel()
 
     def _alive(self) -> None:
-        """Something arrived: the watch is not idle."""
+        """Something arrived (or a watch opens): the watch is not idle."""
         if self._idle is not None and self._idle.active():
             self._idle.reset(IDLE)
         else:
@@ -332,6 +356,7 @@ class KindWatch:
         time, must go stale.
         """
         self._refusals = (None, 0)
+        self._confirmed = self._clock.seconds()
         if self.failing_since is not None:
             log.info("Watching {resource} again", resource=self.kind.plural)
             self._stats.current(self.kind.plural)
@@ -350,7 +375,8 @@ class KindWatch:
 
     def _failed(self, error: ListError) -> None:
         if self.failing_since is None:
-            self.failing_since = self._clock.seconds()
+            # Stale since the state was last known current, not since the error was seen.
+            self.failing_since = min(self._confirmed, self._clock.seconds())
             self._stats.failing(self.kind.plural, self.failing_since)
         self.error = error
         self._stats.failed(self.kind.plural, error.reason)
