@@ -33,7 +33,7 @@ def empty(name: str, pool: str, count: int, listed: bool = True) -> dict[str, An
     return pool_slice(name, [] if listed else None, pool=pool, count=count)
 
 
-def cluster(with_empty: bool) -> dict[str, list[dict[str, Any]]]:
+def cluster(with_empty: bool) -> dict[str, Any]:
     """Every kind of pool, each with an empty slice beside its others when *with_empty*."""
     extra = 1 if with_empty else 0
     slices = [
