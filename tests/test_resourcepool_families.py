@@ -230,9 +230,10 @@ def idle(collection: Collection) -> dict[tuple[str, ...], float]:
 
 
 def test_two_idle_h200s_cost_ten() -> None:
-    """One H200 partitionable into seven 1g partitions, one whole: 5.00 each, not 24.15.
+    """One H200 partitionable into seven 1g partitions, one whole: 5.00 each, not 20.85.
 
-    The partitionable GPU is one unit priced at the whole GPU's list price (5.00: the partitions'
+    (20.85: each class's cost summed over the devices it selects, as the dashboard did.)  The
+    partitionable GPU is one unit priced at the whole GPU's list price (5.00: the partitions'
     0.55 over an eighth of the memory slices is 4.40); the plain one is priced by the highest of
     its classes (h200 5.00 over any-gpu 3.50; a malformed cost counts for nothing).
     """
@@ -246,6 +247,7 @@ def test_a_used_partition_leaves_the_rest_of_the_gpu_idle() -> None:
     """One 1g partition in use: the GPU's busiest placement group is an eighth, 7/8 idle."""
     claims = [new_claim("one", [result("1g-3", "mig-node")])]
     written = collect(slices=h200("mig-node"), classes=PRICED, claims=claims)
+    assert states(written)["whole"] == "blocked", "blocked, and idle with the rest of the GPU"
     assert idle(written) == {("mig-node", "mig-node"): 5.0 * 7 / 8}
     everything = [new_claim(f"p{i}", [result(f"1g-{i}", "mig-node")]) for i in range(7)]
     written = collect(slices=h200("mig-node"), classes=PRICED, claims=everything)
