@@ -372,3 +372,34 @@ def test_idle_cost_per_node_of_a_pool() -> None:
         claims=[new_claim("c", [result("c", "spread")])],
     )
     assert idle(written) == {("spread", "node-a"): 1.0, ("spread", "node-b"): 1.0}
+
+
+def test_a_share_too_small_to_price_by_prices_nothing() -> None:
+    """A vanishing share at a huge price would price its GPU at +Inf: it prices nothing.
+
+    Else a used GPU would be written NaN (Inf times 0).
+    """
+    shared = counters(memory="1E")
+    slices = [
+        pool_slice("a", pool="p", count=2, sharedCounters=[{"name": "s", "counters": shared}]),
+        pool_slice(
+            "b",
+            [
+                gpu(
+                    "tiny",
+                    "mig",
+                    consumesCounters=[{"counterSet": "s", "counters": counters(memory="1n")}],
+                ),
+                gpu("whole", consumesCounters=[{"counterSet": "s", "counters": shared}]),
+            ],
+            pool="p",
+            count=2,
+        ),
+    ]
+    classes = [
+        classy("mig", 'device.attributes["gpu.nvidia.com"].type == "mig"', "9" * 300),
+        classy("gpu", 'device.attributes["gpu.nvidia.com"].type == "gpu"', "2.00"),
+    ]
+    used = [new_claim("c", [result("whole", "p")])]
+    assert idle(collect(slices=slices, classes=classes)) == {("p", "p"): 2.0}
+    assert idle(collect(slices=slices, classes=classes, claims=used)) == {("p", "p"): 0.0}

@@ -9,6 +9,7 @@ set at the whole GPU's list price, worked out from whichever of its devices is p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 
 from kdraexp.families.index import USABLE, ClusterIndex, DeviceFacts, Pool, set_use
@@ -50,10 +51,9 @@ def idle_costs(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, float]]:
             if priced is None:
                 continue
             share = set_use(pool, counter_set, {(counter_set, c): v for c, v in counters.items()})
-            if share > 0:
-                whole = priced / share
-                if whole > set_prices.get(counter_set, -1.0):
-                    set_prices[counter_set] = whole
+            whole = priced / share if share > 0 else math.inf
+            if math.isfinite(whole) and whole > set_prices.get(counter_set, -1.0):
+                set_prices[counter_set] = whole  # a share too small to price by prices nothing
     for counter_set, whole in set_prices.items():
         node = set_nodes[counter_set]
         idle = max(0.0, 1.0 - set_use(pool, counter_set)) * whole
