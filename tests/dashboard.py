@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests import tools
 
 DASHBOARD = (
     Path(__file__).parent.parent / "chart" / "kube-dra-exporter" / "dashboards" / "kdraexp.json"
@@ -59,3 +65,44 @@ def panel(title: str) -> dict[str, Any]:
     """The panel of that title."""
     found: dict[str, Any] = next(p for p in load()["panels"] if p["title"] == title)
     return found
+
+
+def series_of(exposition: str, job: str = "kdraexp") -> dict[str, float]:
+    """Each sample of an exposition as a series name for ``promtool test rules``, with *job*."""
+    found = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            labels = {"job": job, **sample.labels}
+            text = ",".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in labels.items())
+            found[f"{sample.name}{{{text}}}"] = sample.value
+    return found
+
+
+def evaluate(
+    directory: Path, series: dict[str, str], cases: list[dict[str, Any]]
+) -> subprocess.CompletedProcess[str]:
+    """Run ``promtool test rules`` on *series*, one sample a minute, and its *cases*.
+
+    *series* maps a series to its values in promtool's notation (``5x3``, ``0+60x10``); *cases*
+    are ``promql_expr_test`` entries.
+    """
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": name, "values": v} for name, v in series.items()],
+                "promql_expr_test": cases,
+            }
+        ],
+    }
+    (directory / "panel.test.yaml").write_text(yaml.safe_dump(tests))
+    return subprocess.run(
+        [str(tools.prometheus() / "promtool"), "test", "rules", "panel.test.yaml"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

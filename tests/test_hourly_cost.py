@@ -1,10 +1,17 @@
-"""The hourly-cost annotation: the original's accepted and rejected inputs, and more."""
+"""The hourly-cost annotation: its accepted and rejected inputs, and what it prices."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from kdraexp.families.deviceclass import HourlyCostError, parse_hourly_cost
+from kdraexp.families.idlecost import price
+from kdraexp.families.index import DeviceFacts
+from kdraexp.families.resourceslice import D
+from tests.collect import collect, values
+from tests.objects import classy, gpu, new_claim, pool_slice, result
 
 SHAPE = "expected a non-negative decimal with a dot separator"
 RANGE = "hourly cost is outside the finite float64 range"
@@ -64,3 +71,45 @@ def test_rejected_range() -> None:
     """A number beyond float64 is refused, not reported as +Inf."""
     with pytest.raises(HourlyCostError, match=RANGE):
         parse_hourly_cost("9" * 400)
+
+
+H200 = 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA H200"'
+OVERLAPPING = [classy("any-gpu", None, "3.50"), classy("h200", H200, "5.00")]
+"""Two classes selecting the same H200s: a generic one and a per-model one."""
+
+
+def asking(name: str, deviceclass: str, device: str) -> dict[str, Any]:
+    requests = [{"name": "gpu", "exactly": {"deviceClassName": deviceclass}}]
+    return new_claim(name, [result(device)], requests=requests)
+
+
+def test_a_claim_pays_for_the_class_it_named() -> None:
+    """The same H200 costs 3.50 through the generic class and 5.00 through the per-model one."""
+    slices = [pool_slice("s", [gpu("g0", product="NVIDIA H200"), gpu("g1", product="NVIDIA H200")])]
+    claims = [asking("cheap", "any-gpu", "g0"), asking("dear", "h200", "g1")]
+    written = collect(slices=slices, claims=claims, classes=OVERLAPPING)
+    assert values(
+        written, "kube_resourceclaim_hourly_cost", "resourceclaim_name", "deviceclass_name"
+    ) == {("cheap", "any-gpu"): 3.5, ("dear", "h200"): 5.0}
+
+
+def test_a_device_is_priced_by_the_dearest_class_with_a_valid_cost() -> None:
+    """Classes without a cost, or with one that does not parse, price nothing; 0.00 is a price."""
+    device = DeviceFacts(
+        labels=D.values("s", "d", "p", "g", "n"),
+        name="g",
+        taints=(),
+        consumes=(),
+        share_capacity=None,
+        shareable=False,
+        classes=("free", "unpriced", "generic", "per-model"),
+    )
+    assert price({"generic": 3.5, "per-model": 5.0, "free": 0.0}, device) == 5.0
+    assert price({"free": 0.0}, device) == 0.0
+    assert price({"elsewhere": 9.0}, device) is None
+    listed = collect(
+        slices=[pool_slice("s", [gpu("g", product="NVIDIA H200")])],
+        classes=[*OVERLAPPING, classy("typo", None, "9,99"), classy("none", None)],
+    )
+    idle = values(listed, "kube_resourcepool_idle_hourly_cost", "pool")
+    assert idle == {("pool",): 5.0}

@@ -58,7 +58,7 @@ def actionlint() -> str:
 _builds: dict[str, concurrent.futures.Future[Path]] = {}
 """The control plane's two stages, building: ``core`` (kube-apiserver, etcd, the CRDs), then
 ``scheduler`` (kube-scheduler and kube-controller-manager too)."""
-SCHEDULED = ("test_allocator.py", "test_diagnosis.py", "test_pods.py")
+SCHEDULED = ("test_allocator.py", "test_diagnosis.py", "test_idle_cost.py", "test_pods.py")
 """The end-to-end tests of the simulated cluster: they need the second stage."""
 
 

@@ -162,6 +162,7 @@ class Pool:
         "generation",
         "name",
         "published",
+        "sets",
         "slices",
         "stale",
         "state",
@@ -180,6 +181,8 @@ class Pool:
         self.stale = 0
         self.devices: list[DeviceFacts] = []
         self.totals: dict[tuple[str, str], float] = {}
+        self.sets: dict[str, tuple[tuple[str, float], ...]] = {}
+        """Per counter set, its counters with a positive total: (counter, total)."""
         self.consumed: dict[tuple[str, str], float] = {}
         self.state = USABLE
 
@@ -200,6 +203,12 @@ class Pool:
                 sets.append(counter_set)
                 for counter, value in counters.items():
                     self.totals.setdefault((counter_set, counter), value)
+        counted: dict[str, list[tuple[str, float]]] = {}
+        for (counter_set, counter), total in self.totals.items():
+            known = counted.setdefault(counter_set, [])
+            if total > 0:
+                known.append((counter, total))
+        self.sets = {counter_set: tuple(known) for counter_set, known in counted.items()}
         self.state = self._judged(sets)
 
     def _judged(self, sets: list[str]) -> str:
@@ -455,43 +464,31 @@ class ClusterIndex:
     def utilization(self, pool: Pool) -> float | None:
         """The mean use of the pool's units (see kube_resourcepool_utilization_ratio).
 
-        A counter set's use is its most used counter or placement group: counters named alike
-        but for a trailing number (``memory-slice-0`` ... ``-7``) count as one, consumed over
-        total.  A shareable device is worth its most used capacity; another device consuming
-        no counters, 1 when allocated.
+        A unit is a counter set (see :func:`set_use`) or a device consuming none (see
+        :meth:`device_use`).  A pool whose devices are all gone has none: its counters alone
+        say nothing of use.
         """
-        units: list[float] = []
-        for counter_set in dict.fromkeys(counter_set for counter_set, _ in pool.totals):
-            ratios: list[float] = []
-            groups: dict[str, list[float]] = {}
-            for (name, counter), total in pool.totals.items():
-                if name != counter_set or total <= 0:
-                    continue
-                consumed = pool.consumed.get((counter_set, counter), 0.0)
-                group = _PLACEMENT.sub("", counter)
-                if group == counter:
-                    ratios.append(consumed / total)
-                else:
-                    summed = groups.setdefault(group, [0.0, 0.0])
-                    summed[0] += consumed
-                    summed[1] += total
-            ratios.extend(consumed / total for consumed, total in groups.values())
-            units.append(max(ratios, default=0.0))
-        for device in pool.devices:
-            if device.consumes:
-                continue
-            key = (pool.driver, pool.name, device.name)
-            if device.capacities is not None:
-                used = self.consumed.get(key, {})
-                shares = [
-                    used.get(name, 0.0) / capacity
-                    for name, capacity in device.capacities.items()
-                    if capacity > 0
-                ]
-                units.append(max(shares, default=0.0))
-            else:
-                units.append(1.0 if key in self.allocated else 0.0)
+        if not pool.devices:
+            return None
+        units = [set_use(pool, counter_set) for counter_set in pool.sets]
+        units.extend(self.device_use(pool, d) for d in pool.devices if not d.consumes)
         return sum(units) / len(units) if units else None
+
+    def device_use(self, pool: Pool, device: DeviceFacts) -> float:
+        """The use of a device consuming no counters, a unit of its own.
+
+        A shareable device is worth its most used capacity; another, 1 when allocated, else 0.
+        """
+        key = (pool.driver, pool.name, device.name)
+        if device.capacities is None:
+            return 1.0 if key in self.allocated else 0.0
+        used = self.consumed.get(key, {})
+        shares = [
+            used.get(name, 0.0) / capacity
+            for name, capacity in device.capacities.items()
+            if capacity > 0
+        ]
+        return max(shares, default=0.0)
 
     def capacity_available(self) -> Iterator[tuple[GroupValues, str, float]]:
         """Per shareable device and capacity: what its allocations leave (never below 0)."""
@@ -538,6 +535,29 @@ class ClusterIndex:
 
 def _everything(driver: str, pool: str) -> bool:
     return True
+
+
+def set_use(pool: Pool, counter_set: str, consumed: Mapping[Any, float] | None = None) -> float:
+    """How much of a counter set is used: its most used counter or placement group.
+
+    Counters named alike but for a trailing number (``memory-slice-0`` ... ``-7``) are one
+    placement group, worth consumed over total summed over the group.  *consumed* is what is
+    taken of each (counter set, counter); the pool's allocations by default.
+    """
+    taken = pool.consumed if consumed is None else consumed
+    ratios: list[float] = []
+    groups: dict[str, list[float]] = {}
+    for counter, total in pool.sets.get(counter_set, ()):
+        used = taken.get((counter_set, counter), 0.0)
+        group = _PLACEMENT.sub("", counter)
+        if group == counter:
+            ratios.append(used / total)
+        else:
+            summed = groups.setdefault(group, [0.0, 0.0])
+            summed[0] += used
+            summed[1] += total
+    ratios.extend(used / total for used, total in groups.values())
+    return max(ratios, default=0.0)
 
 
 def blocked(device: DeviceFacts, pool: Pool, consumed: Mapping[Any, float] | None = None) -> bool:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.family import CLUSTER, Row, family
 from kdraexp.families.headroom import allocatable
+from kdraexp.families.idlecost import idle_costs
 from kdraexp.families.index import ClusterIndex
 
 _POOL = ("driver", "pool")
@@ -137,6 +138,23 @@ def pool_allocatable(index: ClusterIndex) -> Iterator[Row]:
             yield (pool.driver, pool.name, node, deviceclass, count)
 
 
+@family(
+    "kube_resourcepool_idle_hourly_cost",
+    "What the unused capacity of a resource pool would cost per hour, each device priced once.",
+    (*_POOL, "node_name"),
+    CLUSTER,
+    "DeviceClass hourly-cost annotation and selectors, spec.sharedCounters, "
+    "spec.devices[].{consumesCounters,capacity}, ResourceClaim status.allocation.devices.results[]",
+    needs=(RESOURCE_SLICES, RESOURCE_CLAIMS, DEVICE_CLASSES),
+    per="pool",
+)
+def pool_idle_cost(index: ClusterIndex) -> Iterator[Row]:
+    """Per usable pool and node with a priced device (see idlecost)."""
+    for pool in index.pools.values():
+        for node, cost in idle_costs(index, pool):
+            yield (pool.driver, pool.name, node, cost)
+
+
 FAMILIES = (
     pool_generation,
     pool_slices,
@@ -144,5 +162,6 @@ FAMILIES = (
     pool_state,
     pool_shared_quantity,
     pool_utilization,
+    pool_idle_cost,
     pool_allocatable,
 )

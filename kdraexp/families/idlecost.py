@@ -1,0 +1,61 @@
+"""What a pool's unused capacity would cost per hour, each GPU priced once.
+
+Summing each class's ``hourly-cost`` over the devices it selects counts a device once per class
+(a generic and a per-model class overlap) and a GPU once more per partition.  Here a device's
+price is the highest among its classes', the pool is cut into the units utilisation counts (a
+counter set, a device consuming none), and each unit's unused share is priced once: a counter
+set at the whole GPU's list price, worked out from whichever of its devices is priced.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+
+from kdraexp.families.index import USABLE, ClusterIndex, DeviceFacts, Pool, set_use
+
+
+def price(costs: Mapping[str, float], device: DeviceFacts) -> float | None:
+    """The highest hourly cost among the classes that select the device (None: unpriced)."""
+    found: float | None = None
+    for deviceclass in device.classes:
+        cost = costs.get(deviceclass)
+        if cost is not None and (found is None or cost > found):
+            found = cost
+    return found
+
+
+def idle_costs(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, float]]:
+    """(node, idle cost per hour) for each node of the pool with a priced unit.
+
+    Nothing for a pool the allocator cannot use, nor one whose devices are all gone.  A unit's
+    idle share is 1 minus its use, never below 0 (an over-committed counter idles nothing).  A
+    counter set's price is the largest, over the priced devices consuming it, of the device's
+    price over the share of the set it consumes: a 1g partition of a seventh of a GPU priced
+    0.55 prices the GPU at 3.85, the whole GPU priced 5.00 at 5.00, and the set costs 5.00.
+    """
+    if pool.state != USABLE or not pool.devices:
+        return
+    sums: dict[str, float] = {}
+    set_prices: dict[str, float] = {}
+    set_nodes: dict[str, str] = {}
+    for device in pool.devices:
+        priced = price(index.costs, device)
+        if not device.consumes:
+            if priced is not None:
+                idle = max(0.0, 1.0 - index.device_use(pool, device)) * priced
+                sums[device.node] = sums.get(device.node, 0.0) + idle
+            continue
+        for counter_set, counters in device.consumes:
+            set_nodes.setdefault(counter_set, device.node)
+            if priced is None:
+                continue
+            share = set_use(pool, counter_set, {(counter_set, c): v for c, v in counters.items()})
+            whole = priced / share if share > 0 else math.inf
+            if math.isfinite(whole) and whole > set_prices.get(counter_set, -1.0):
+                set_prices[counter_set] = whole  # a share too small to price by prices nothing
+    for counter_set, whole in set_prices.items():
+        node = set_nodes[counter_set]
+        idle = max(0.0, 1.0 - set_use(pool, counter_set)) * whole
+        sums[node] = sums.get(node, 0.0) + idle
+    yield from sums.items()
