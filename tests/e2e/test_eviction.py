@@ -134,7 +134,7 @@ def test_tolerated_is_what_the_eviction_controller_does(cluster: Simulated, tmp_
         assert result["tolerations"] == [TOLERATIONS[name]], result  # copied by the scheduler
         held[name] = result["device"]
     manager = cluster.components[1]  # start_simulated starts the scheduler, then the manager
-    assert "kube-controller-manager" in str(manager.args[0])
+    assert "kube-controller-manager" in str(manager.args)
     os.kill(manager.pid, signal.SIGSTOP)
     try:
         kube.create(
