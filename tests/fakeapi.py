@@ -18,11 +18,12 @@ from klein import Klein
 from twisted.internet.defer import Deferred
 from twisted.web.iweb import IRequest
 
-PLURALS = ("resourceclaims", "resourceslices", "deviceclasses")
+PLURALS = ("resourceclaims", "resourceslices", "deviceclasses", "devicetaintrules")
 KINDS = {
     "resourceclaims": "ResourceClaim",
     "resourceslices": "ResourceSlice",
     "deviceclasses": "DeviceClass",
+    "devicetaintrules": "DeviceTaintRule",
 }
 
 

@@ -250,3 +250,79 @@ def test_every_query_reads_known_series_of_the_job() -> None:
         for name in names:
             assert name in BY_NAME or name in own, (title, name)
         assert expr.count("{") == expr.count('job="$job"'), title
+
+
+def test_taints_count_devices_by_taint_allocated_and_ruled_ones_included(tmp_path: Path) -> None:
+    """The "Tainted devices" stat and the "Device taints" table read the taints, not the states.
+
+    An allocated device with its driver's NoExecute taint counts; a device two rules taint alike
+    counts once and is two rows of the table, one per rule; a None taint does not count.
+    """
+    device = 'driver="d",pool="p",node_name="n",resourceslice_name="s",device_name="{}"'
+    series = {}
+    for name in ("gpu-0", "gpu-1", "gpu-2", "gpu-3"):
+        labels = device.format(name)
+        series[
+            f'kube_resourceslice_device_info{{{labels},type="gpu",model="H200",uuid="",parent_uuid=""}}'
+        ] = 1
+    state = {"gpu-0": "allocated", "gpu-1": "tainted", "gpu-2": "available", "gpu-3": "available"}
+    for name, value in state.items():
+        series[f'kube_resourceslice_device_state{{{device.format(name)},state="{value}"}}'] = 1
+    taint = (
+        'kube_resourceslice_device_taint{{{},key="{}",value="",effect="{}",devicetaintrule="{}"}}'
+    )
+    series[taint.format(device.format("gpu-0"), "xid", "NoExecute", "")] = 1
+    series[taint.format(device.format("gpu-1"), "maintenance", "NoSchedule", "drain")] = 1
+    series[taint.format(device.format("gpu-1"), "maintenance", "NoSchedule", "repair")] = 1
+    series[taint.format(device.format("gpu-2"), "fyi", "None", "")] = 1
+    job = "kdraexp"
+    with_job = {name.replace("{", f'{{job="{job}",', 1): v for name, v in series.items()}
+    (stat,) = (
+        dashboard.as_run(t["expr"], job) for t in dashboard.panel("Tainted devices")["targets"]
+    )
+    (table,) = (
+        dashboard.as_run(t["expr"], job) for t in dashboard.panel("Device taints")["targets"]
+    )
+    row = (
+        'driver="d",pool="p",device_name="{}",node_name="n",key="{}",effect="{}"'  # "" is no label
+    )
+    rows = [
+        row.format("gpu-0", "xid", "NoExecute"),
+        row.format("gpu-1", "maintenance", "NoSchedule") + ',devicetaintrule="drain"',
+        row.format("gpu-1", "maintenance", "NoSchedule") + ',devicetaintrule="repair"',
+        row.format("gpu-2", "fyi", "None"),
+    ]
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": name, "values": f"{value}x3"} for name, value in with_job.items()
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": stat,
+                        "eval_time": "1m",
+                        "exp_samples": [{"labels": "{}", "value": 2}],
+                    },
+                    {
+                        "expr": table,
+                        "eval_time": "1m",
+                        "exp_samples": [{"labels": f"{{{r}}}", "value": 1} for r in rows],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "panel.test.yaml").write_text(yaml.safe_dump(tests))
+    tested = subprocess.run(
+        [str(tools.prometheus() / "promtool"), "test", "rules", "panel.test.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr

@@ -396,3 +396,71 @@ def test_reader_tells_devices_apart_as_their_projections_do(devices: Any, paths:
             for other in alike:
                 same = all(one.projection(p) == other.projection(p) for p in paths)
                 assert (read(one) == read(other)) is same
+
+
+def taint_rule(name: str, selector: dict[str, str] | None, **taint: str) -> dict[str, Any]:
+    """A DeviceTaintRule; *selector* None leaves out its deviceSelector."""
+    spec: dict[str, Any] = {"taint": taint}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {"metadata": {"name": name, "resourceVersion": "1"}, "spec": spec}
+
+
+def test_device_taints_name_the_rule_that_puts_them() -> None:
+    """A device's own taint has devicetaintrule ""; each rule selecting it adds a row.
+
+    Two rules on one device are two rows; a rule without a deviceSelector selects nothing (the
+    API's rule), an empty one every device; a None rule is a taint too, allocated devices count.
+    """
+    own = {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
+    devices = [gpu("a", taints=[own]), gpu("b"), gpu("c")]
+    rules = [
+        taint_rule(
+            "drain-a",
+            {"driver": NVIDIA, "pool": "pool", "device": "a"},
+            key="m",
+            effect="NoExecute",
+        ),
+        taint_rule("pool-wide", {"pool": "pool"}, key="fyi", value="x", effect="None"),
+        taint_rule("other-pool", {"pool": "elsewhere"}, key="m", effect="NoExecute"),
+        taint_rule("no-selector", None, key="nothing", effect="NoExecute"),
+        taint_rule("everything", {}, key="all", effect="NoSchedule"),
+    ]
+    written = collect(
+        slices=[pool_slice("s", devices)], rules=rules, claims=[new_claim("c", [result("b")])]
+    )
+    taints = values(
+        written,
+        "kube_resourceslice_device_taint",
+        "device_name",
+        "key",
+        "value",
+        "effect",
+        "devicetaintrule",
+    )
+    assert taints == {
+        ("a", "gpu.nvidia.com/xid", "79", "NoSchedule", ""): 1,
+        ("a", "m", "", "NoExecute", "drain-a"): 1,
+        ("a", "fyi", "x", "None", "pool-wide"): 1,
+        ("a", "all", "", "NoSchedule", "everything"): 1,
+        ("b", "fyi", "x", "None", "pool-wide"): 1,
+        ("b", "all", "", "NoSchedule", "everything"): 1,
+        ("c", "fyi", "x", "None", "pool-wide"): 1,
+        ("c", "all", "", "NoSchedule", "everything"): 1,
+    }
+    assert states(written) == {"a": "tainted", "b": "allocated", "c": "tainted"}
+    without = collect(
+        slices=[pool_slice("s", devices)], rules=rules[3:4], claims=[new_claim("c", [result("b")])]
+    )
+    assert states(without) == {"a": "tainted", "b": "allocated", "c": "available"}
+
+
+def test_device_taints_of_the_current_generation_only() -> None:
+    """A slice of an older generation of its pool writes no taint rows."""
+    old = pool_slice("old", [gpu("a", taints=[{"key": "old", "effect": "NoSchedule"}])])
+    new = pool_slice("new", [gpu("a")], generation=2)
+    rules = [taint_rule("r", {"device": "a"}, key="m", effect="NoSchedule")]
+    written = collect(slices=[old, new], rules=rules)
+    assert values(
+        written, "kube_resourceslice_device_taint", "resourceslice_name", "key", "devicetaintrule"
+    ) == {("new", "m", "r"): 1}

@@ -9,7 +9,7 @@ from treq.testing import StubTreq
 from twisted.internet.task import Clock
 
 from kdraexp.dra.listing import ListError
-from kdraexp.families.selection import select
+from kdraexp.families.selection import Selection, select
 from kdraexp.serve.web import ExporterApp
 from kdraexp.sources.protocol import CollectionFailed, NotSynced
 from kdraexp.sources.watch import BACKOFF, IDLE, WatchGatherer
@@ -24,12 +24,18 @@ from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_SLICE
 class Watched:
     """The watch gatherer over a fake API, and the means to move things along."""
 
-    def __init__(self, fake: FakeKubeAPI, clock: Clock, staleness: float = 300.0) -> None:
+    def __init__(
+        self,
+        fake: FakeKubeAPI,
+        clock: Clock,
+        staleness: float = 300.0,
+        selection: Selection | None = None,
+    ) -> None:
         self.fake = fake
         self.clock = clock
         self.client, self.agent = in_memory_client(fake, clock)
         self.collections = CollectionStats()
-        selection = select()
+        selection = selection or select()
         self.stats = WatchStats(
             self.collections, (kind.plural for kind in selection.kinds), staleness
         )
@@ -466,3 +472,47 @@ def test_an_invented_event_type_is_refused(fake: FakeKubeAPI, clock: Clock) -> N
         if family.name == "kube_dra_exporter_watch_events"
     }
     assert types <= {"ADDED", "MODIFIED", "DELETED", "BOOKMARK"}
+
+
+def taint_rule(name: str, effect: str, key: str = "maintenance") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"deviceSelector": {"pool": "pool"}, "taint": {"key": key, "effect": effect}},
+    }
+
+
+def taint_lines(text: str) -> list[str]:
+    """The device taint rows and the claims' tainted results."""
+    return [
+        line
+        for line in text.splitlines()
+        if line.startswith(
+            ("kube_resourceslice_device_taint{", "kube_resourceclaim_allocation_tainted{")
+        )
+    ]
+
+
+def test_taint_rule_changes_change_the_taints(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A DeviceTaintRule added, changed, deleted: the device's taints and its holder's follow."""
+    seed(fake)
+    resources = "resourceclaims,resourceslices,deviceclasses,devicetaintrules"
+    watched = Watched(fake, clock, selection=select(resources=resources))
+    watched.gatherer.start()
+    watched.settle()
+    before = watched.text()
+    assert taint_lines(before) == []
+    watched.fake.change("devicetaintrules", "ADDED", taint_rule("drain", "NoExecute"))
+    watched.settle()
+    added = taint_lines(watched.text())
+    assert len(added) == 2
+    assert all('devicetaintrule="drain"' in line for line in added)
+    assert all('effect="NoExecute"' in line for line in added)
+    assert 'tolerated="false"' in added[0] + added[1]
+    watched.fake.change("devicetaintrules", "MODIFIED", taint_rule("drain", "NoSchedule", "fyi"))
+    watched.settle()
+    changed = taint_lines(watched.text())
+    assert len(changed) == 2
+    assert all('key="fyi"' in line and 'effect="NoSchedule"' in line for line in changed)
+    watched.fake.change("devicetaintrules", "DELETED", taint_rule("drain", "NoSchedule", "fyi"))
+    watched.settle()
+    assert watched.text() == before

@@ -287,25 +287,51 @@ Toleration = tuple[str, str, str, str]
 """(key, operator, value, effect) of a request's toleration; "" where absent."""
 
 
+TimedToleration = tuple[Toleration, "int | None"]
+"""A toleration and its ``tolerationSeconds`` (None: not set, tolerated for ever)."""
+
+
 def tolerations(
     raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
 ) -> tuple[Toleration, ...]:
     """A request's ``tolerations``; entries of another shape are reported and left out."""
+    found = timed_tolerations(raw, problems, resource, where)
+    return tuple([toleration for toleration, _ in found])
+
+
+def timed_tolerations(
+    raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
+) -> tuple[TimedToleration, ...]:
+    """``tolerations`` with their ``tolerationSeconds``: the eviction controller reads them.
+
+    Seconds that are not an integer are reported and read as 0 (evicted at once), so that an
+    unreadable value never hides an eviction.
+    """
     value = _list(raw, problems, resource, "tolerations", where)
     found = []
     for entry in value:
         if not isinstance(entry, dict):
             problems.add(resource, "tolerations", f"{where} tolerations: an entry is not a map")
             continue
-        key, operator, text, effect = (
-            entry.get(name) for name in ("key", "operator", "value", "effect")
+        key, operator, text, effect, seconds = (
+            entry.get(name) for name in ("key", "operator", "value", "effect", "tolerationSeconds")
         )
+        if seconds is not None and (not isinstance(seconds, int) or isinstance(seconds, bool)):
+            problems.add(
+                resource,
+                "tolerations",
+                f"{where} tolerationSeconds: not an integer: {_short(seconds)}",
+            )
+            seconds = 0
         found.append(
             (
-                key if isinstance(key, str) else "",
-                operator if isinstance(operator, str) and operator else "Equal",
-                text if isinstance(text, str) else "",
-                effect if isinstance(effect, str) else "",
+                (
+                    key if isinstance(key, str) else "",
+                    operator if isinstance(operator, str) and operator else "Equal",
+                    text if isinstance(text, str) else "",
+                    effect if isinstance(effect, str) else "",
+                ),
+                seconds,
             )
         )
     return tuple(found)
@@ -323,6 +349,25 @@ def tolerated(tolerations: tuple[Toleration, ...], key: str, value: str, effect:
         if operator == "Exists" or (operator == "Equal" and t_value == value):
             return True
     return False
+
+
+def kept(tolerations: tuple[TimedToleration, ...], key: str, value: str, effect: str) -> bool:
+    """Whether the holder of a device with this taint keeps it.
+
+    A ``NoExecute`` taint as kube-controller-manager's device-taint eviction controller judges
+    it: only a matching toleration of effect ``NoExecute`` exactly and without
+    ``tolerationSeconds`` keeps the device for ever (one without an effect, which the allocator
+    accepted, does not; one with seconds keeps it until they run out).  Any other effect as the
+    allocator matches (:func:`tolerated`).
+    """
+    if effect == "NoExecute":
+        return any(
+            seconds is None
+            and toleration[3] == "NoExecute"
+            and tolerated((toleration,), key, value, effect)
+            for toleration, seconds in tolerations
+        )
+    return tolerated(tuple([toleration for toleration, _ in tolerations]), key, value, effect)
 
 
 def capacity_requests(

@@ -116,6 +116,8 @@ class DeviceResult(Wire):
     admin_access: Any = msgspec.field(default=None, name="adminAccess")
     share_id: Any = msgspec.field(default=None, name="shareID")
     consumed_capacity: msgspec.Raw = msgspec.field(default=ABSENT, name="consumedCapacity")
+    tolerations: msgspec.Raw = ABSENT
+    """The request's tolerations, copied by the scheduler (the eviction controller reads them)."""
 
 
 class DeviceAllocation(Wire):

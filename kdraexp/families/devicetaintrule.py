@@ -20,12 +20,14 @@ from kdraexp.families.kind import KindSpec
 class TaintRuleView:
     """One DeviceTaintRule."""
 
-    __slots__ = ("context", "name", "selector", "status", "taint")
+    __slots__ = ("context", "name", "selected", "selector", "status", "taint")
 
     def __init__(self, item: wire.DeviceTaintRule, context: Context) -> None:
         spec = item.spec or wire.TaintRuleSpec()
         self.context = context
         self.name = (item.metadata or wire.ObjectMeta()).name or ""
+        self.selected = spec.device_selector is not None
+        """Without a ``deviceSelector`` a rule selects no device (an empty one selects all)."""
         self.selector = spec.device_selector or wire.TaintSelector()
         self.taint = spec.taint or wire.DeviceTaint()
         self.status = item.status or wire.TaintRuleStatus()
@@ -55,6 +57,8 @@ class TaintRuleView:
             taint.value or "",
             taint.effect,
             added,
+            self.name,
+            self.selected,
         )
 
 

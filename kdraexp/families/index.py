@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from kdraexp.dra.gated import TimedToleration, kept
 from kdraexp.dra.problems import Problems
 from kdraexp.families.family import GroupValues
 from kdraexp.util.turns import Turns
@@ -59,6 +60,8 @@ class DeviceFacts(msgspec.Struct, gc=False):
     """The node the device is on; "" for a network-attached device."""
     taint_times: tuple[tuple[str, str, str, float], ...] = ()
     """(key, value, effect, timeAdded) of each taint whose time is known."""
+    listed: tuple[tuple[str, str, str], ...] = ()
+    """(key, value, effect) of each taint of a known effect (None too), as published."""
 
 
 class SliceFacts(msgspec.Struct, gc=False):
@@ -93,6 +96,8 @@ class ResultFacts(msgspec.Struct, gc=False):
     """Every capacity it consumes of a shareable device."""
     request: str = ""
     """The request it answers: ``<request>`` or ``<request>/<alternative>``."""
+    tolerations: tuple[TimedToleration, ...] = ()
+    """The tolerations the scheduler copied into the result from the request."""
 
 
 class RequestFacts(msgspec.Struct, gc=False, frozen=True):
@@ -137,17 +142,19 @@ class RuleFacts(msgspec.Struct, gc=False):
     effect: str = "NoSchedule"
     added: float | None = None
     """The taint's ``timeAdded``, in seconds."""
+    name: str = ""
+    """The DeviceTaintRule's name."""
+    selector: bool = True
+    """Whether the rule has a ``deviceSelector``: without one it selects no device."""
 
     @property
     def blocking(self) -> bool:
         """Whether the taint keeps claims that do not tolerate it off (NoSchedule, NoExecute)."""
         return self.effect in ("NoSchedule", "NoExecute")
 
-    def selects(self, driver: str, pool: str, device: str) -> bool:
-        """Whether the rule's selector matches the device."""
-        return (
-            self.driver in ("", driver) and self.pool in ("", pool) and self.device in ("", device)
-        )
+    def selects_pool(self, driver: str, pool: str) -> bool:
+        """Whether the rule's selector may match devices of the pool."""
+        return self.selector and self.driver in ("", driver) and self.pool in ("", pool)
 
 
 class Pool:
@@ -287,10 +294,10 @@ class ClusterIndex:
         self.claims = claims
         self.costs = costs
         self.problems = problems
-        self.all_rules = [rule for rule in rules or () if rule is not None]
-        """Every taint rule, for the taints' times."""
-        self.rules = [rule for rule in self.all_rules if rule.blocking]
-        """The rules whose taints keep claims off."""
+        self.rules = [rule for rule in rules or () if rule is not None]
+        """Every taint rule with a known effect."""
+        self._ruled: dict[tuple[str, str], dict[str, list[RuleFacts]]] = {}
+        """Per pool, per device name, the rules that select it (see :meth:`ruled`)."""
         self.classes = classes
         """The names of the DeviceClasses listed."""
         self.by_class: dict[str, list[tuple[Pool, DeviceFacts]]] = {}
@@ -435,30 +442,86 @@ class ClusterIndex:
             return "allocated"
         if pool.state != USABLE:
             return "unusable"
-        if device.taints or self._ruled(pool, device):
+        if device.taints or self._ruled_blocking(pool, device):
             return "tainted"
         if blocked(device, pool):
             return "blocked"
         return "available"
 
+    def ruled(self, pool: Pool) -> Mapping[str, list[RuleFacts]]:
+        """Per device name of the pool, the rules that select it, in the order listed.
+
+        Each rule's selector is read once per pool, and the answer kept for the index: device
+        states, pending requests, headroom, the taint families and the claims' tainted results
+        all read it.  A rule change makes the index again (see :mod:`kdraexp.store.clusterrows`).
+        """
+        key = (pool.driver, pool.name)
+        found = self._ruled.get(key)
+        if found is None:
+            found = self._ruled[key] = {}
+            for rule in self.rules:
+                if not rule.selects_pool(pool.driver, pool.name):
+                    continue
+                names = (rule.device,) if rule.device else [d.name for d in pool.devices]
+                for name in names:
+                    selected = found.setdefault(name, [])
+                    if not selected or selected[-1] is not rule:  # a name published twice
+                        selected.append(rule)
+        return found
+
     def taint_times(self) -> Iterator[tuple[GroupValues, str, str, str, float]]:
         """Each current device's taints with a known time: its own, then its rules'."""
         for pool in self.pools.values():
+            ruled = self.ruled(pool)
             for device in pool.devices:
                 for key, value, effect, added in device.taint_times:
                     yield device.labels, key, value, effect, added
-                for rule in self.all_rules:
-                    if rule.added is not None and rule.selects(pool.driver, pool.name, device.name):
+                for rule in ruled.get(device.name, ()):
+                    if rule.added is not None:
                         yield device.labels, rule.key, rule.value, rule.effect, rule.added
 
-    def _ruled(self, pool: Pool, device: DeviceFacts) -> bool:
-        return any(rule.selects(pool.driver, pool.name, device.name) for rule in self.rules)
+    def device_taints(self) -> Iterator[tuple[GroupValues, str, str, str, str]]:
+        """Each current device's taints and where each comes from: "" (its own) or a rule."""
+        for pool in self.pools.values():
+            ruled = self.ruled(pool)
+            for device in pool.devices:
+                for key, value, effect in device.listed:
+                    yield device.labels, key, value, effect, ""
+                for rule in ruled.get(device.name, ()):
+                    yield device.labels, rule.key, rule.value, rule.effect, rule.name
+
+    def tainted_results(
+        self,
+    ) -> Iterator[tuple[ClaimFacts, ResultFacts, str, str, str, str, bool]]:
+        """Each non-admin result and a taint on its device, with whether the holder keeps it.
+
+        (claim, result, key, value, effect, rule, kept); rule is "" for the device's own taint.
+        A result whose device the current generation of its pool lacks (or another shard
+        publishes) has none: :func:`kdraexp.families.resourceclaim.allocation_orphaned`.
+        """
+        for claim in self.claims:
+            for result in claim.results:
+                if result.admin:
+                    continue
+                pool = self.pools.get((result.driver, result.pool))
+                device = self.devices.get((result.driver, result.pool, result.device))
+                if pool is None or device is None:
+                    continue
+                for key, value, effect in device.listed:
+                    held = kept(result.tolerations, key, value, effect)
+                    yield claim, result, key, value, effect, "", held
+                for rule in self.ruled(pool).get(device.name, ()):
+                    held = kept(result.tolerations, rule.key, rule.value, rule.effect)
+                    yield claim, result, rule.key, rule.value, rule.effect, rule.name, held
+
+    def _ruled_blocking(self, pool: Pool, device: DeviceFacts) -> bool:
+        return any(rule.blocking for rule in self.ruled(pool).get(device.name, ()))
 
     def taints(self, pool: Pool, device: DeviceFacts) -> Iterator[tuple[str, str, str]]:
         """The device's blocking taints: its own, then those of the rules that select it."""
         yield from device.taints
-        for rule in self.rules:
-            if rule.selects(pool.driver, pool.name, device.name):
+        for rule in self.ruled(pool).get(device.name, ()):
+            if rule.blocking:
                 yield rule.key, rule.value, rule.effect
 
     def utilization(self, pool: Pool) -> float | None:

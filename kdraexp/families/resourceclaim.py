@@ -34,6 +34,7 @@ class Result:
         "pool",
         "request",
         "share_id",
+        "tolerations",
     )
 
     def __init__(
@@ -49,12 +50,12 @@ class Result:
             self.admin = self.request in admin_requests
         self.share_id = result.share_id if isinstance(result.share_id, str) else ""
         self.deviceclass = view.request_classes.get(self.request, "")
+        where = f"{view.where} device {self.driver}/{self.pool}/{self.device}"
+        problems = view.context.problems
         self.consumed = gated.consumed_capacity(
-            result.consumed_capacity,
-            view.context.problems,
-            _RESOURCE,
-            f"{view.where} device {self.driver}/{self.pool}/{self.device}",
+            result.consumed_capacity, problems, _RESOURCE, where
         )
+        self.tolerations = gated.timed_tolerations(result.tolerations, problems, _RESOURCE, where)
 
 
 class ClaimView:
@@ -166,6 +167,7 @@ class ClaimView:
                     r.consumed.get(share, r.consumed.get(f"{r.driver}/{share}")),
                     r.consumed or NOTHING,
                     r.request,
+                    r.tolerations,
                 )
                 for r in self.results
             ),
@@ -458,6 +460,49 @@ def allocation_orphaned(index: ClusterIndex) -> Iterator[Row]:
 
 
 @family(
+    "kube_resourceclaim_allocation_tainted",
+    "A taint on a device allocated to a ResourceClaim, and whether the claim keeps the device.",
+    (
+        C,
+        "request",
+        "driver",
+        "pool",
+        "device_name",
+        "key",
+        "value",
+        "effect",
+        "devicetaintrule",
+        "tolerated",
+    ),
+    CLUSTER,
+    "status.allocation.devices.results[].{request,driver,pool,device,adminAccess,tolerations}, "
+    "spec.devices[].taints of the current generation, DeviceTaintRules (when listed)",
+    needs=(RESOURCE_CLAIMS, RESOURCE_SLICES),
+    per="claim",
+)
+def allocation_tainted(index: ClusterIndex) -> Iterator[Row]:
+    """One row per (non-admin result, taint on its device): own ("") or a rule's.
+
+    ``tolerated`` for a NoExecute taint is the eviction controller's judgement (a toleration of
+    effect NoExecute exactly, without tolerationSeconds); for other effects the allocator's.
+    """
+    for claim, result, key, value, effect, rule, kept in index.tainted_results():
+        yield (
+            claim.labels,
+            result.request,
+            result.driver,
+            result.pool,
+            result.device,
+            key,
+            value,
+            effect,
+            rule,
+            "true" if kept else "false",
+            1.0,
+        )
+
+
+@family(
     "kube_resourceclaim_status_device_info",
     "A device a driver reports in a ResourceClaim's status, with its network data.",
     (C, "driver", "pool", "device_name", "share_id", "interface_name", "hardware_address"),
@@ -502,6 +547,7 @@ FAMILIES = (
     pending_reason,
     request_matching,
     allocation_orphaned,
+    allocation_tainted,
     status_device_info,
 )
 

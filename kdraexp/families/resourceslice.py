@@ -401,6 +401,7 @@ class SliceView:
                     unsure,
                     device.node_name,
                     tuple([(k, v, e, t) for k, v, e, t in taints if t is not None]),
+                    tuple([(k, v, effect) for k, v, effect, _ in taints]),
                 )
             )
         return SliceFacts(
@@ -545,17 +546,22 @@ def device_capacity(view: SliceView) -> Iterator[Row]:
 
 @family(
     "kube_resourceslice_device_taint",
-    "A taint on a device.",
-    (D, "key", "value", "effect"),
-    RESOURCE_SLICES,
-    "spec.devices[].taints[].{key,value,effect}",
-    current_generation=True,
+    "A taint on a device: its own, or put on it by a DeviceTaintRule.",
+    (D, "key", "value", "effect", "devicetaintrule"),
+    CLUSTER,
+    "spec.devices[].taints[].{key,value,effect}, DeviceTaintRule spec.deviceSelector and "
+    "spec.taint.{key,value,effect} (when listed)",
+    needs=(RESOURCE_SLICES,),
+    per="pool",
 )
-def device_taint(view: SliceView) -> Iterator[Row]:
-    """One row per taint of a known effect (None, NoSchedule, NoExecute)."""
-    for device in view.devices:
-        for key, value, effect, _ in device.taints(view.context, view.where):
-            yield (device.labels, key, value, effect, 1.0)
+def device_taint(index: ClusterIndex) -> Iterator[Row]:
+    """One row per taint of a known effect (None, NoSchedule, NoExecute) of a current device.
+
+    ``devicetaintrule`` is "" for the device's own taint, else the rule that puts it there (one
+    row per rule that selects the device).
+    """
+    for labels, key, value, effect, rule in index.device_taints():
+        yield (labels, key, value, effect, rule, 1.0)
 
 
 @family(

@@ -96,12 +96,16 @@ def test_device_states(body: str) -> None:
     assert ours(
         body, "kube_resourceslice_device_capacity_available", "device_name", "capacity"
     ) == {("shared", "memory"): 50 * 2**30}
-    assert ours(
-        body, "kube_resourceslice_device_taint", "device_name", "key", "value", "effect"
-    ) == {
-        ("broken", "example.com/xid", "79", "NoSchedule"): 1,
-        ("lost", "example.com/lost", "", "NoExecute"): 1,
-        ("fine", "example.com/unmonitored", "", "None"): 1,
+    taints = ("device_name", "key", "value", "effect", "devicetaintrule")
+    assert ours(body, "kube_resourceslice_device_taint", *taints) == {
+        ("broken", "example.com/xid", "79", "NoSchedule", ""): 1,
+        ("lost", "example.com/lost", "", "NoExecute", ""): 1,
+        ("fine", "example.com/unmonitored", "", "None", ""): 1,
+        ("fine", "example.com/maintenance", "firmware", "NoSchedule", "e2e-drain"): 1,
+    }
+    held = ("resourceclaim_name", "device_name", "key", "effect", "devicetaintrule", "tolerated")
+    assert ours(body, "kube_resourceclaim_allocation_tainted", *held) == {
+        ("in-use-lost", "lost", "example.com/lost", "NoExecute", "", "false"): 1
     }
     assert ours(
         body,
