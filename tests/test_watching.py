@@ -336,7 +336,7 @@ def test_readyz_names_what_each_resource_waits_for(fake: FakeKubeAPI, clock: Clo
     response = result_of(ready.get("http://exporter/readyz"))
     assert response.code == 503
     assert result_of(response.text()).splitlines() == [
-        "deviceclasses not synchronised yet (list deviceclasses failed: 403 Forbidden)",
+        "deviceclasses not synchronised yet (watch deviceclasses failed: 403 Forbidden)",
         "resourceclaims not synchronised yet (waiting for deviceclasses first)",
         "resourceslices not synchronised yet (waiting for deviceclasses first)",
     ]

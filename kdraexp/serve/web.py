@@ -157,7 +157,7 @@ def failure_line(error: ListError) -> str:
     """One line of the 500 body: no upstream text, which can hold RBAC details."""
     code = f"{error.code} " if error.code is not None else ""
     detail = f": {error.message}" if error.public and error.message else ""
-    return f"list {error.resource} failed: {code}{error.reason}{detail}"
+    return f"{error.verb} {error.resource} failed: {code}{error.reason}{detail}"
 
 
 @implementer(IPushProducer)

@@ -535,13 +535,14 @@ def _stale(error: ListError, bound: float) -> ListError:
         error.code,
         f"the watch has failed for more than --max-staleness={bound:g}s",
         public=True,
+        verb=error.verb,
     )
 
 
 def _as_list_error(kind: Kind, raised: Exception) -> ListError:
     if isinstance(raised, ListError):
         return raised
-    return ListError(kind.plural, Reason.DECODE, None, str(raised))
+    return ListError(kind.plural, Reason.DECODE, None, str(raised), verb="watch")
 
 
 def _version_of(raw: msgspec.Raw) -> str | None:

@@ -364,7 +364,7 @@ def test_compaction_relists_without_loss(plane: ControlPlane, tmp_path: Path) ->
 
 
 def test_identity_without_watch(plane: ControlPlane, tmp_path: Path) -> None:
-    """An identity that may list but not watch: 503 saying 403 Forbidden, and the log says so."""
+    """An identity that may list but not watch: 503 saying watch is refused, and the log too."""
     kube = plane.kube
     ensure_namespace(kube, CHART_NAMESPACE)
     kube.create(
@@ -405,9 +405,9 @@ def test_identity_without_watch(plane: ControlPlane, tmp_path: Path) -> None:
 
         text = wait_until(refused, 30, "a 503 naming the refusal")
         assert (
-            "deviceclasses not synchronised yet (list deviceclasses failed: 403 Forbidden)" in text
+            "deviceclasses not synchronised yet (watch deviceclasses failed: 403 Forbidden)" in text
         )
-        assert "Error watching deviceclasses" in watching.log()
+        assert "Error watching deviceclasses: watch deviceclasses: 403 Forbidden" in watching.log()
     finally:
         assert watching.stop() == 0
 
