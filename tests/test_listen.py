@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import ILogObserver, LogLevel, globalLogPublisher
@@ -117,3 +118,21 @@ async def test_port_in_use() -> None:
         taken.listen(1)
         with pytest.raises(CannotListenError):
             await bound(f":{taken.getsockname()[1]}")
+
+
+@pytest_twisted.ensureDeferred
+async def test_host_name() -> None:
+    """``localhost:PORT``: the name's first IPv4 address is bound (an address, as a name says)."""
+    port = await bound("localhost:0")
+    try:
+        assert port.getHost().host == "127.0.0.1"
+        assert connects(socket.AF_INET, "127.0.0.1", port.getHost().port)
+    finally:
+        await port.stopListening()
+
+
+def test_endpoint_types_are_not_host_names() -> None:
+    """``tcp:8080`` is Twisted's endpoint, not a host named tcp."""
+    assert isinstance(listen.endpoint(cast(IKdraReactor, reactor), "tcp:8080"), TCP4ServerEndpoint)
+    with pytest.raises(listen.ListenError, match="does not resolve"):
+        listen.check("no-such-host.invalid:8080")
