@@ -136,3 +136,23 @@ def test_endpoint_types_are_not_host_names() -> None:
     assert isinstance(listen.endpoint(cast(IKdraReactor, reactor), "tcp:8080"), TCP4ServerEndpoint)
     with pytest.raises(listen.ListenError, match="does not resolve"):
         listen.check("no-such-host.invalid:8080")
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "clash"),
+    [
+        (":8080", "0.0.0.0:8080", True),
+        ("8080", ":8080", True),
+        ("[::]:8080", "127.0.0.1:8080", True),
+        ("127.0.0.1:8080", "localhost:8080", True),
+        ("tcp:8080", "tcp:8080", True),
+        (":8080", ":8081", False),
+        ("[::1]:8080", "0.0.0.0:8080", False),
+        ("127.0.0.1:8080", "127.0.0.2:8080", False),
+        (":0", ":0", False),
+    ],
+)
+def test_overlap(one: str, other: str, clash: bool) -> None:
+    """Two values that would bind one port of one address, however written."""
+    assert listen.overlap(one, other) is clash
+    assert listen.overlap(other, one) is clash

@@ -120,6 +120,21 @@ def test_values() -> None:
         ),
         (["--nope"], "option --nope not recognized"),
         (
+            ["--listen", ":8081"],
+            "--listen ':8081' and --telemetry-listen ':8081' take the same port: "
+            "give them different ones",
+        ),
+        (
+            ["--listen", ":9000", "--telemetry-listen", "0.0.0.0:9000"],
+            "--listen ':9000' and --telemetry-listen '0.0.0.0:9000' take the same port: "
+            "give them different ones",
+        ),
+        (
+            ["--listen", "127.0.0.1:9000", "--telemetry-listen", "localhost:9000"],
+            "--listen '127.0.0.1:9000' and --telemetry-listen 'localhost:9000' take the same "
+            "port: give them different ones",
+        ),
+        (
             ["--metric-allowlist", "a", "--metric-denylist", "b"],
             "--metric-allowlist and --metric-denylist are mutually exclusive",
         ),

@@ -198,6 +198,11 @@ class Options(usage.Options):
                 listen.check(self[option])
             except listen.ListenError as error:
                 raise usage.UsageError(f"--{option} {error}") from None
+        if self["telemetry-listen"] and listen.overlap(self["listen"], self["telemetry-listen"]):
+            raise usage.UsageError(
+                f"--listen {self['listen']!r} and --telemetry-listen "
+                f"{self['telemetry-listen']!r} take the same port: give them different ones"
+            )
         source = self["source"]
         file = None
         if source.startswith("file:") and source[5:]:

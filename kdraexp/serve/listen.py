@@ -86,6 +86,27 @@ def check(value: str) -> None:
     endpoint(cast(IKdraReactor, None), value)  # parsing keeps the reactor, never calls it
 
 
+def overlap(one: str, other: str) -> bool:
+    """Whether two values would bind the same port of the same address (so one cannot listen).
+
+    Addresses are compared as bound (``:8080``, ``8080``, ``[::]:8080`` and ``0.0.0.0:8080``
+    all take port 8080 of every IPv4 address); Twisted endpoint descriptions, as written.
+    """
+    first, second = _where(one), _where(other)
+    if first is None or second is None:
+        return one == other
+    (_, a, port), (_, b, port_b) = first, second
+    if port != port_b or port == 0:
+        return False
+    return a == b or _covers(a, b) or _covers(b, a)
+
+
+def _covers(wildcard: str, address: str) -> bool:
+    if wildcard in ("", "::"):  # every address; an IPv6 socket takes IPv4 too (V6ONLY off)
+        return True
+    return wildcard == "0.0.0.0" and ":" not in address
+
+
 def _where(value: str) -> tuple[socket.AddressFamily | None, str, int] | None:
     """What an address form binds: (family, address, port); None for a Twisted description.
 
