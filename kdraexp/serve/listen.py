@@ -101,6 +101,12 @@ def overlap(one: str, other: str) -> bool:
     return a == b or _covers(a, b) or _covers(b, a)
 
 
+def port_of(value: str) -> int | None:
+    """The port an address form binds (None for a Twisted endpoint description)."""
+    where = _where(value)
+    return None if where is None else where[2]
+
+
 def _covers(wildcard: str, address: str) -> bool:
     if wildcard in ("", "::"):  # every address; an IPv6 socket takes IPv4 too (V6ONLY off)
         return True
