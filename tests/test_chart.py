@@ -586,6 +586,31 @@ def test_notes(tmp_path: Path) -> None:
         'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
     )
     notes = resource(render(chart=chart), "ConfigMap")["data"]["notes"]
+    assert notes.startswith(
+        "kube-dra-exporter 0.2.0 is listing ResourceClaims, ResourceSlices and DeviceClasses\n"
+        "cluster-wide"
+    ), notes
+    every = resource(
+        render(
+            {
+                "exporter": {
+                    "mode": "watch",
+                    "resources": ["resourceclaims", "resourceslices", "deviceclasses", "pods"],
+                    "deviceTaintRules": True,
+                }
+            },
+            chart=chart,
+        ),
+        "ConfigMap",
+    )["data"]["notes"]
+    assert every.startswith(
+        "kube-dra-exporter 0.2.0 is watching ResourceClaims, ResourceSlices, DeviceClasses, Pods "
+        "and DeviceTaintRules\ncluster-wide"
+    ), every
+    only = render({"exporter": {"resources": ["resourceslices"]}}, chart=chart)
+    assert resource(only, "ConfigMap")["data"]["notes"].startswith(
+        "kube-dra-exporter 0.2.0 is listing ResourceSlices\ncluster-wide"
+    )
     assert (
         "kubectl --namespace exporter port-forward service/regression-kube-dra-exporter 8080:8080"
     ) in notes
