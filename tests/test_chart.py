@@ -823,6 +823,46 @@ def test_chart_readme_lists_every_value_with_its_default() -> None:
     assert rows == expected
 
 
+@pytest.mark.parametrize(
+    ("values", "served", "missing"),
+    [
+        ({"prometheus": {"servicemonitor": {"enabled": True}}}, (), "ServiceMonitor"),
+        ({"prometheus": {"podmonitor": {"enabled": True}}}, (), "PodMonitor"),
+        ({"prometheusRule": {"enabled": True}}, (), "PrometheusRule"),
+        (
+            {
+                "prometheus": {"servicemonitor": {"enabled": True}},
+                "prometheusRule": {"enabled": True},
+            },
+            ("ServiceMonitor",),
+            "PrometheusRule",
+        ),
+    ],
+)
+def test_operator_kinds_need_their_crds(
+    values: dict[str, Any], served: tuple[str, ...], missing: str
+) -> None:
+    """Without the prometheus-operator's CRDs, the chart names the one missing."""
+    extra = tuple(f"--api-versions=monitoring.coreos.com/v1/{kind}" for kind in served)
+    fails(
+        values,
+        f"needs the prometheus-operator's {missing} CRD (monitoring.coreos.com/v1/{missing}), "
+        "which the cluster does not serve",
+        operator=False,
+        extra=extra,
+    )
+
+
+def test_kube_prometheus_stack_values_without_the_operator() -> None:
+    """The shipped values on a cluster without the operator: the CRD is named, not a mapping."""
+    fails(
+        {},
+        "prometheus.servicemonitor.enabled needs the prometheus-operator's ServiceMonitor CRD",
+        operator=False,
+        extra=("-f", str(CHART / "kube-prometheus-stack-values.yaml")),
+    )
+
+
 def test_kube_prometheus_stack_in_one_step() -> None:
     """The shipped values turn on the monitor, the rules and the dashboard, one release label."""
     docs = render(extra=("-f", str(CHART / "kube-prometheus-stack-values.yaml")))
