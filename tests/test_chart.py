@@ -754,11 +754,34 @@ def test_response_cap_follows_the_memory_limit() -> None:
         (
             {
                 "exporter": {"timeout": 90},
-                "prometheus": {"podmonitor": {"enabled": True, "scrapeTimeout": "1m30s"}},
+                "prometheus": {
+                    "podmonitor": {"enabled": True, "interval": "2m", "scrapeTimeout": "1m30s"}
+                },
             },
             "exporter.timeout 90 must be below prometheus.podmonitor.scrapeTimeout 1m30s",
         ),
         ({"exporter": {"deviceAttributes": ["a/b/c"]}}, "at '/exporter/deviceAttributes/0'"),
+        (
+            {"prometheus": {"servicemonitor": {"enabled": True, "interval": "10s"}}},
+            "prometheus.servicemonitor.interval 10s is shorter than its scrapeTimeout 30s",
+        ),
+        (
+            {
+                "exporter": {"timeout": 5},
+                "prometheus": {
+                    "podmonitor": {"enabled": True, "interval": "20s", "scrapeTimeout": "25s"}
+                },
+            },
+            "prometheus.podmonitor.interval 20s is shorter than its scrapeTimeout 25s",
+        ),
+        (
+            {"resources": {"limits": {"memory": "64Mi"}}},
+            "resources.limits.memory 64Mi is below what the exporter holds idle, about 87Mi",
+        ),
+        (
+            {"resources": {"limits": {"memory": 67108864}}},
+            "resources.limits.memory 67108864 is below what the exporter holds idle",
+        ),
     ],
 )
 def test_values_that_would_crash_the_pod_are_refused(values: dict[str, Any], message: str) -> None:
@@ -770,6 +793,15 @@ def test_timeout_below_the_scrape_timeout_renders() -> None:
     """A timeout below the monitor's scrape timeout is accepted."""
     values = {"exporter": {"timeout": 29}, "prometheus": {"servicemonitor": {"enabled": True}}}
     assert "--timeout=29" in container(render(values))["args"]
+
+
+def test_interval_as_long_as_the_timeout_and_the_smallest_limit_render() -> None:
+    """An interval equal to the scrape timeout, and a limit of what the exporter idles at."""
+    monitor = {"enabled": True, "interval": "30s", "scrapeTimeout": "30s"}
+    docs = render(
+        {"prometheus": {"servicemonitor": monitor}, "resources": {"limits": {"memory": "87Mi"}}}
+    )
+    assert resource(docs, "ServiceMonitor")["spec"]["endpoints"][0]["interval"] == "30s"
 
 
 def test_readme_values_are_the_defaults() -> None:
