@@ -183,11 +183,12 @@ def test_pods_listed_without_rbac_for_pods(
             assert body == "list pods failed: 403 Forbidden\n"
         else:
             expected = "pods not synchronised yet (watch pods failed: 403 Forbidden)\n"
-            _, body = wait_until(
-                lambda: (answer := _code_is(running, 503)) and answer[1] == expected and answer,
-                30,
-                "a 503 for pods",
-            )
+
+            def refused() -> tuple[int, str] | None:
+                answer = _code_is(running, 503)
+                return answer if answer is not None and answer[1] == expected else None
+
+            _, body = wait_until(refused, 30, "a 503 for pods")
         assert "kube_" not in body
     finally:
         assert running.stop() == 0
