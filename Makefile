@@ -5,8 +5,6 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 LISTEN ?= :8080
 TELEMETRY ?= :8081
-# An editable install in compat mode puts the checkout on sys.path, where twistd finds the plugin.
-COMPAT := --config-settings editable_mode=compat
 
 .PHONY: demo test lint pytest e2e bench install runtime prebuild
 
@@ -15,19 +13,20 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # The installs are files, remade only when the packaging changes: `make demo` again starts at
-# once. The test install contains the runtime one.
+# once. The test install contains the runtime one. Editable: setup.py makes the checkout the
+# source root, so the install is a .pth putting it on sys.path, where twistd finds the plugin.
 METADATA := setup.cfg setup.py pyproject.toml
 RUNTIME := $(VENV)/.installed-runtime
 TESTING := $(VENV)/.installed-test
 
 # What the exporter needs to run, nothing more (make demo).
 $(RUNTIME): $(BIN)/python $(METADATA)
-	$(BIN)/python -m pip install -q $(COMPAT) -e .
+	$(BIN)/python -m pip install -q -e .
 	touch $@
 
 # The exporter and everything the tests need.
 $(TESTING): $(BIN)/python $(METADATA)
-	$(BIN)/python -m pip install -q $(COMPAT) -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@ $(RUNTIME)
 
 runtime: $(if $(wildcard $(TESTING)),$(TESTING),$(RUNTIME))

@@ -2,4 +2,9 @@
 
 from setuptools import find_packages, setup
 
-setup(packages=[*find_packages(include=["kdraexp", "kdraexp.*"]), "twisted.plugins"])
+setup(
+    # The checkout itself is the source root: an editable install puts it on sys.path (a .pth),
+    # where twistd finds the plugin under twisted/plugins, as an installed wheel has it.
+    package_dir={"": "."},
+    packages=[*find_packages(include=["kdraexp", "kdraexp.*"]), "twisted.plugins"],
+)

@@ -179,6 +179,6 @@ def exporter(fake: FakeKubeAPI, clock: Clock) -> Exporter:
     client, agent = in_memory_client(fake, clock)
     stats = CollectionStats(10.0)
     gatherer = Gatherer(client, clock, 10.0, stats, select())
-    resource = ExporterApp(gatherer, clock).app.resource()
+    resource = ExporterApp(gatherer, clock, ":8081").app.resource()
     telemetry = StubTreq(TelemetryApp(registry(stats)).app.resource())
     return Exporter(fake, clock, stats, gatherer, StubTreq(resource), agent, resource, telemetry)

@@ -14,6 +14,11 @@ __all__ = ["CHART", "RenderError", "helm", "kinds", "render", "resource"]
 
 ROOT = Path(__file__).parent.parent
 CHART = ROOT / "chart" / "kube-dra-exporter"
+OPERATOR = tuple(
+    f"--api-versions=monitoring.coreos.com/v1/{kind}"
+    for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule")
+)
+"""What a cluster with the prometheus-operator's CRDs serves, as helm template is told it."""
 
 
 class RenderError(Exception):
@@ -26,9 +31,16 @@ def render(
     production: bool = False,
     chart: Path = CHART,
     extra: tuple[str, ...] = (),
+    operator: bool = True,
 ) -> list[dict[str, Any]]:
-    """``helm template regression CHART --namespace exporter`` with *values* on stdin."""
+    """``helm template regression CHART --namespace exporter`` with *values* on stdin.
+
+    With *operator*, for a cluster with the prometheus-operator's CRDs (the monitors and rules
+    the chart makes need them).
+    """
     args = [helm(), "template", "regression", str(chart), "--namespace", "exporter", *extra]
+    if operator:
+        args += OPERATOR
     if production:
         args += ["-f", str(chart / "prod-values.yaml")]
     args += ["-f", "-"]

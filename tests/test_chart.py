@@ -586,6 +586,31 @@ def test_notes(tmp_path: Path) -> None:
         'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
     )
     notes = resource(render(chart=chart), "ConfigMap")["data"]["notes"]
+    assert notes.startswith(
+        "kube-dra-exporter 0.2.0 is listing ResourceClaims, ResourceSlices and DeviceClasses\n"
+        "cluster-wide"
+    ), notes
+    every = resource(
+        render(
+            {
+                "exporter": {
+                    "mode": "watch",
+                    "resources": ["resourceclaims", "resourceslices", "deviceclasses", "pods"],
+                    "deviceTaintRules": True,
+                }
+            },
+            chart=chart,
+        ),
+        "ConfigMap",
+    )["data"]["notes"]
+    assert every.startswith(
+        "kube-dra-exporter 0.2.0 is watching ResourceClaims, ResourceSlices, DeviceClasses, Pods "
+        "and DeviceTaintRules\ncluster-wide"
+    ), every
+    only = render({"exporter": {"resources": ["resourceslices"]}}, chart=chart)
+    assert resource(only, "ConfigMap")["data"]["notes"].startswith(
+        "kube-dra-exporter 0.2.0 is listing ResourceSlices\ncluster-wide"
+    )
     assert (
         "kubectl --namespace exporter port-forward service/regression-kube-dra-exporter 8080:8080"
     ) in notes
@@ -729,11 +754,34 @@ def test_response_cap_follows_the_memory_limit() -> None:
         (
             {
                 "exporter": {"timeout": 90},
-                "prometheus": {"podmonitor": {"enabled": True, "scrapeTimeout": "1m30s"}},
+                "prometheus": {
+                    "podmonitor": {"enabled": True, "interval": "2m", "scrapeTimeout": "1m30s"}
+                },
             },
             "exporter.timeout 90 must be below prometheus.podmonitor.scrapeTimeout 1m30s",
         ),
         ({"exporter": {"deviceAttributes": ["a/b/c"]}}, "at '/exporter/deviceAttributes/0'"),
+        (
+            {"prometheus": {"servicemonitor": {"enabled": True, "interval": "10s"}}},
+            "prometheus.servicemonitor.interval 10s is shorter than its scrapeTimeout 30s",
+        ),
+        (
+            {
+                "exporter": {"timeout": 5},
+                "prometheus": {
+                    "podmonitor": {"enabled": True, "interval": "20s", "scrapeTimeout": "25s"}
+                },
+            },
+            "prometheus.podmonitor.interval 20s is shorter than its scrapeTimeout 25s",
+        ),
+        (
+            {"resources": {"limits": {"memory": "64Mi"}}},
+            "resources.limits.memory 64Mi is below what the exporter holds idle, about 87Mi",
+        ),
+        (
+            {"resources": {"limits": {"memory": 67108864}}},
+            "resources.limits.memory 67108864 is below what the exporter holds idle",
+        ),
     ],
 )
 def test_values_that_would_crash_the_pod_are_refused(values: dict[str, Any], message: str) -> None:
@@ -745,6 +793,15 @@ def test_timeout_below_the_scrape_timeout_renders() -> None:
     """A timeout below the monitor's scrape timeout is accepted."""
     values = {"exporter": {"timeout": 29}, "prometheus": {"servicemonitor": {"enabled": True}}}
     assert "--timeout=29" in container(render(values))["args"]
+
+
+def test_interval_as_long_as_the_timeout_and_the_smallest_limit_render() -> None:
+    """An interval equal to the scrape timeout, and a limit of what the exporter idles at."""
+    monitor = {"enabled": True, "interval": "30s", "scrapeTimeout": "30s"}
+    docs = render(
+        {"prometheus": {"servicemonitor": monitor}, "resources": {"limits": {"memory": "87Mi"}}}
+    )
+    assert resource(docs, "ServiceMonitor")["spec"]["endpoints"][0]["interval"] == "30s"
 
 
 def test_readme_values_are_the_defaults() -> None:
@@ -796,6 +853,46 @@ def test_chart_readme_lists_every_value_with_its_default() -> None:
         if line.startswith("| `") and len(cells) == 3:
             rows[cells[0].strip("`")] = cells[1]
     assert rows == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "served", "missing"),
+    [
+        ({"prometheus": {"servicemonitor": {"enabled": True}}}, (), "ServiceMonitor"),
+        ({"prometheus": {"podmonitor": {"enabled": True}}}, (), "PodMonitor"),
+        ({"prometheusRule": {"enabled": True}}, (), "PrometheusRule"),
+        (
+            {
+                "prometheus": {"servicemonitor": {"enabled": True}},
+                "prometheusRule": {"enabled": True},
+            },
+            ("ServiceMonitor",),
+            "PrometheusRule",
+        ),
+    ],
+)
+def test_operator_kinds_need_their_crds(
+    values: dict[str, Any], served: tuple[str, ...], missing: str
+) -> None:
+    """Without the prometheus-operator's CRDs, the chart names the one missing."""
+    extra = tuple(f"--api-versions=monitoring.coreos.com/v1/{kind}" for kind in served)
+    fails(
+        values,
+        f"needs the prometheus-operator's {missing} CRD (monitoring.coreos.com/v1/{missing}), "
+        "which the cluster does not serve",
+        operator=False,
+        extra=extra,
+    )
+
+
+def test_kube_prometheus_stack_values_without_the_operator() -> None:
+    """The shipped values on a cluster without the operator: the CRD is named, not a mapping."""
+    fails(
+        {},
+        "prometheus.servicemonitor.enabled needs the prometheus-operator's ServiceMonitor CRD",
+        operator=False,
+        extra=("-f", str(CHART / "kube-prometheus-stack-values.yaml")),
+    )
 
 
 def test_kube_prometheus_stack_in_one_step() -> None:

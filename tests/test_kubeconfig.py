@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trustme
 import yaml
 
 from kdraexp.kube.kubeconfig import ConfigError, load, redacted
@@ -82,7 +83,8 @@ def test_first_definition_wins(tmp_path: Path) -> None:
 def test_relative_paths_resolve_against_their_file(tmp_path: Path) -> None:
     """Certificate and token file paths are relative to the kubeconfig naming them."""
     (tmp_path / "certs").mkdir()
-    (tmp_path / "certs" / "ca.pem").write_bytes(b"CA")
+    ca = trustme.CA().cert_pem.bytes()
+    (tmp_path / "certs" / "ca.pem").write_bytes(ca)
     (tmp_path / "certs" / "token").write_text("from-file")
     path = write(
         tmp_path / "config",
@@ -91,26 +93,26 @@ def test_relative_paths_resolve_against_their_file(tmp_path: Path) -> None:
         ),
     )
     config = load({"KUBECONFIG": str(path)}, home="/nonexistent")
-    assert config.ca_pem == b"CA"
+    assert config.ca_pem == ca
     assert config.token_file == str(tmp_path / "certs" / "token")
 
 
 def test_data_fields(tmp_path: Path) -> None:
     """-data fields are base64; tls-server-name and insecure are read."""
     b64 = base64.b64encode(b"PEM").decode()
+    ca = trustme.CA().cert_pem.bytes()
     path = write(
         tmp_path / "config",
         kubeconfig(
             user={"client-certificate-data": b64, "client-key-data": b64},
-            cluster={"certificate-authority-data": b64, "tls-server-name": "kubernetes"},
+            cluster={
+                "certificate-authority-data": base64.b64encode(ca).decode(),
+                "tls-server-name": "kubernetes",
+            },
         ),
     )
     config = load({"KUBECONFIG": str(path)})
-    assert (config.ca_pem, config.client_cert_pem, config.client_key_pem) == (
-        b"PEM",
-        b"PEM",
-        b"PEM",
-    )
+    assert (config.ca_pem, config.client_cert_pem, config.client_key_pem) == (ca, b"PEM", b"PEM")
     assert config.tls_server_name == "kubernetes"
 
 
@@ -340,3 +342,20 @@ def test_fifo_kubeconfig_does_not_block(tmp_path: Path) -> None:
     os.mkfifo(path)
     with pytest.raises(ConfigError, match="is not a regular file"):
         load({**NO_CLUSTER, "KUBECONFIG": str(path)})
+
+
+@pytest.mark.parametrize("field", ["certificate-authority-data", "certificate-authority"])
+def test_certificate_authority_not_pem(tmp_path: Path, field: str) -> None:
+    """Base64 that is no PEM (or a file that is none): the cluster and the file are named."""
+    ca = tmp_path / "ca.der"
+    ca.write_bytes(b"0\x82 not a certificate")
+    if field == "certificate-authority":
+        value, where = str(ca), f"certificate-authority {ca}"
+    else:
+        value, where = "MIIBIjANBgkqhkiG", f"certificate-authority-data in {tmp_path / 'config'}"
+    path = write(tmp_path / "config", kubeconfig(cluster={field: value}))
+    with pytest.raises(ConfigError) as caught:
+        load({**NO_CLUSTER, "KUBECONFIG": str(path)})
+    assert str(caught.value) == (
+        f"kubeconfig cluster 'test': {where}: the certificate authority holds no PEM certificate"
+    )

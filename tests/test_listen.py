@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.internet.endpoints import TCP4ServerEndpoint
 from twisted.internet.error import CannotListenError
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import ILogObserver, LogLevel, globalLogPublisher
@@ -117,3 +118,41 @@ async def test_port_in_use() -> None:
         taken.listen(1)
         with pytest.raises(CannotListenError):
             await bound(f":{taken.getsockname()[1]}")
+
+
+@pytest_twisted.ensureDeferred
+async def test_host_name() -> None:
+    """``localhost:PORT``: the name's first IPv4 address is bound (an address, as a name says)."""
+    port = await bound("localhost:0")
+    try:
+        assert port.getHost().host == "127.0.0.1"
+        assert connects(socket.AF_INET, "127.0.0.1", port.getHost().port)
+    finally:
+        await port.stopListening()
+
+
+def test_endpoint_types_are_not_host_names() -> None:
+    """``tcp:8080`` is Twisted's endpoint, not a host named tcp."""
+    assert isinstance(listen.endpoint(cast(IKdraReactor, reactor), "tcp:8080"), TCP4ServerEndpoint)
+    with pytest.raises(listen.ListenError, match="does not resolve"):
+        listen.check("no-such-host.invalid:8080")
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "clash"),
+    [
+        (":8080", "0.0.0.0:8080", True),
+        ("8080", ":8080", True),
+        ("[::]:8080", "127.0.0.1:8080", True),
+        ("127.0.0.1:8080", "localhost:8080", True),
+        ("tcp:8080", "tcp:8080", True),
+        (":8080", ":8081", False),
+        ("[::1]:8080", "0.0.0.0:8080", False),
+        ("127.0.0.1:8080", "127.0.0.2:8080", False),
+        (":0", ":0", False),
+    ],
+)
+def test_overlap(one: str, other: str, clash: bool) -> None:
+    """Two values that would bind one port of one address, however written."""
+    assert listen.overlap(one, other) is clash
+    assert listen.overlap(other, one) is clash

@@ -134,3 +134,42 @@ def test_make_demo_installs_only_when_the_packaging_changed(tmp_path: Path) -> N
     assert "pip install" not in first and "kdraexp --listen" in first
     (venv / ".installed-test").touch()  # after `make install`: the test install holds the runtime
     assert "pip install" not in planned()
+
+
+def test_editable_install_is_the_checkout_on_sys_path_without_warnings(tmp_path: Path) -> None:
+    """What ``make install`` and ``make demo`` install: a .pth of the checkout, said quietly.
+
+    The checkout on sys.path is what lets twistd find the plugin under twisted/plugins (an
+    import finder of setuptools' would not); setuptools' deprecated compat mode, which did it
+    too, printed a banner at every install.
+    """
+    planned = subprocess.run(
+        ["make", "-n", "install", f"VENV={tmp_path / 'venv'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    installs = [line for line in planned.splitlines() if "pip install" in line and " -e " in line]
+    assert installs and not [line for line in installs if "--config-settings" in line], planned
+    script = (
+        "import sys, build\n"
+        "print(build.ProjectBuilder(sys.argv[1]).build('editable', sys.argv[2]))\n"
+    )
+    built = subprocess.run(
+        [sys.executable, "-W", "always", "-c", script, str(ROOT), str(tmp_path / "dist")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert "Warning" not in built.stderr and "compat" not in built.stderr.lower(), built.stderr
+    import zipfile
+
+    with zipfile.ZipFile(built.stdout.strip().splitlines()[-1]) as wheel:
+        names = wheel.namelist()
+        pth = [name for name in names if name.endswith(".pth")]
+        assert len(pth) == 1, names
+        assert wheel.read(pth[0]).decode().split() == [str(ROOT)]
+        assert not [name for name in names if "finder" in name], names

@@ -14,6 +14,7 @@ from zope.interface.verify import verifyObject
 
 from kdraexp.app.service import KubeClientService, ListeningService, Settings, build_service
 from kdraexp.app.tap import Options
+from kdraexp.dra.listing import KINDS
 from kdraexp.kube.kubeconfig import ClusterConfig
 from kdraexp.serve.site import BoundedSite
 from kdraexp.store.sharding import Shard
@@ -82,9 +83,14 @@ def test_values() -> None:
         (["--source", "file:"], "--source 'file:': expected 'cluster' or 'file:PATH'"),
         (["--source", "kube"], "--source 'kube': expected 'cluster' or 'file:PATH'"),
         (
-            ["--listen", "bogus:1"],
-            "--listen 'bogus:1': expected a port, :PORT, IPv4:PORT, [IPv6]:PORT or a Twisted "
-            "endpoint such as tcp:8080:interface=127.0.0.1",
+            ["--listen", "bogus:1:2"],
+            "--listen 'bogus:1:2': expected a port, :PORT, HOST:PORT (an IPv4 address or a host "
+            "name), [IPv6]:PORT or a Twisted endpoint such as tcp:8080:interface=127.0.0.1",
+        ),
+        (
+            ["--listen", "no-such-host.invalid:9382"],
+            "--listen 'no-such-host.invalid:9382': the host name 'no-such-host.invalid' does not "
+            "resolve (Name or service not known)",
         ),
         (["--listen", "tcp:x"], "--listen 'tcp:x': invalid literal for int() with base 10: 'x'"),
         (["--listen", "70000"], "--listen '70000': the port must be at most 65535"),
@@ -108,10 +114,26 @@ def test_values() -> None:
         (["--shard", "1", "--pod", "x-1"], "--shard and --pod are mutually exclusive"),
         (
             ["--telemetry-listen", "localhost"],
-            "--telemetry-listen 'localhost': expected a port, :PORT, IPv4:PORT, [IPv6]:PORT or "
-            "a Twisted endpoint such as tcp:8080:interface=127.0.0.1",
+            "--telemetry-listen 'localhost': expected a port, :PORT, HOST:PORT (an IPv4 address "
+            "or a host name), [IPv6]:PORT or a Twisted endpoint such as "
+            "tcp:8080:interface=127.0.0.1",
         ),
         (["--nope"], "option --nope not recognized"),
+        (
+            ["--listen", ":8081"],
+            "--listen ':8081' and --telemetry-listen ':8081' take the same port: "
+            "give them different ones",
+        ),
+        (
+            ["--listen", ":9000", "--telemetry-listen", "0.0.0.0:9000"],
+            "--listen ':9000' and --telemetry-listen '0.0.0.0:9000' take the same port: "
+            "give them different ones",
+        ),
+        (
+            ["--listen", "127.0.0.1:9000", "--telemetry-listen", "localhost:9000"],
+            "--listen '127.0.0.1:9000' and --telemetry-listen 'localhost:9000' take the same "
+            "port: give them different ones",
+        ),
         (
             ["--metric-allowlist", "a", "--metric-denylist", "b"],
             "--metric-allowlist and --metric-denylist are mutually exclusive",
@@ -177,3 +199,20 @@ def test_shard_families_only_when_sharded() -> None:
     sharded = {family.name: family for family in CollectionStats(10.0, Shard(1, 3)).collect()}
     assert sharded["kube_dra_exporter_shard_ordinal"].samples[0].value == 1
     assert sharded["kube_dra_exporter_total_shards"].samples[0].value == 3
+
+
+def test_help_names_every_resource() -> None:
+    """--help lists every value --resources takes (pods too)."""
+    text = " ".join(str(Options()).split())
+    described = text[text.index("--resources=") :].split(" --")[0]
+    for kind in KINDS:
+        assert kind.plural in described, described
+
+
+def test_listen_takes_a_host_name() -> None:
+    """HOST:PORT takes a name that resolves, as --help says: localhost:9382."""
+    options = parse("--listen", "localhost:9382", "--telemetry-listen", "localhost:9383")
+    assert (options.settings.listen, options.settings.telemetry_listen) == (
+        "localhost:9382",
+        "localhost:9383",
+    )

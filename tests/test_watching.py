@@ -18,7 +18,7 @@ from kdraexp.telemetry.watchstats import WatchStats
 from tests.collect import text
 from tests.conftest import failure_of, in_memory_client, result_of
 from tests.fakeapi import FakeKubeAPI, Fault, status
-from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_SLICE
+from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_SLICE, device_class
 
 
 class Watched:
@@ -400,7 +400,7 @@ def test_readyz_names_what_each_resource_waits_for(fake: FakeKubeAPI, clock: Clo
     response = result_of(ready.get("http://exporter/readyz"))
     assert response.code == 503
     assert result_of(response.text()).splitlines() == [
-        "deviceclasses not synchronised yet (list deviceclasses failed: 403 Forbidden)",
+        "deviceclasses not synchronised yet (watch deviceclasses failed: 403 Forbidden)",
         "resourceclaims not synchronised yet (waiting for deviceclasses first)",
         "resourceslices not synchronised yet (waiting for deviceclasses first)",
     ]
@@ -516,3 +516,50 @@ def test_taint_rule_changes_change_the_taints(fake: FakeKubeAPI, clock: Clock) -
     watched.fake.change("devicetaintrules", "DELETED", taint_rule("drain", "NoSchedule", "fyi"))
     watched.settle()
     assert watched.text() == before
+
+
+def test_unread_values_counted_as_applied_and_logged_once(watched: Watched) -> None:
+    """A bad hourly-cost: counted at the sync, again at each event that applies it, logged once.
+
+    Gone (fixed, then deleted), it is logged again when it comes back; list_objects follows.
+    """
+    from twisted.logger import capturedLogs
+
+    invalid = {"resource": "deviceclasses", "field": "hourly-cost"}
+    objects = {"resource": "deviceclasses"}
+    counted = "kube_dra_exporter_invalid_values_total"
+    watched.fake.add("deviceclasses", device_class("bad", "1,5"))
+    with capturedLogs() as events:
+        watched.gatherer.start()
+        watched.settle()
+        assert watched.metric(counted, invalid) == 1
+        assert watched.metric("kube_dra_exporter_list_objects", objects) == 2
+        for _ in range(3):  # scrapes read nothing: nothing is counted again
+            watched.text()
+        assert watched.metric(counted, invalid) == 1
+        watched.fake.change("deviceclasses", "MODIFIED", device_class("bad", "2,5"))
+        watched.settle()
+        assert watched.metric(counted, invalid) == 2
+        watched.fake.change("deviceclasses", "MODIFIED", device_class("bad", "2.5"))
+        watched.settle()
+        assert watched.metric(counted, invalid) == 2
+        watched.fake.change("deviceclasses", "ADDED", device_class("worse", "x"))
+        watched.settle()
+        assert watched.metric(counted, invalid) == 3
+        assert watched.metric("kube_dra_exporter_list_objects", objects) == 3
+        watched.fake.change("deviceclasses", "DELETED", device_class("worse", "x"))
+        watched.settle()
+        assert watched.metric("kube_dra_exporter_list_objects", objects) == 2
+        watched.fake.change("deviceclasses", "ADDED", device_class("worse", "x"))
+        watched.settle()
+    lines = [e["problem"] for e in events if "hourly-cost" in str(e.get("problem", ""))]
+    assert lines == [
+        "Error parsing 'hourly-cost' (1,5) on DeviceClass bad: "
+        "expected a non-negative decimal with a dot separator",
+        "Error parsing 'hourly-cost' (2,5) on DeviceClass bad: "
+        "expected a non-negative decimal with a dot separator",
+        "Error parsing 'hourly-cost' (x) on DeviceClass worse: "
+        "expected a non-negative decimal with a dot separator",
+        "Error parsing 'hourly-cost' (x) on DeviceClass worse: "
+        "expected a non-negative decimal with a dot separator",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from typing import Any
 
 import pytest
 import treq
@@ -10,9 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families
-from treq.testing import RequestTraversalAgent
+from treq.testing import RequestTraversalAgent, StubTreq
 from twisted.web.http_headers import Headers
 
+from kdraexp.serve.web import ExporterApp
 from tests.conftest import Exporter, result_of
 from tests.fakeapi import Fault, status
 from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_LINES, SEED_SLICE, device_class
@@ -182,10 +184,31 @@ def test_healthz_never_lists(exporter: Exporter) -> None:
 
 
 def test_landing_page(exporter: Exporter) -> None:
-    """/ links both endpoints."""
+    """/ links /metrics, /healthz, /readyz and the telemetry listener on the host asked."""
     code, _, body = exporter.get("/")
     assert code == 200
     assert b'href="metrics"' in body and b'href="healthz"' in body
+    assert b'href="readyz"' in body
+    assert b'href="//exporter:8081/metrics"' in body
+
+
+@pytest.mark.parametrize(
+    ("telemetry", "host", "shown"),
+    [
+        ("", "exporter", b"no telemetry listener (--telemetry-listen is empty)"),
+        ("unix:/run/t.sock", "exporter", b"the exporter's own metrics: on unix:/run/t.sock"),
+        ("127.0.0.1:9", "[::1]:8080", b'href="//[::1]:9/metrics"'),
+        (":9", "<script>", b"the exporter's own metrics: on :9"),
+    ],
+)
+def test_landing_page_telemetry(
+    exporter: Exporter, telemetry: str, host: str, shown: bytes
+) -> None:
+    """No telemetry listener, one on a socket, a Host in IPv6, a Host unfit for a link."""
+    page: Any = StubTreq(ExporterApp(exporter.gatherer, exporter.clock, telemetry).app.resource())
+    response = result_of(page.get("http://exporter/", headers={"Host": host}))
+    assert response.code == 200
+    assert shown in result_of(response.content())
 
 
 @pytest.mark.parametrize("path", ["/metrics/", "/nope", "/healthz/x"])

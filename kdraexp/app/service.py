@@ -306,7 +306,11 @@ def build_service(
             total=settings.shard.total,
         )
     main = BoundedSite(
-        ExporterApp(gatherer, reactor).app.resource(), "main", http_stats, HANDLERS, reactor
+        ExporterApp(gatherer, reactor, settings.telemetry_listen).app.resource(),
+        "main",
+        http_stats,
+        HANDLERS,
+        reactor,
     )
     ListeningService(
         "metrics", settings.listen, listen.endpoint(reactor, settings.listen), main

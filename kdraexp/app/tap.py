@@ -89,8 +89,9 @@ class Options(usage.Options):
             "listen",
             "l",
             ":8080",
-            "Where the DRA metrics are served: :PORT (IPv4 and IPv6), PORT, HOST:PORT, "
-            "[IPv6]:PORT or a Twisted endpoint (tcp:8080:interface=127.0.0.1).",
+            "Where the DRA metrics are served: :PORT (IPv4 and IPv6), PORT, HOST:PORT "
+            "(HOST an IPv4 address, or a name such as localhost: its first IPv4 address, else "
+            "IPv6), [IPv6]:PORT or a Twisted endpoint (tcp:8080:interface=127.0.0.1).",
         ],
         [
             "telemetry-listen",
@@ -119,7 +120,8 @@ class Options(usage.Options):
             "resources",
             None,
             ",".join(DEFAULT_RESOURCES),
-            "Resources to list: resourceclaims, resourceslices, deviceclasses, devicetaintrules.",
+            "Resources to list: resourceclaims, resourceslices, deviceclasses, devicetaintrules, "
+            "pods.",
         ],
         ["metric-allowlist", None, "", "Comma-separated regexes: write only families matching."],
         ["metric-denylist", None, "", "Comma-separated regexes: write no family matching."],
@@ -196,6 +198,11 @@ class Options(usage.Options):
                 listen.check(self[option])
             except listen.ListenError as error:
                 raise usage.UsageError(f"--{option} {error}") from None
+        if self["telemetry-listen"] and listen.overlap(self["listen"], self["telemetry-listen"]):
+            raise usage.UsageError(
+                f"--listen {self['listen']!r} and --telemetry-listen "
+                f"{self['telemetry-listen']!r} take the same port: give them different ones"
+            )
         source = self["source"]
         file = None
         if source.startswith("file:") and source[5:]:

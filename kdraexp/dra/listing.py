@@ -92,11 +92,13 @@ class ListError(Exception):
     message: str = ""
     public: bool = False
     """Whether *message* may be shown in the HTTP answer (it never may for API server text)."""
+    verb: str = "list"
+    """What was refused: ``list``, or ``watch`` (RBAC grants them apart)."""
 
     def __str__(self) -> str:
         code = f"{self.code} " if self.code is not None else ""
         detail = f": {self.message}" if self.message else ""
-        return f"list {self.resource}: {code}{self.reason}{detail}"
+        return f"{self.verb} {self.resource}: {code}{self.reason}{detail}"
 
 
 PAGE = msgspec.json.Decoder(wire.Page)

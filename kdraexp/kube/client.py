@@ -15,6 +15,7 @@ import platform
 from collections.abc import Callable, Iterator
 from http.cookiejar import DefaultCookiePolicy
 
+import attrs
 import msgspec
 from hyperlink import DecodedURL
 from treq.client import HTTPClient
@@ -226,7 +227,7 @@ class KubeListClient:
                 await self._watch(kind, url, handle)
             except ListError as error:
                 if error.code != 404 or version == versions[-1]:
-                    raise
+                    raise attrs.evolve(error, verb="watch") from None
                 continue
             self._versions[kind.plural] = version
             return

@@ -18,6 +18,7 @@ import attrs
 import yaml
 from hyperlink import DecodedURL
 
+from kdraexp.kube.tls import TLSConfigError, trust_root
 from kdraexp.util.aliases import expands_past
 from kdraexp.util.files import read_regular
 
@@ -250,6 +251,8 @@ def _resolve(
         raise ConfigError(
             f"{where}: specifying a root certificates file with the insecure flag is not allowed"
         )
+    if ca_pem is not None:
+        _check_ca(ca_pem, cluster, cluster_file, where)
     who = f"kubeconfig user {user_name!r}"
     if user.get("auth-provider"):
         raise ConfigError(
@@ -350,6 +353,23 @@ def _file_or_data(section: dict[str, Any], key: str, base: Path, where: str) -> 
         return read_regular(path)
     except OSError as error:
         raise ConfigError(f"{where}: cannot read {key} {path}: {error.strerror or error}") from None
+
+
+def _check_ca(ca_pem: bytes, cluster: dict[str, Any], base: Path, where: str) -> None:
+    """Certificates that cannot be loaded: said here, with the cluster and the file.
+
+    Found later, when the client is made, the error could name neither.
+    """
+    try:
+        trust_root(ca_pem)
+    except TLSConfigError as error:
+        if cluster.get("certificate-authority-data"):
+            what = f"certificate-authority-data in {base}"
+        else:
+            what = (
+                f"certificate-authority {_relative_to(base, str(cluster['certificate-authority']))}"
+            )
+        raise ConfigError(f"{where}: {what}: {error}") from None
 
 
 def _relative_to(kubeconfig: Path, name: str) -> Path:

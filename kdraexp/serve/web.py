@@ -7,6 +7,8 @@ each has ``/metrics``, ``/healthz`` and a landing page.
 from __future__ import annotations
 
 import gzip
+import html
+import re
 from collections.abc import Iterable, Iterator
 from typing import cast
 
@@ -20,23 +22,44 @@ from zope.interface import implementer
 from kdraexp.dra.listing import ListError
 from kdraexp.exposition import rendering
 from kdraexp.exposition import text as exposition
+from kdraexp.serve import listen
 from kdraexp.sources.protocol import CollectionFailed, CollectionSource, NotSynced, Waiting
 
-LANDING_PAGE = b"""<!doctype html>
+LANDING_PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>kdraexp</title></head>
 <body><h1>kdraexp</h1>
 <p>Prometheus exporter for Kubernetes Dynamic Resource Allocation.</p>
-<ul><li><a href="metrics">/metrics</a></li><li><a href="healthz">/healthz</a></li></ul>
+<ul><li><a href="metrics">/metrics</a></li><li><a href="healthz">/healthz</a></li>{more}</ul>
 </body></html>
 """
+_HOST = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])$")
+"""A Host header fit to be written back into a link (anything else gets no link)."""
 HANDLERS = {b"/": "index", b"/metrics": "metrics", b"/healthz": "healthz", b"/readyz": "readyz"}
 """The routes, as the HTTP request metrics name them."""
 
 
-def _landing(request: IRequest) -> bytes:
-    """A small page linking the two endpoints."""
+def _landing(request: IRequest, more: str = "") -> bytes:
+    """A small page linking the endpoints (*more*: list items after them)."""
     request.setHeader("Content-Type", "text/html; charset=utf-8")
-    return LANDING_PAGE
+    return LANDING_PAGE.format(more=more).encode()
+
+
+def _main_links(request: IRequest, telemetry: str) -> str:
+    """/readyz, and the telemetry listener: a link on the host asked, or what it is."""
+    more = '<li><a href="readyz">/readyz</a> (scrapes can be answered)</li>'
+    if not telemetry:
+        return more + "<li>no telemetry listener (--telemetry-listen is empty)</li>"
+    port = listen.port_of(telemetry)
+    host = request.getRequestHostname().decode("ascii", "replace")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address from the socket, not a Host header
+    if port is not None and _HOST.match(host):
+        where = html.escape(f"//{host}:{port}/metrics")
+        return more + (
+            f'<li><a href="{where}">the exporter\'s own metrics</a> '
+            f"(the telemetry listener, {html.escape(telemetry)})</li>"
+        )
+    return more + f"<li>the exporter's own metrics: on {html.escape(telemetry)}</li>"
 
 
 def _ok(request: IRequest) -> bytes:
@@ -49,15 +72,19 @@ class ExporterApp:
 
     app = Klein()
 
-    def __init__(self, gatherer: CollectionSource, clock: IReactorTime) -> None:
+    def __init__(
+        self, gatherer: CollectionSource, clock: IReactorTime, telemetry: str = ""
+    ) -> None:
         self._gatherer = gatherer
+        self._telemetry = telemetry
+        """--telemetry-listen, which the landing page links."""
         self._renderer = rendering.Renderer(clock)
         """Keeps each family's text compressed, shared by every scrape until the family changes."""
 
     @app.route("/", methods=["GET"])
     def index(self, request: IRequest) -> bytes:
-        """A small page linking the two endpoints."""
-        return _landing(request)
+        """A small page linking the endpoints and the telemetry listener."""
+        return _landing(request, _main_links(request, self._telemetry))
 
     @app.route("/healthz", methods=["GET"])
     def healthz(self, request: IRequest) -> bytes:
@@ -157,7 +184,7 @@ def failure_line(error: ListError) -> str:
     """One line of the 500 body: no upstream text, which can hold RBAC details."""
     code = f"{error.code} " if error.code is not None else ""
     detail = f": {error.message}" if error.public and error.message else ""
-    return f"list {error.resource} failed: {code}{error.reason}{detail}"
+    return f"{error.verb} {error.resource} failed: {code}{error.reason}{detail}"
 
 
 @implementer(IPushProducer)

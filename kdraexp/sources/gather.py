@@ -18,6 +18,7 @@ from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import Kind, ListError, Reason, Source
 from kdraexp.families import KINDS
 from kdraexp.families.selection import Selection
+from kdraexp.sources.problemlog import ProblemLog
 from kdraexp.sources.protocol import CollectionFailed, Waiting
 from kdraexp.store.collection import Collection, CollectionBuilder, Store
 from kdraexp.store.sharding import Shard
@@ -54,7 +55,7 @@ class Gatherer:
         self._matcher = Matcher()
         self._store = Store()
         """What the last collection read: unchanged objects keep their rows."""
-        self._logged: frozenset[str] = frozenset()
+        self._problems = ProblemLog(stats)
         self._flight: SingleFlight[Collection] = SingleFlight(
             lambda: Deferred.fromCoroutine(self._collect())
         )
@@ -152,16 +153,9 @@ class Gatherer:
         return outcome
 
     def _report(self, collection: Collection) -> None:
-        """Count what could not be read; log each problem once while it lasts."""
-        messages = {problem.message for problem in collection.problems}
-        for problem in collection.problems:
-            self._stats.invalid(problem.resource, problem.field)
-        for name, count in collection.class_errors.items():
-            self._stats.cel_errors(name, count)
-        messages.update(
-            f"DeviceClass {name}: {message}"
-            for name, message in collection.class_error_messages.items()
-        )
-        for message in sorted(messages - self._logged):
-            log.warn("{problem} (logged once while it lasts)", problem=message)
-        self._logged = frozenset(messages)
+        """Count what could not be read in every object listed; log each problem once."""
+        classes = {
+            name: (count, collection.class_error_messages[name])
+            for name, count in collection.class_errors.items()
+        }
+        self._problems.read("collection", collection.problems, classes)

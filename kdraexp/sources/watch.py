@@ -43,6 +43,7 @@ from kdraexp.dra.listing import (
 from kdraexp.families import KINDS
 from kdraexp.families.selection import Selection
 from kdraexp.sources.gather import listed_first
+from kdraexp.sources.problemlog import ProblemLog, classes_of
 from kdraexp.sources.protocol import CollectionFailed, NotSynced, Waiting
 from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
 from kdraexp.store.sharding import Shard
@@ -86,12 +87,15 @@ class KindWatch:
         clock: IReactorTime,
         stats: WatchStats,
         changed: Any,
+        problems: ProblemLog,
     ) -> None:
         self.kind = kind
         self._client = client
         self._reader = reader
         self._clock = clock
         self._stats = stats
+        self._problems = problems
+        """Where what the objects applied could not give is counted and logged, as a list does."""
         self._changed = changed
         """Called after each event that changed the reader."""
         self.synced = False
@@ -154,6 +158,7 @@ class KindWatch:
                         None,
                         "the watch ended at once, having sent nothing (a proxy or load "
                         "balancer closing long requests?)",
+                        verb="watch",
                     )
                 backoff = BACKOFF[0]
                 continue
@@ -168,6 +173,7 @@ class KindWatch:
                         Reason.TIMEOUT,
                         None,
                         f"the watch sent nothing, not even a bookmark, for {IDLE:g}s",
+                        verb="watch",
                     )
                 raised: Exception = broken  # or an event the lane could not apply
             except (ListError, ShapeError) as caught:
@@ -229,7 +235,10 @@ class KindWatch:
 
         def each() -> None:
             for key in list(self._reader.entries):
-                self.lane.run(functools.partial(self._reader.reread, key))
+                self.lane.run(
+                    functools.partial(self._reader.reread, key),
+                    functools.partial(self._read, key),
+                )
 
         self.lane.run(None, each)
 
@@ -339,15 +348,45 @@ class KindWatch:
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             return
         arrived = self._clock.seconds()
+        applied: list[str] = []
 
         def then() -> None:
             self._version = _version_of(raw) or self._version
             self._current()
             self._stats.event(self.kind.plural, kind, arrived)
+            self._stats.holding(self.kind.plural, self._held())
+            self._read(applied[0])
             if self._reader.changed:
                 self._changed(self.kind)
 
-        self.lane.run(lambda: self._reader.apply(kind, raw), then)
+        self.lane.run(lambda: applied.append(self._reader.apply(kind, raw)), then)
+
+    def _held(self) -> int:
+        """The objects held now (those that give nothing included), as a list counts them."""
+        return len(self._reader.entries) + len(self._reader.skipped)
+
+    def _read(self, key: str) -> None:
+        """The object *key* was applied (or is gone): count and log its problems."""
+        entry = self._reader.entries.get(key)
+        source = (self.kind.plural, key)
+        if entry is None:
+            self._problems.forget(source)
+        else:
+            self._problems.read(source, entry.problems, classes_of(entry.class_errors))
+
+    def _read_all(self) -> None:
+        """Every object was listed: count and log the problems of each, forget the gone."""
+        plural = self.kind.plural
+        having = {
+            key: entry
+            for key, entry in self._reader.entries.items()
+            if entry.problems or entry.class_errors
+        }
+        for key, entry in having.items():
+            self._problems.read((plural, key), entry.problems, classes_of(entry.class_errors))
+        for source in self._problems.sources():
+            if isinstance(source, tuple) and source[0] == plural and source[1] not in having:
+                self._problems.forget(source)
 
     def _current(self) -> None:
         """An event or bookmark applied: the state is current again, whatever failed before.
@@ -368,9 +407,9 @@ class KindWatch:
         self.synced = True
         self.ever_synced = True
         self._current()
-        objects = len(self._reader.entries) + len(self._reader.skipped)
         took = self._clock.seconds() - self._sync_started
-        self._stats.synced(self.kind.plural, objects, took)
+        self._stats.synced(self.kind.plural, self._held(), took)
+        self._read_all()
         self._changed(self.kind)
 
     def _failed(self, error: ListError) -> None:
@@ -406,12 +445,15 @@ class WatchGatherer:
         self._matcher = Matcher()
         self._builder = CollectionBuilder(selection, self._matcher, Store(), shard)
         self._watches: dict[str, KindWatch] = {}
+        self._problems = ProblemLog(stats.collections)
+        self._reported: Collection | None = None
+        """The last collection whose cross-object problems were counted."""
         self._rest_started = False
         """Whether the kinds after the first have been started."""
         for kind in selection.kinds:
             reader = self._builder.reader(kind, live=True)
             self._watches[kind.plural] = KindWatch(
-                kind, client, reader, clock, stats, self._changed
+                kind, client, reader, clock, stats, self._changed, self._problems
             )
         self._flight: SingleFlight[Collection] = SingleFlight(
             lambda: Deferred.fromCoroutine(self._collect())
@@ -507,7 +549,11 @@ class WatchGatherer:
         # What is applied meanwhile waits for the next scrape.
         async with Lane.holding(w.lane for w in self._watches.values()):
             self._builder.snapshot(current)
-            return await self._builder.collection(Turns(self._clock))
+            collection = await self._builder.collection(Turns(self._clock))
+        if collection is not self._reported:  # the cross-object families were made again
+            self._reported = collection
+            self._problems.read("cluster", collection.cluster_problems, {})
+        return collection
 
 
 def _stale(error: ListError, bound: float) -> ListError:
@@ -517,13 +563,14 @@ def _stale(error: ListError, bound: float) -> ListError:
         error.code,
         f"the watch has failed for more than --max-staleness={bound:g}s",
         public=True,
+        verb=error.verb,
     )
 
 
 def _as_list_error(kind: Kind, raised: Exception) -> ListError:
     if isinstance(raised, ListError):
         return raised
-    return ListError(kind.plural, Reason.DECODE, None, str(raised))
+    return ListError(kind.plural, Reason.DECODE, None, str(raised), verb="watch")
 
 
 def _version_of(raw: msgspec.Raw) -> str | None:

@@ -238,8 +238,10 @@ class KindReader:
         self.relisted = True
         """Objects may have gone without an event: :meth:`CollectionBuilder.snapshot` looks."""
 
-    def apply(self, event: str, raw: msgspec.Raw) -> None:
+    def apply(self, event: str, raw: msgspec.Raw) -> str:
         """One watch event: ``ADDED`` or ``MODIFIED`` reads the object again, ``DELETED`` drops it.
+
+        Return the object's key.
 
         :raises ShapeError: for an object not of the kind's shape.
         """
@@ -249,7 +251,7 @@ class KindReader:
         if event == "DELETED":
             dropped = self.entries.pop(key, None) is not None  # whatever changed before
             self.changed = self.changed or dropped
-            return
+            return key
         self._previous = {}
         entries, self.entries = self.entries, {}
         try:
@@ -260,6 +262,7 @@ class KindReader:
             entries[key] = read[key]  # a changed object keeps its place (and its block's)
         elif entries.pop(key, None) is not None:
             self.changed = True  # it moved to another shard
+        return key
 
     def reread(self, key: str) -> None:
         """Read an object again from its kept source, with the classes now configured.
@@ -432,6 +435,7 @@ class Collection:
         "_slots",
         "class_error_messages",
         "class_errors",
+        "cluster_problems",
         "problems",
         "selection",
     )
@@ -447,12 +451,16 @@ class Collection:
         class_error_messages: dict[str, str],
         kept: dict[str, KindBlocks] | None = None,
         changes: Mapping[str, Change] | None = None,
+        cluster_problems: list[Problem] | None = None,
     ) -> None:
         self.selection = selection
         self._entries = entries
         self._keys = keys
         self._cluster = cluster
         self.problems = problems
+        """Every value not read: the objects' and the cross-object families'."""
+        self.cluster_problems = cluster_problems or []
+        """The values the cross-object families could not read (also in :attr:`problems`)."""
         self.class_errors = class_errors
         """Per class, devices whose match could not be decided."""
         self.class_error_messages = class_error_messages
@@ -656,9 +664,13 @@ class CollectionBuilder:
                 messages.setdefault(name, message)
             await turns.take()
         await self._cluster(keys, turns)
-        for laid in store.cluster.laid.values():
-            for found in laid.problems.values():
-                problems.extend(found)
+        cluster_problems = [
+            problem
+            for laid in store.cluster.laid.values()
+            for found in laid.problems.values()
+            for problem in found
+        ]
+        problems.extend(cluster_problems)
         collection = Collection(
             self._selection,
             dict(store.entries),
@@ -669,6 +681,7 @@ class CollectionBuilder:
             messages,
             store.kept,
             store.changes,
+            cluster_problems,
         )
         store.last = (made_of, collection)
         return collection

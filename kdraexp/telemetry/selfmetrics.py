@@ -34,6 +34,10 @@ class CollectionStats(Collector):
         self._duration[resource] = seconds
         self._objects[resource] = objects
 
+    def holding(self, resource: str, objects: int) -> None:
+        """Record the objects a watch holds now (its last full list's duration stays)."""
+        self._objects[resource] = objects
+
     def failed(self, resource: str, reason: str) -> None:
         """Record a failed list."""
         key = (resource, reason)
@@ -95,12 +99,13 @@ class CollectionStats(Collector):
         return (
             GaugeMetricFamily(
                 "kube_dra_exporter_list_duration_seconds",
-                "Wall time of the last completed list of the resource.",
+                "Wall time of the last completed list of the resource (in watch mode: the last"
+                " full list, the first synchronisation or a re-list).",
                 labels=["resource"],
             ),
             GaugeMetricFamily(
                 "kube_dra_exporter_list_objects",
-                "Objects in the last completed list of the resource.",
+                "Objects in the last completed list of the resource (in watch mode: held now).",
                 labels=["resource"],
             ),
             CounterMetricFamily(

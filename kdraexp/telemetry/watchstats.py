@@ -35,6 +35,15 @@ class WatchStats(Collector):
         self._synced[resource] = True
         self._collections.listed(resource, objects, seconds)
 
+    @property
+    def collections(self) -> CollectionStats:
+        """The statistics both modes write (lists, values not read)."""
+        return self._collections
+
+    def holding(self, resource: str, objects: int) -> None:
+        """An event was applied: the resource's objects held now."""
+        self._collections.holding(resource, objects)
+
     def resyncing(self, resource: str) -> None:
         """The resource is being listed again."""
         self._synced[resource] = False

@@ -125,6 +125,75 @@ def _code_is(exporter: Exporter, code: int) -> tuple[int, str] | None:
     return answer if answer[0] == code else None
 
 
+@pytest.fixture(scope="module")
+def no_pods(kube: Kube) -> str:
+    """An identity that may list and watch every DRA resource, and nothing of pods."""
+    ensure_namespace(kube, CHART_NAMESPACE)
+    name = "dra-without-pods"
+    kube.create(
+        f"/api/v1/namespaces/{CHART_NAMESPACE}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+    )
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    kube.create(
+        f"{rbac}/clusterroles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [
+                {"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["list", "watch"]}
+            ],
+        },
+    )
+    kube.create(
+        f"{rbac}/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": CHART_NAMESPACE}],
+        },
+    )
+    return name
+
+
+@pytest.mark.parametrize("mode", ["list", "watch"])
+def test_pods_listed_without_rbac_for_pods(
+    kube: Kube, dra_objects: None, no_pods: str, tmp_path: Path, mode: str
+) -> None:
+    """--resources names pods, the identity may not list them: every family goes.
+
+    Not the Pod view alone: list mode answers 500 as for any failed list, watch mode 503 (pods
+    never synchronised).
+    """
+    config = write_kubeconfig(tmp_path / "kubeconfig", kube, mint_token(kube, no_pods))
+    resources = "resourceclaims,resourceslices,deviceclasses,pods"
+    running = Exporter(
+        tmp_path / "run", ["--resources", resources, "--mode", mode], {"KUBECONFIG": str(config)}
+    )
+    try:
+        if mode == "list":
+            _, body = wait_until(lambda: _code_is(running, 500), 30, "a 500 for pods")
+            assert body == "list pods failed: 403 Forbidden\n"
+        else:
+            expected = "pods not synchronised yet (watch pods failed: 403 Forbidden)\n"
+
+            def refused() -> tuple[int, str] | None:
+                answer = _code_is(running, 503)
+                return answer if answer is not None and answer[1] == expected else None
+
+            _, body = wait_until(refused, 30, "a 503 for pods")
+        assert "kube_" not in body
+    finally:
+        assert running.stop() == 0
+
+
 def test_deleted_objects_disappear(kube: Kube, exporter: Exporter) -> None:
     """Deleted objects' series are gone from the next scrape."""
     kube.delete(f"{dataset.V1}/namespaces/{dataset.NAMESPACE}/resourceclaims/allocated-only")

@@ -119,6 +119,137 @@ def test_watch_writes_what_list_writes_and_follows(
         assert watching.stop() == 0
 
 
+ERRING = "e2e-watch-erring"
+"""A DeviceClass whose selector errors on every device (no such key): a CEL error per device."""
+
+
+def _own(text: str, name: str, **labels: str) -> float | None:
+    """One sample of the exporter's own metrics, if it is there."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return None
+
+
+def _logged(exporter: Exporter, line: str) -> int:
+    return exporter.log().count(line)
+
+
+def test_watch_counts_and_logs_what_list_does(
+    kube: Kube, listing: Exporter, tmp_path: Path
+) -> None:
+    """Side by side: values not read and CEL errors counted and logged alike; objects held.
+
+    A list counts each problem of every object at every scrape; a watch counts each problem of
+    every object it applies: all of them when it lists, one object when an event changes it.
+    """
+    erring = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": ERRING},
+        "spec": {"selectors": [{"cel": {"expression": 'device.attributes["e2e.io"].none == 1'}}]},
+    }
+    kube.create(f"{dataset.V1}/deviceclasses", erring)
+    watching = None
+    try:
+        watching = start(
+            tmp_path, kube, ADMIN_TOKEN, "--mode", "watch", "--resources", ",".join(RESOURCES)
+        )
+        wait_until(lambda: ready(watching), 60, "the watching exporter synchronised")
+        wait_until(lambda: metrics(watching) == metrics(listing), 30, "the same samples")
+        cost = {"resource": "deviceclasses", "field": "hourly-cost"}
+        cel = {"deviceclass_name": ERRING}
+        invalid_name, cel_name = (
+            "kube_dra_exporter_invalid_values_total",
+            "kube_dra_exporter_cel_errors_total",
+        )
+
+        def per_scrape(name: str, labels: dict[str, str]) -> float:
+            """What one list-mode scrape adds: the problems of every object listed."""
+            before = _own(listing.telemetry(), name, **labels) or 0.0
+            assert listing.scrape()[0] == 200
+            after = _own(listing.telemetry(), name, **labels)
+            assert after is not None, listing.log()
+            return after - before
+
+        bad_costs, devices = per_scrape(invalid_name, cost), per_scrape(cel_name, cel)
+        assert bad_costs >= 1 and devices >= 1
+        synced = watching.telemetry()
+        # The first list of each resource counted each object's problems once.
+        assert _own(synced, invalid_name, **cost) == bad_costs, watching.log()
+        assert _own(synced, cel_name, **cel) == devices
+        for resource in RESOURCES:
+            assert _own(synced, "kube_dra_exporter_list_objects", resource=resource) == _own(
+                listing.telemetry(), "kube_dra_exporter_list_objects", resource=resource
+            ), resource
+        # Each line logged once, the same in both modes.
+        for exporter in (listing, watching):
+            log = exporter.log()
+            assert _logged(exporter, "Error parsing 'hourly-cost' (1,5) on DeviceClass") == 1, log
+            assert _logged(exporter, f"DeviceClass {ERRING}: ") == 1, log
+            assert f"DeviceClass {ERRING}: " in log and "(logged once while it lasts)" in log
+
+        # A new selector reads the slices again: their CEL errors are counted again.
+        changed = kube.get(f"{dataset.V1}/deviceclasses/{ERRING}")
+        changed["spec"]["selectors"][0]["cel"]["expression"] = (
+            'device.attributes["e2e.io"].none == 2'
+        )
+        kube.put(f"{dataset.V1}/deviceclasses/{ERRING}", changed)
+        wait_until(
+            lambda: _own(watching.telemetry(), cel_name, **cel) == 2 * devices,
+            30,
+            "the slices read again counted",
+        )
+        assert _logged(watching, f"DeviceClass {ERRING}: ") == 1  # it lasted: not logged again
+
+        # list_objects follows the watch: the objects held now.
+        claims = _own(
+            watching.telemetry(), "kube_dra_exporter_list_objects", resource="resourceclaims"
+        )
+        assert claims is not None
+        ensure_namespace(kube, "held")
+        dataset.create_claim(kube, "held", "held", [], [])
+        try:
+            wait_until(
+                lambda: (
+                    _own(
+                        watching.telemetry(),
+                        "kube_dra_exporter_list_objects",
+                        resource="resourceclaims",
+                    )
+                    == claims + 1
+                ),
+                30,
+                "the new claim counted",
+            )
+            assert listing.scrape()[0] == 200
+            assert (
+                _own(
+                    listing.telemetry(), "kube_dra_exporter_list_objects", resource="resourceclaims"
+                )
+                == claims + 1
+            )
+        finally:
+            kube.delete(f"{dataset.V1}/namespaces/held/resourceclaims/held")
+        wait_until(
+            lambda: (
+                _own(
+                    watching.telemetry(),
+                    "kube_dra_exporter_list_objects",
+                    resource="resourceclaims",
+                )
+                == claims
+            ),
+            30,
+            "the deleted claim no longer counted",
+        )
+    finally:
+        kube.delete(f"{dataset.V1}/deviceclasses/{ERRING}")
+        if watching is not None:
+            assert watching.stop() == 0
+
+
 def test_two_shards_write_what_one_writes(kube: Kube, listing: Exporter, tmp_path: Path) -> None:
     """Two shards (one listing, one watching) write, together, exactly the unsharded samples.
 
@@ -233,7 +364,7 @@ def test_compaction_relists_without_loss(plane: ControlPlane, tmp_path: Path) ->
 
 
 def test_identity_without_watch(plane: ControlPlane, tmp_path: Path) -> None:
-    """An identity that may list but not watch: 503 saying 403 Forbidden, and the log says so."""
+    """An identity that may list but not watch: 503 saying watch is refused, and the log too."""
     kube = plane.kube
     ensure_namespace(kube, CHART_NAMESPACE)
     kube.create(
@@ -274,9 +405,9 @@ def test_identity_without_watch(plane: ControlPlane, tmp_path: Path) -> None:
 
         text = wait_until(refused, 30, "a 503 naming the refusal")
         assert (
-            "deviceclasses not synchronised yet (list deviceclasses failed: 403 Forbidden)" in text
+            "deviceclasses not synchronised yet (watch deviceclasses failed: 403 Forbidden)" in text
         )
-        assert "Error watching deviceclasses" in watching.log()
+        assert "Error watching deviceclasses: watch deviceclasses: 403 Forbidden" in watching.log()
     finally:
         assert watching.stop() == 0
 
