@@ -61,6 +61,25 @@ def test_held_work_waits_and_keeps_its_order() -> None:
     assert done == [0, 1, 2] and not lane.busy
 
 
+def test_behind_is_the_wait_of_the_oldest_piece_not_done() -> None:
+    """How long the oldest piece has waited, how many wait, and their weight."""
+    clock = Clock()
+    lane = Lane(clock, lambda: False, lambda error: None)
+    assert lane.behind() == (0.0, 0) and lane.weight == 0
+    Deferred.fromCoroutine(lane.hold())
+    lane.run(lambda: None, weight=10)
+    clock.advance(5)
+    lane.run(lambda: None, weight=7)
+    clock.advance(2)
+    assert lane.behind() == (7.0, 2) and lane.weight == 17
+    lane.release()
+    assert lane.behind() == (0.0, 0) and lane.weight == 0
+    Deferred.fromCoroutine(lane.hold())
+    lane.run(lambda: None, weight=3)
+    lane.clear()
+    assert lane.behind() == (0.0, 0) and lane.weight == 0
+
+
 def test_what_queued_work_raises_goes_to_the_owner_and_drops_the_rest() -> None:
     failures: list[Exception] = []
     done: list[int] = []

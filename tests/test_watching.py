@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from treq.testing import StubTreq
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 
 from kdraexp.dra.listing import ListError
@@ -411,6 +413,68 @@ def test_readyz_names_what_each_resource_waits_for(fake: FakeKubeAPI, clock: Clo
     watched.settle()
     response = result_of(ready.get("http://exporter/readyz"))
     assert (response.code, result_of(response.text())) == (200, "ok\n")
+
+
+def test_events_not_applied_show_as_lag_and_in_readyz(fake: FakeKubeAPI, clock: Clock) -> None:
+    """Events waiting to be applied (matching slow, a scrape reading): lag, count and /readyz.
+
+    The failure, if it comes to one, counts from the last event applied, not the last arrived.
+    """
+    seed(fake)
+    watched = Watched(fake, clock)
+    ready: Any = StubTreq(ExporterApp(watched.gatherer, clock).app.resource())  # untyped methods
+    watched.gatherer.start()
+    watched.settle()
+    lane = watched.gatherer._watches["resourceclaims"].lane
+    Deferred.fromCoroutine(lane.hold())  # as a slow piece of work would
+    for n in range(3):
+        fake.change("resourceclaims", "ADDED", claim(f"late-{n}"))
+    watched.settle()
+    clock.advance(42)
+    labels = {"resource": "resourceclaims"}
+    assert watched.metric("kube_dra_exporter_watch_lag_seconds", labels) == 42
+    assert watched.metric("kube_dra_exporter_watch_events_waiting", labels) == 3
+    response = result_of(ready.get("http://exporter/readyz"))
+    assert (response.code, result_of(response.text())) == (
+        200,
+        "ok\nresourceclaims: applying its events 42s behind (3 waiting)\n",
+    )
+    lane.release()
+    watched.settle()
+    assert watched.metric("kube_dra_exporter_watch_lag_seconds", labels) == 0
+    assert all(f'resourceclaim_name="late-{n}"' in watched.text() for n in range(3))
+
+
+def test_events_past_the_bound_are_dropped_and_sent_again(
+    fake: FakeKubeAPI, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Too much waiting to be applied: dropped, the failure said, the watch resumed.
+
+    It resumes from the last event applied, and every event is applied in the end: the server
+    sends the dropped ones again.
+    """
+    from kdraexp.sources import watch
+
+    seed(fake)
+    watched = Watched(fake, clock)
+    watched.gatherer.start()
+    watched.settle()
+    kind = watched.gatherer._watches["resourceclaims"]
+    monkeypatch.setattr(watch, "BEHIND", 3 * len(json.dumps(claim("late-0"))) + 200)
+    Deferred.fromCoroutine(kind.lane.hold())
+    for n in range(6):
+        fake.change("resourceclaims", "ADDED", claim(f"late-{n}"))
+    watched.settle()
+    assert kind.error is not None and "behind" in kind.error.message
+    assert watched.metric(
+        "kube_dra_exporter_list_errors_total", {"resource": "resourceclaims", "reason": "Timeout"}
+    )
+    kind.lane.release()
+    clock.advance(BACKOFF[0])
+    watched.settle()
+    text = watched.text()
+    assert all(f'resourceclaim_name="late-{n}"' in text for n in range(6))
+    assert kind.error is None
 
 
 def test_rbac_without_watch_is_said(fake: FakeKubeAPI, clock: Clock) -> None:

@@ -93,9 +93,12 @@ class ExporterApp:
 
     @app.route("/readyz", methods=["GET"])
     def readyz(self, request: IRequest) -> bytes:
-        """Readiness: scrapes can be answered (in watch mode, once every resource is synced)."""
+        """Readiness: scrapes can be answered (in watch mode, once every resource is synced).
+
+        Ready, it says which resources' events wait a second or more to be applied.
+        """
         if self._gatherer.ready:
-            return _ok(request)
+            return _ok(request) + _behind(self._gatherer.behind())
         request.setResponseCode(503)
         request.setHeader("Content-Type", "text/plain; charset=utf-8")
         return _waiting(self._gatherer.not_synced())
@@ -177,6 +180,15 @@ def _waiting(waiting: dict[str, Waiting]) -> bytes:
         + (failure_line(on) if isinstance(on, ListError) else f"waiting for {on}")
         + ")\n"
         for resource, on in waiting.items()
+    ).encode()
+
+
+def _behind(behind: dict[str, tuple[float, int]]) -> bytes:
+    """One line per resource whose events wait a second or more to be applied."""
+    return "".join(
+        f"{resource}: applying its events {seconds:.0f}s behind ({count} waiting)\n"
+        for resource, (seconds, count) in behind.items()
+        if seconds >= 1
     ).encode()
 
 

@@ -73,6 +73,10 @@ class Gatherer:
         """Nothing: a list-mode scrape waits for nothing kept."""
         return {}
 
+    def behind(self) -> dict[str, tuple[float, int]]:
+        """Nothing: list mode follows nothing between scrapes."""
+        return {}
+
     def start(self) -> None:
         """Nothing runs between scrapes in list mode; the CEL process starts, if one is needed."""
         if self._selection.evaluates_selectors:

@@ -45,6 +45,12 @@ class CollectionSource(Protocol):
     def not_synced(self) -> dict[str, Waiting]:
         """The resources a scrape still waits for, with what each waits on (empty when ready)."""
 
+    def behind(self) -> dict[str, tuple[float, int]]:
+        """Per resource followed, how long its oldest event not applied has waited, and how many.
+
+        Empty when nothing is followed between scrapes.
+        """
+
     def gather(self) -> Deferred[Collection]:
         """A collection: the one in flight, or a new one.
 

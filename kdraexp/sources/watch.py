@@ -65,6 +65,10 @@ SHORT = 1.0
 """Seconds within which a watch that ends having sent nothing failed (client-go's rule)."""
 BACKOFF = (1.0, 30.0)
 """Seconds waited after a failure: the first, then doubling up to the last."""
+BEHIND = 64 * 2**20
+"""Bytes of events waiting to be applied, at most: past them the events waiting are dropped and
+the watch resumed from the last one applied (the server sends the rest again), so a lane that
+cannot keep up fails visibly instead of falling further behind in memory."""
 REFUSALS = 3
 """Watches from one resourceVersion the server refuses in a row before the kind is listed
 again: a version it will never accept (a bookmark gone bad) must not be retried forever."""
@@ -114,6 +118,8 @@ class KindWatch:
         self._idle: IDelayedCall | None = None
         self._heard = False
         """Whether the watch under way has sent anything (an event, a bookmark)."""
+        self._dropping = False
+        """Whether the watch under way fell too far behind: its events are dropped."""
         self._confirmed = clock.seconds()
         """When an event or bookmark was last applied: the state was current then."""
         self._refusals: tuple[str | None, int] = (None, 0)
@@ -273,6 +279,8 @@ class KindWatch:
         def event(kind: str, raw: msgspec.Raw) -> None:
             self._alive()
             self._heard = True
+            if self._dropping:
+                return  # not even a bookmark: it would move the version past what was dropped
             if kind == "BOOKMARK":
                 self._bookmark(_IDENTITY.decode(raw).metadata, False)
                 return
@@ -289,7 +297,7 @@ class KindWatch:
             how="a streaming list" if initial else "changes",
         )
         self._alive()
-        self._heard = False
+        self._heard = self._dropping = False
         broken, self._broken = self._broken, None
         if broken is not None:
             raise _as_list_error(self.kind, broken)  # an event applied since the last watch
@@ -344,8 +352,27 @@ class KindWatch:
             lambda: self._stats.event(self.kind.plural, kind, arrived),
         )
 
+    def behind(self) -> tuple[float, int]:
+        """Seconds the oldest event not applied yet has waited, and how many wait."""
+        return self.lane.behind()
+
     def _apply(self, kind: str, raw: msgspec.Raw) -> None:
-        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+        if kind not in ("ADDED", "MODIFIED", "DELETED") or self._dropping:
+            return
+        if self.lane.weight + len(raw) > BEHIND:
+            self._dropping = True  # the rest of this watch too: it is resumed from what applied
+            seconds, waiting = self.lane.behind()
+            self.lane.clear()
+            self._broke(
+                ListError(
+                    self.kind.plural,
+                    Reason.TIMEOUT,
+                    None,
+                    f"applying its events fell {seconds:.0f}s behind ({waiting} events, more "
+                    f"than {BEHIND // 2**20} MiB, waiting): resuming from the last one applied",
+                    verb="watch",
+                )
+            )
             return
         arrived = self._clock.seconds()
         applied: list[str] = []
@@ -359,7 +386,7 @@ class KindWatch:
             if self._reader.changed:
                 self._changed(self.kind)
 
-        self.lane.run(lambda: applied.append(self._reader.apply(kind, raw)), then)
+        self.lane.run(lambda: applied.append(self._reader.apply(kind, raw)), then, len(raw))
 
     def _held(self) -> int:
         """The objects held now (those that give nothing included), as a list counts them."""
@@ -455,6 +482,7 @@ class WatchGatherer:
             self._watches[kind.plural] = KindWatch(
                 kind, client, reader, clock, stats, self._changed, self._problems
             )
+        stats.following(self.behind)
         self._flight: SingleFlight[Collection] = SingleFlight(
             lambda: Deferred.fromCoroutine(self._collect())
         )
@@ -463,6 +491,10 @@ class WatchGatherer:
     def ready(self) -> bool:
         """Whether every resource has been synchronised once."""
         return all(watch.ever_synced for watch in self._watches.values())
+
+    def behind(self) -> dict[str, tuple[float, int]]:
+        """Per resource, how long its oldest event not applied has waited, and how many wait."""
+        return {plural: watch.behind() for plural, watch in sorted(self._watches.items())}
 
     def not_synced(self) -> dict[str, Waiting]:
         """The resources not synchronised yet, with the failure or the step each waits on."""

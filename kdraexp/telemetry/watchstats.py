@@ -6,7 +6,7 @@ then follows), so that one alert covers both modes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -29,6 +29,12 @@ class WatchStats(Collector):
         self._relists: dict[tuple[str, str], int] = {}
         self._restarts: dict[str, int] = {}
         self._last_event: dict[str, float] = {}
+        self._behind: Callable[[], Mapping[str, tuple[float, int]]] = dict
+        """Per resource, seconds its oldest event not applied has waited, and how many wait."""
+
+    def following(self, behind: Callable[[], Mapping[str, tuple[float, int]]]) -> None:
+        """Read how far behind applying each resource's events is from *behind*."""
+        self._behind = behind
 
     def synced(self, resource: str, objects: int, seconds: float) -> None:
         """The resource was synchronised: *objects* read in *seconds*."""
@@ -125,4 +131,17 @@ class WatchStats(Collector):
             "--max-staleness: past this long failing, scrapes answer 500 instead of old state.",
             value=self._max_staleness,
         )
-        yield from (synced, events, relists, restarts, last, failing, staleness)
+        lag = GaugeMetricFamily(
+            "kube_dra_exporter_watch_lag_seconds",
+            "Seconds the oldest event received and not applied yet has waited (0: none waits).",
+            labels=["resource"],
+        )
+        waiting = GaugeMetricFamily(
+            "kube_dra_exporter_watch_events_waiting",
+            "Events received and not applied yet.",
+            labels=["resource"],
+        )
+        for resource, (seconds, count) in sorted(self._behind().items()):
+            lag.add_metric([resource], seconds)
+            waiting.add_metric([resource], count)
+        yield from (synced, events, relists, restarts, last, failing, staleness, lag, waiting)

@@ -6,6 +6,8 @@ must not wait for it: the work is queued, and done in order in a thread of the r
 one piece at a time; what follows each piece (statistics, callbacks) runs on the reactor.  A
 scrape holds the lane (:meth:`~Lane.hold`) while it reads the object: no piece runs meanwhile.
 While reading is cheap and nothing is queued, work is done at once, as if there were no lane.
+Each piece may carry a weight (an event's bytes): the owner bounds what waits by it, and
+:meth:`Lane.behind` says how long the oldest piece has waited.
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ class Lane:
         self._costly = costly
         self._failed = failed
         """Called on the reactor with what a queued piece raised; what was queued is dropped."""
-        self._queue: collections.deque[tuple[Work | None, Work | None]] = collections.deque()
+        self._queue: collections.deque[tuple[Work | None, Work | None, float, int]] = (
+            collections.deque()
+        )
+        """Each piece: its work, what follows it, when it was queued, its weight."""
+        self.weight = 0
+        """The weight of the pieces queued."""
+        self._since: float | None = None
+        """When the piece running now was queued."""
         self._running = False
         self._held = 0
         self._waiting: list[Deferred[None]] = []
@@ -46,7 +55,7 @@ class Lane:
         """Whether work is queued or running."""
         return self._running or bool(self._queue)
 
-    def run(self, work: Work | None, then: Work | None = None) -> None:
+    def run(self, work: Work | None, then: Work | None = None, weight: int = 0) -> None:
         """Do *work* (maybe in a thread), then *then* on the reactor, after what is queued.
 
         Done at once when nothing is queued or held and reading is cheap; what either raises
@@ -58,12 +67,21 @@ class Lane:
             if then is not None:
                 then()
             return
-        self._queue.append((work, then))
+        self._queue.append((work, then, self._clock.seconds(), weight))
+        self.weight += weight
         self._go()
 
     def clear(self) -> None:
         """Drop what is queued (a piece in a thread finishes)."""
         self._queue.clear()
+        self.weight = 0
+
+    def behind(self) -> tuple[float, int]:
+        """Seconds the oldest piece not done yet has waited, and how many pieces wait."""
+        since = self._since if self._since is not None else None
+        if since is None and self._queue:
+            since = self._queue[0][2]
+        return (0.0 if since is None else self._clock.seconds() - since), len(self._queue)
 
     async def hold(self) -> None:
         """Wait until no piece runs; none starts until :meth:`release`."""
@@ -101,7 +119,8 @@ class Lane:
         pool = thread_pool(self._clock)
         try:
             while self._queue and not self._held:
-                work, then = self._queue.popleft()
+                work, then, self._since, weight = self._queue.popleft()
+                self.weight -= weight
                 try:
                     if work is not None:
                         if pool is not None and self._costly():
@@ -111,8 +130,10 @@ class Lane:
                     if then is not None:
                         then()
                 except Exception as error:  # handed to the owner, as raised
-                    self._queue.clear()
+                    self.clear()
                     self._failed(error)
+                finally:
+                    self._since = None
         finally:
             self._running = False
             waiting, self._waiting = self._waiting, []
