@@ -482,3 +482,14 @@ def test_admin_access_must_fit_the_counters() -> None:
         ("admin-1", "gpu"): "feasible",
         ("admin-2", "gpu"): "in_use",
     }
+
+
+def test_not_together_only_where_the_search_shows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search cut short by its bound says nothing: the requests stay feasible."""
+    monkeypatch.setattr(pending, "STEPS", 1)
+    whole = [request(name="whole"), request("mig", "part")]
+    claims = [new_claim("whole", None, requests=whole)]
+    assert reasons(collect(slices=mig_gpu(), claims=claims, classes=[WHOLE, MIG])) == {
+        ("whole", "whole"): "feasible",
+        ("whole", "part"): "feasible",
+    }

@@ -280,6 +280,8 @@ class Summary:
     """The classes selecting a device that allows multiple allocations here."""
     most: dict[str, dict[str, float]]
     """Per class and node, the most devices that fit together with nothing in use."""
+    counted: frozenset[str] = frozenset()
+    """The classes selecting a device that consumes shared counters here."""
 
     @property
     def classes(self) -> set[str]:
@@ -300,6 +302,8 @@ class Totals:
     states: dict[str, int] = attrs.Factory(dict)
     shareable: int = 0
     """Pools where a device of the class allows multiple allocations."""
+    counted: int = 0
+    """Pools where a device of the class consumes shared counters."""
     usable: int = 0
     open_tainted: int = 0
     """Usable pools where a device of the class is open but tainted."""
@@ -318,6 +322,7 @@ class Totals:
         for state, count in made.states.get(deviceclass, {}).items():
             self.states[state] = self.states.get(state, 0) + by * count
         self.shareable += by * (deviceclass in made.shareable)
+        self.counted += by * (deviceclass in made.counted)
         if usable:
             self.usable += by
             self.open_tainted += by * bool(made.open_tainted.get(deviceclass))
@@ -362,6 +367,7 @@ def summary(index: ClusterIndex, pool: Pool) -> Summary:
         states: dict[str, dict[str, int]] = {}
         open_tainted: dict[str, int] = {}
         shareable: set[str] = set()
+        counted: set[str] = set()
         seen: set[str] = set()
         for device, state in zip(pool.devices, index.states(pool), strict=True):
             if device.name in seen or not device.classes:
@@ -375,6 +381,8 @@ def summary(index: ClusterIndex, pool: Pool) -> Summary:
                     open_tainted[deviceclass] = open_tainted.get(deviceclass, 0) + 1
                 if device.capacities is not None:
                     shareable.add(deviceclass)
+                if device.consumes:
+                    counted.add(deviceclass)
         fits: dict[str, dict[str, float]] = {}
         for node, deviceclass, count in allocatable(index, pool):
             fits.setdefault(deviceclass, {})[node] = count
@@ -382,7 +390,7 @@ def summary(index: ClusterIndex, pool: Pool) -> Summary:
         for node, deviceclass, count in capacity(pool):
             together.setdefault(deviceclass, {})[node] = count
         made = index.summaries[key] = Summary(
-            states, open_tainted, fits, frozenset(shareable), together
+            states, open_tainted, fits, frozenset(shareable), together, frozenset(counted)
         )
     return made
 
@@ -390,8 +398,10 @@ def summary(index: ClusterIndex, pool: Pool) -> Summary:
 def _plain(index: ClusterIndex, request: RequestFacts) -> Judgement | None:
     """A plain request judged from the pools' summaries; None when it is not plain.
 
-    Also None when one-device claims placed one after another do not reach its count: the
-    allocator searches for one claim's devices, and so does the judgement in full.
+    Also None when one-device claims placed one after another do not reach its count and the
+    class selects devices consuming shared counters: the allocator searches for one claim's
+    devices, and so does the judgement in full.  Without counters, every free device can be
+    taken with the others, and one after another is the search's answer.
     """
     if request.selectors or request.tolerations or request.admin or request.capacity:
         return None
@@ -414,9 +424,11 @@ def _plain(index: ClusterIndex, request: RequestFacts) -> Judgement | None:
         return Judgement("tainted" if made.open_tainted else "in_use", matching)
     everywhere = made.everywhere
     best = max((count + everywhere for count in made.fits.values()), default=everywhere)
-    if best < request.count:
-        return None  # one after another is not the allocator's search for one claim
-    return Judgement("feasible", matching)
+    if best >= request.count:
+        return Judgement("feasible", matching)
+    if made.counted:
+        return None  # one after another is not the allocator's search where counters bind
+    return Judgement("insufficient", matching)
 
 
 def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
@@ -439,7 +451,7 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
         return Judgement("selector_error", matching, own)
     if not candidates:
         return Judgement("no_matching_device", matching)
-    usable = [(pool, device) for pool, device in candidates if pool.state == USABLE]
+    usable = [candidate for candidate in candidates if candidate[0].state == USABLE]
     if not usable:
         return Judgement("pool_unusable", matching)
     if not request.all and _most(usable) < request.count:
@@ -465,12 +477,16 @@ def _open(
     Free: its taints are tolerated as well.
     """
     open_, free = [], []
-    for pool, device in usable:
+    for candidate in usable:  # the candidates themselves: no new tuple a device
+        pool, device = candidate
         if not _unclaimed(index, request, pool, device) or blocked(device, pool):
             continue
-        open_.append((pool, device))
-        if not any(_forbids(request, taint) for taint in index.taints(pool, device)):
-            free.append((pool, device))
+        open_.append(candidate)
+        if not request.tolerations:  # every blocking taint forbids
+            if not device.taints and not (index.rules and any(index.taints(pool, device))):
+                free.append(candidate)
+        elif not any(_forbids(request, taint) for taint in index.taints(pool, device)):
+            free.append(candidate)
     return open_, free
 
 
@@ -583,6 +599,8 @@ def _all_fit(
 
 STEPS = 4096
 """Devices tried, at most, to place a claim's requests together on one node."""
+ALL_STEPS = 65536
+"""Devices tried, at most, over every node, for one claim's requests."""
 COMBINATIONS = 16
 """Choices among ``firstAvailable`` alternatives tried, at most."""
 
@@ -621,24 +639,62 @@ def _together(
 
     Shared counters are deducted across the requests; constraints are not evaluated.  A search
     in the allocator's order, trying other devices when one taken leaves too little, within
-    :data:`STEPS` (beyond them, the answer is *unknown*).
+    :data:`STEPS` a node and :data:`ALL_STEPS` in all (beyond them, the answer is *unknown*).
+    A node whose free devices cannot hold the claim, counters bounding them as for
+    ``exceeds_capacity``, is not searched.
     """
-    free = [_free(index, request) for request in requests]
-    nodes = {device.node for options in free for _, device in options if device.node} or {""}
-    steps = [STEPS]
-    for node in sorted(nodes):
-        needs = []
-        for request, options in zip(requests, free, strict=True):
-            here = [(p, d) for p, d in options if d.node in (node, "")]
-            needs.append((request.count, here))
-        if any(len(here) < count for count, here in needs):
+    free = [_by_node(index, request) for request in requests]
+    nodes = sorted({node for found in free for node in found if node}) or [""]
+    total = sum(request.count for request in requests)
+    left = ALL_STEPS
+    for node in nodes:
+        needs = [
+            (request.count, [*found.get(node, ()), *found.get("", ())] if node else found[""])
+            for request, found in zip(requests, free, strict=True)
+            if node in found or "" in found
+        ]
+        if len(needs) < len(requests):
             continue
+        if any(len(options) < count for count, options in needs):
+            continue
+        union = {id(device): (pool, device) for _, options in needs for pool, device in options}
+        if _bound(list(union.values())) < total:
+            continue
+        steps = [min(STEPS, left)]
         try:
             if _place(needs, 0, 0, 0, set(), {}, steps):
                 return True
         except _OutOfSteps:
+            if unknown:
+                return True
+        left -= min(STEPS, left) - max(steps[0], 0)
+        if left <= 0:
             return unknown
     return False
+
+
+def _by_node(index: ClusterIndex, request: RequestFacts) -> dict[str, list[Candidate]]:
+    """The request's free devices by node ("" for network-attached ones), kept per index."""
+    key = ("by node", request)
+    known: dict[str, list[Candidate]] | None = index.judged.get(key)
+    if known is None:
+        known = index.judged[key] = {}
+        for candidate in _free(index, request):
+            node = candidate[1].node
+            found = known.get(node)
+            if found is None:
+                known[node] = [candidate]
+            else:
+                found.append(candidate)
+    return known
+
+
+def _bound(candidates: list[Candidate]) -> float:
+    """At most how many of *candidates* fit together, counters bounding each pool's."""
+    grouped: dict[int, tuple[Pool, list[DeviceFacts]]] = {}
+    for pool, device in candidates:
+        grouped.setdefault(id(pool), (pool, []))[1].append(device)
+    return sum(most(pool, devices) for pool, devices in grouped.values())
 
 
 class _OutOfSteps(Exception):
@@ -689,7 +745,7 @@ def _free(index: ClusterIndex, request: RequestFacts) -> list[Candidate]:
     known: list[Candidate] | None = index.judged.get(key)
     if known is None:
         candidates = (_matching(index, request) or ([], ""))[0]
-        usable = [(pool, device) for pool, device in candidates if pool.state == USABLE]
+        usable = [candidate for candidate in candidates if candidate[0].state == USABLE]
         known = index.judged[key] = _open(index, request, usable)[1]
     return known
 
