@@ -493,3 +493,21 @@ def test_not_together_only_where_the_search_shows_it(monkeypatch: pytest.MonkeyP
         ("whole", "whole"): "feasible",
         ("whole", "part"): "feasible",
     }
+
+
+def test_the_example_cluster_shows_every_reason() -> None:
+    """``make demo`` serves a pending claim for each reason."""
+    import yaml
+
+    from tests.test_filesource import EXAMPLE
+
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for item in yaml.safe_load(EXAMPLE.read_text())["items"]:
+        by_kind.setdefault(str(item["kind"]), []).append(item)
+    written = collect(
+        slices=by_kind["ResourceSlice"],
+        claims=by_kind["ResourceClaim"],
+        classes=by_kind["DeviceClass"],
+        rules=by_kind["DeviceTaintRule"],
+    )
+    assert set(reasons(written).values()) == set(REASONS)
