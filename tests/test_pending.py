@@ -484,12 +484,17 @@ def test_admin_access_must_fit_the_counters() -> None:
     }
 
 
-def test_not_together_only_where_the_search_shows_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A search cut short by its bound says nothing: the requests stay feasible."""
-    monkeypatch.setattr(pending, "STEPS", 1)
+@pytest.mark.parametrize("bound", ["STEPS", "DEPTH"])
+def test_not_together_only_where_the_search_shows_it(
+    monkeypatch: pytest.MonkeyPatch, bound: str
+) -> None:
+    """A search cut short by its bound, or too deep to make, says nothing: feasible stays."""
     whole = [request(name="whole"), request("mig", "part")]
     claims = [new_claim("whole", None, requests=whole)]
-    assert reasons(collect(slices=mig_gpu(), claims=claims, classes=[WHOLE, MIG])) == {
+    objects = {"slices": mig_gpu(), "claims": claims, "classes": [WHOLE, MIG]}
+    assert set(reasons(collect(**objects)).values()) == {"not_together"}
+    monkeypatch.setattr(pending, bound, 1)
+    assert reasons(collect(**objects)) == {
         ("whole", "whole"): "feasible",
         ("whole", "part"): "feasible",
     }

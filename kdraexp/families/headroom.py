@@ -104,7 +104,11 @@ def capacity(pool: Pool) -> tuple[tuple[str, str, float], ...]:
         grouped: dict[tuple[str, str], list[DeviceFacts]] = {}
         for device in pool.devices:
             for deviceclass in device.classes:
-                grouped.setdefault((device.node, deviceclass), []).append(device)
+                devices = grouped.get((device.node, deviceclass))
+                if devices is None:
+                    grouped[(device.node, deviceclass)] = [device]
+                else:
+                    devices.append(device)
         pool.most = tuple(
             (node, deviceclass, most(pool, devices))
             for (node, deviceclass), devices in grouped.items()

@@ -496,12 +496,22 @@ def _most(usable: list[Candidate]) -> float:
     Per pool and node (see :func:`.headroom.most`); network-attached devices count on every
     node.
     """
-    grouped: dict[tuple[int, str], tuple[Pool, list[DeviceFacts]]] = {}
+    grouped: dict[int, dict[str, list[DeviceFacts]]] = {}
+    pools: dict[int, Pool] = {}
     for pool, device in usable:
-        grouped.setdefault((id(pool), device.node), (pool, []))[1].append(device)
+        nodes = grouped.get(id(pool))
+        if nodes is None:
+            nodes = grouped[id(pool)] = {}
+            pools[id(pool)] = pool
+        devices = nodes.get(device.node)
+        if devices is None:
+            nodes[device.node] = [device]
+        else:
+            devices.append(device)
     per_node: dict[str, float] = {}
-    for (_, node), (pool, devices) in grouped.items():
-        per_node[node] = per_node.get(node, 0.0) + most(pool, devices)
+    for key, nodes in grouped.items():
+        for node, devices in nodes.items():
+            per_node[node] = per_node.get(node, 0.0) + most(pools[key], devices)
     everywhere = per_node.pop("", 0.0)
     return max((n + everywhere for n in per_node.values()), default=everywhere)
 
@@ -601,6 +611,8 @@ STEPS = 4096
 """Devices tried, at most, to place a claim's requests together on one node."""
 ALL_STEPS = 65536
 """Devices tried, at most, over every node, for one claim's requests."""
+DEPTH = 256
+"""Devices a claim's requests ask for together, at most, for a search to be made."""
 COMBINATIONS = 16
 """Choices among ``firstAvailable`` alternatives tried, at most."""
 
@@ -639,13 +651,16 @@ def _together(
 
     Shared counters are deducted across the requests; constraints are not evaluated.  A search
     in the allocator's order, trying other devices when one taken leaves too little, within
-    :data:`STEPS` a node and :data:`ALL_STEPS` in all (beyond them, the answer is *unknown*).
+    :data:`STEPS` a node and :data:`ALL_STEPS` in all, for at most :data:`DEPTH` devices
+    (beyond them, the answer is *unknown*).
     A node whose free devices cannot hold the claim, counters bounding them as for
     ``exceeds_capacity``, is not searched.
     """
     free = [_by_node(index, request) for request in requests]
     nodes = sorted({node for found in free for node in found if node}) or [""]
     total = sum(request.count for request in requests)
+    if total > DEPTH:
+        return unknown
     left = ALL_STEPS
     for node in nodes:
         needs = [
@@ -693,7 +708,11 @@ def _bound(candidates: list[Candidate]) -> float:
     """At most how many of *candidates* fit together, counters bounding each pool's."""
     grouped: dict[int, tuple[Pool, list[DeviceFacts]]] = {}
     for pool, device in candidates:
-        grouped.setdefault(id(pool), (pool, []))[1].append(device)
+        found = grouped.get(id(pool))
+        if found is None:
+            grouped[id(pool)] = (pool, [device])
+        else:
+            found[1].append(device)
     return sum(most(pool, devices) for pool, devices in grouped.values())
 
 
