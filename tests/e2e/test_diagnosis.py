@@ -454,7 +454,9 @@ def test_not_together(cluster: Simulated, tmp_path: Path) -> None:
             "selectors": [{"cel": {"expression": f'{TYPE}.uuid == "diag-a/gpu-0"'}}],
         },
     }
-    nic = {"name": "nic", "exactly": {"deviceClassName": "diag-nic"}}
+    # The NIC may carry the NoExecute rule of the test before: tolerated, it is free alone.
+    everything = [{"operator": "Exists"}]
+    nic = {"name": "nic", "exactly": {"deviceClassName": "diag-nic", "tolerations": everything}}
     made = claim("x-apart", "diag-gpu")
     made["spec"]["devices"]["requests"] = [gpu, nic]
     run(cluster, "x-apart", made)
