@@ -491,7 +491,7 @@ def test_not_together_only_where_the_search_shows_it(
     """A search cut short by its bound, or too deep to make, says nothing: feasible stays."""
     whole = [request(name="whole"), request("mig", "part")]
     claims = [new_claim("whole", None, requests=whole)]
-    objects = {"slices": mig_gpu(), "claims": claims, "classes": [WHOLE, MIG]}
+    objects: dict[str, Any] = {"slices": mig_gpu(), "claims": claims, "classes": [WHOLE, MIG]}
     assert set(reasons(collect(**objects)).values()) == {"not_together"}
     monkeypatch.setattr(pending, bound, 1)
     assert reasons(collect(**objects)) == {
