@@ -292,6 +292,17 @@ def test_plain_requests_judged_from_summaries_as_in_full(monkeypatch: pytest.Mon
             "classes": [MIG, WHOLE, classy("any", "device.driver == 'gpu.nvidia.com'")],
         },
     ]
+    two = [pool_slice("a", [gpu("g0"), gpu("g1")], pool="n1"), *cluster()["slices"][1:]]
+    clusters.append(  # without counters: insufficient from the summaries
+        {
+            **cluster(),
+            "slices": two,
+            "claims": [
+                *cluster()["claims"],
+                *(new_claim(f"n{n}", None, requests=[request(count=n)]) for n in (1, 2, 3)),
+            ],
+        }
+    )
     for objects in clusters:
         fast = reasons(collect(**objects))
         monkeypatch.setattr(pending, "_plain", lambda index, request: None)
