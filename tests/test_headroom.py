@@ -117,3 +117,47 @@ def test_shareable_device_by_its_request_policy() -> None:
     used = result("nic", "node", consumedCapacity={"bandwidth": "300G"}, shareID="x")
     written = fits(collect(slices=slices, claims=[new_claim("c", [used])], classes=[shared]))
     assert written == {("node", "node", "nic"): 5}
+
+
+PROFILE = classy("mig-1g", "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'")
+"""Selects partitions by an attribute the whole GPU lacks: an error on the whole GPU."""
+
+
+def test_a_selector_error_ends_the_walk() -> None:
+    """NVIDIA's layout, the whole GPU first: a class selecting on ``profile`` fits none.
+
+    The allocator evaluates the class on the whole GPU before any partition and fails the claim.
+    Once the whole GPU is in use it is skipped before any selector, and what is left fits.
+    """
+    written = fits(collect(slices=mig_gpu(), classes=[PROFILE]))
+    assert written == {("node", "node", "mig-1g"): 0}
+    slices = mig_gpu()
+    devices = slices[1]["spec"]["devices"]
+    devices.append(devices.pop(0))  # the whole GPU last: four 1g partitions are reached first
+    assert fits(collect(slices=slices, classes=[PROFILE])) == {("node", "node", "mig-1g"): 4}
+
+
+def test_a_device_in_use_is_skipped_before_its_selectors() -> None:
+    """The erroring device allocated: skipped; the partitions after it are counted.
+
+    Two GPUs without counters, so that what the first holds does not block the partitions.
+    """
+    devices = [gpu("gpu-0"), gpu("mig-a", "mig"), gpu("mig-b", "mig")]
+    slices = [pool_slice("s", devices, pool="node")]
+    assert fits(collect(slices=slices, classes=[PROFILE])) == {("node", "node", "mig-1g"): 0}
+    claims = [new_claim("c", [result("gpu-0", "node")])]
+    assert fits(collect(slices=slices, claims=claims, classes=[PROFILE])) == {
+        ("node", "node", "mig-1g"): 2
+    }
+    tainted = [gpu("gpu-0", taints=[{"key": "k", "effect": "NoSchedule"}]), *devices[1:]]
+    slices = [pool_slice("s", tainted, pool="node")]
+    assert fits(collect(slices=slices, classes=[PROFILE])) == {("node", "node", "mig-1g"): 0}, (
+        "a tainted device is not skipped before the selectors: the error comes first"
+    )
+
+
+def test_a_selector_error_after_the_count_is_met() -> None:
+    """Devices taken before the erroring one still count: the walk stops there, not sooner."""
+    devices = [gpu("mig-a", "mig"), gpu("gpu-0"), gpu("mig-b", "mig")]
+    slices = [pool_slice("s", devices, pool="node")]
+    assert fits(collect(slices=slices, classes=[PROFILE])) == {("node", "node", "mig-1g"): 1}

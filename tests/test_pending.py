@@ -11,7 +11,7 @@ from kdraexp.families import pending
 from kdraexp.families.pending import REASONS
 from kdraexp.store.collection import Collection, Store
 from tests.collect import collect, samples, values
-from tests.objects import classy, device, gpu, new_claim, pool_slice, result
+from tests.objects import classy, counters, device, gpu, new_claim, pool_slice, result
 from tests.test_headroom import MIG, WHOLE, mig_gpu
 from tests.test_metrics_reference import REFERENCE
 
@@ -91,7 +91,7 @@ UUID = "device.attributes['gpu.nvidia.com'].uuid"
             ),
             "feasible",
         ),
-        (request(count=2), "insufficient"),
+        (request(count=2), "exceeds_capacity"),
         (request(allocationMode="All"), "insufficient"),
         (request(), "feasible"),
     ],
@@ -283,11 +283,26 @@ def test_plain_requests_judged_from_summaries_as_in_full(monkeypatch: pytest.Mon
             "slices": mig_gpu(),
             "claims": [
                 new_claim("used", [result("mig-1g-1", "node")]),
-                *(new_claim(f"m{n}", None, requests=[request("mig", count=n)]) for n in (1, 3, 4)),
+                *(
+                    new_claim(f"m{n}", None, requests=[request("mig", count=n)])
+                    for n in (1, 3, 4, 5)
+                ),
+                *(new_claim(f"a{n}", None, requests=[request("any", count=n)]) for n in (3, 4, 5)),
             ],
-            "classes": [MIG, WHOLE],
+            "classes": [MIG, WHOLE, classy("any", "device.driver == 'gpu.nvidia.com'")],
         },
     ]
+    two = [pool_slice("a", [gpu("g0"), gpu("g1")], pool="n1"), *cluster()["slices"][1:]]
+    clusters.append(  # without counters: insufficient from the summaries
+        {
+            **cluster(),
+            "slices": two,
+            "claims": [
+                *cluster()["claims"],
+                *(new_claim(f"n{n}", None, requests=[request(count=n)]) for n in (1, 2, 3)),
+            ],
+        }
+    )
     for objects in clusters:
         fast = reasons(collect(**objects))
         monkeypatch.setattr(pending, "_plain", lambda index, request: None)
@@ -330,3 +345,185 @@ def test_own_selectors_evaluated_once_for_devices_read_alike(
     assert sum(asked) == 2  # A100 and H100, whatever the slice
     assert matching(collection, "c0") == {"allocated": 6, "available": 2}
     assert reasons(collection)[("c0", "gpu")] == "feasible"
+
+
+def test_exceeds_capacity_keeps_while_claims_come_and_go() -> None:
+    """More GPUs than any node has: exceeds_capacity, whatever is taken or tainted.
+
+    The reason does not follow other claims: with every GPU free, with every one taken, with
+    the last free one tainted by a rule.
+    """
+    objects = cluster()
+    objects["claims"] = [new_claim("big", None, requests=[request(count=2)])]
+    assert reasons(collect(**objects)) == {("big", "gpu"): "exceeds_capacity"}
+    objects["claims"].append(new_claim("taken", [result("g0", "n1")]))
+    assert reasons(collect(**objects)) == {("big", "gpu"): "exceeds_capacity"}
+    rule = {
+        "metadata": {"name": "last"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "n2", "device": "g0"},
+            "taint": {"key": "k", "effect": "NoSchedule"},
+        },
+    }
+    assert reasons(collect(**objects, rules=[rule])) == {("big", "gpu"): "exceeds_capacity"}
+    pinned = request(count=2, selectors=selected(PRODUCT.format("NVIDIA A100 80GB PCIe")))
+    objects["claims"].append(new_claim("pinned", None, requests=[pinned]))
+    assert reasons(collect(**objects, rules=[rule]))[("pinned", "gpu")] == "exceeds_capacity"
+
+
+def test_a_whole_gpu_and_its_own_partition_are_one() -> None:
+    """A class selecting a GPU and its partitions: never more than the counters allow together.
+
+    One GPU in MIG mode: the whole GPU and four 1g partitions (the 2g overlaps two) make at
+    most four devices at once, never six, even with nothing in use.  A GPU with one partition
+    as large as itself: one device, not two.
+    """
+    both = classy("any", "device.driver == 'gpu.nvidia.com'")
+    claims = [new_claim(f"c{n}", None, requests=[request("any", count=n)]) for n in (4, 5)]
+    assert reasons(collect(slices=mig_gpu(), claims=claims, classes=[both])) == {
+        ("c4", "gpu"): "feasible",
+        ("c5", "gpu"): "exceeds_capacity",
+    }
+    everything = counters(memory="8")
+    whole = {"counterSet": "set", "counters": everything}
+    slices = [
+        pool_slice(
+            "s",
+            [
+                gpu("gpu-0", consumesCounters=[whole]),
+                gpu("mig-7g", "mig", consumesCounters=[whole]),
+            ],
+            pool="node",
+            sharedCounters=[{"name": "set", "counters": everything}],
+        )
+    ]
+    claims = [new_claim("two", None, requests=[request("any", count=2)])]
+    assert reasons(collect(slices=slices, claims=claims, classes=[both])) == {
+        ("two", "gpu"): "exceeds_capacity"
+    }
+
+
+def test_network_attached_devices_count_on_every_node() -> None:
+    """A node's own GPU and a network-attached one make two on that node: not beyond capacity."""
+    objects = cluster()
+    shared = pool_slice("net", [gpu("g0")], pool="net")
+    del shared["spec"]["nodeName"]
+    shared["spec"]["allNodes"] = True
+    objects["slices"] = [*objects["slices"], shared]
+    objects["claims"] = [new_claim("two", None, requests=[request(count=2)])]
+    assert reasons(collect(**objects)) == {("two", "gpu"): "feasible"}
+
+
+def test_not_together() -> None:
+    """Two requests, each feasible alone, on no node together: both are not_together.
+
+    One GPU free on each node: two requests of one GPU cannot share a node.  With a second
+    GPU on one node they can; a request that is not feasible keeps its own reason.
+    """
+    objects = cluster()
+    pair = [request(name="a"), request(name="b")]
+    objects["claims"] = [new_claim("pair", None, requests=pair)]
+    assert reasons(collect(**objects)) == {
+        ("pair", "a"): "not_together",
+        ("pair", "b"): "not_together",
+    }
+    objects["slices"] = [*objects["slices"], pool_slice("e", [gpu("g1")], pool="n2", count=1)]
+    objects["slices"][1] = pool_slice("b", [gpu("g0"), gpu("g1")], pool="n2")
+    objects["slices"].pop()
+    assert reasons(collect(**objects)) == {("pair", "a"): "feasible", ("pair", "b"): "feasible"}
+    objects["claims"] = [
+        new_claim("pair", None, requests=[request(name="a"), request("nope", "b")])
+    ]
+    assert reasons(collect(**objects)) == {
+        ("pair", "a"): "feasible",
+        ("pair", "b"): "class_not_found",
+    }
+
+
+def test_not_together_counts_shared_counters() -> None:
+    """A whole GPU and a 1g partition of the same GPU: each fits alone, not both.
+
+    A search, not first fit: a 1g partition and a 2g one fit together (another 1g is tried
+    when the first one taken overlaps the 2g).
+    """
+    both = classy("any", "device.driver == 'gpu.nvidia.com'")
+    two_g = selected("device.attributes['gpu.nvidia.com'].uuid == 'MIG-mig-2g-0'")
+    whole = [request(name="whole"), request("mig", "part")]
+    claims = [
+        new_claim("whole", None, requests=whole),
+        new_claim(
+            "parts", None, requests=[request("mig", "one"), request("any", "two", selectors=two_g)]
+        ),
+    ]
+    assert reasons(collect(slices=mig_gpu(), claims=claims, classes=[WHOLE, MIG, both])) == {
+        ("whole", "whole"): "not_together",
+        ("whole", "part"): "not_together",
+        ("parts", "one"): "feasible",
+        ("parts", "two"): "feasible",
+    }
+
+
+def test_admin_access_must_fit_the_counters() -> None:
+    """An adminAccess request for a partition whose counters another claim consumes: in_use.
+
+    Admin access may share an allocated device, but what the partition consumes must still fit
+    the counters left: the allocator's check.  A partition whose counters are free is feasible,
+    allocated or not, and an allocated admin result consumes no counters.
+    """
+    pinned = 'device.attributes["gpu.nvidia.com"].uuid == "MIG-{}"'
+    admin = [
+        request("mig", selectors=selected(pinned.format("mig-1g-1")), adminAccess=True),
+        request("mig", selectors=selected(pinned.format("mig-1g-2")), adminAccess=True),
+        request("mig", selectors=selected(pinned.format("mig-2g-0")), adminAccess=True),
+    ]
+    claims = [
+        new_claim("used", [result("mig-1g-3", "node")]),
+        new_claim("watch", [result("mig-1g-2", "node", adminAccess=True)]),
+        *(new_claim(f"admin-{n}", None, requests=[ask]) for n, ask in enumerate(admin)),
+    ]
+    slices = mig_gpu()
+    assert reasons(collect(slices=slices, claims=claims, classes=[MIG])) == {
+        ("admin-0", "gpu"): "feasible",
+        ("admin-1", "gpu"): "feasible",
+        ("admin-2", "gpu"): "feasible",
+    }
+    claims[0] = new_claim("used", [result("mig-1g-1", "node")])
+    assert reasons(collect(slices=slices, claims=claims, classes=[MIG])) == {
+        ("admin-0", "gpu"): "in_use",
+        ("admin-1", "gpu"): "feasible",
+        ("admin-2", "gpu"): "in_use",
+    }
+
+
+@pytest.mark.parametrize("bound", ["STEPS", "DEPTH"])
+def test_not_together_only_where_the_search_shows_it(
+    monkeypatch: pytest.MonkeyPatch, bound: str
+) -> None:
+    """A search cut short by its bound, or too deep to make, says nothing: feasible stays."""
+    whole = [request(name="whole"), request("mig", "part")]
+    claims = [new_claim("whole", None, requests=whole)]
+    objects: dict[str, Any] = {"slices": mig_gpu(), "claims": claims, "classes": [WHOLE, MIG]}
+    assert set(reasons(collect(**objects)).values()) == {"not_together"}
+    monkeypatch.setattr(pending, bound, 1)
+    assert reasons(collect(**objects)) == {
+        ("whole", "whole"): "feasible",
+        ("whole", "part"): "feasible",
+    }
+
+
+def test_the_example_cluster_shows_every_reason() -> None:
+    """``make demo`` serves a pending claim for each reason."""
+    import yaml
+
+    from tests.test_filesource import EXAMPLE
+
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for item in yaml.safe_load(EXAMPLE.read_text())["items"]:
+        by_kind.setdefault(str(item["kind"]), []).append(item)
+    written = collect(
+        slices=by_kind["ResourceSlice"],
+        claims=by_kind["ResourceClaim"],
+        classes=by_kind["DeviceClass"],
+        rules=by_kind["DeviceTaintRule"],
+    )
+    assert set(reasons(written).values()) == set(REASONS)

@@ -7,14 +7,26 @@ selectors, no tolerations, not adminAccess): the pool's devices in its order (sl
 each free device the class selects taken, its counters deducted from what the pool has left, so
 that the devices the deductions block are skipped.  A device that allows multiple allocations is
 taken as many times as its capacities leave room for a request naming none of them.
+
+The allocator skips a device in use before it evaluates any selector, and a selector that fails
+to evaluate on a device it reaches fails the whole claim: so does the walk, which ends the
+class's count at the first device (not in use) on which the class's selectors fail.  With
+NVIDIA's layout, the whole GPU (no ``profile`` attribute) before its partitions, a class
+selecting partitions by ``profile`` fits none wherever a whole GPU is free.
+
+:func:`capacity` answers another question, for ``exceeds_capacity``: how many devices of a class
+could ever be taken together on a node, were nothing in use and every taint tolerated.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 
 from kdraexp.families.index import USABLE, ClusterIndex, DeviceFacts, Pool, blocked, take
+
+_NOTHING: Mapping[tuple[str, str], float] = MappingProxyType({})
 
 
 def allocatable(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float], ...]:
@@ -33,16 +45,17 @@ def allocatable(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float]
 
 def _first_fit(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, str, float]]:
     for deviceclass in dict.fromkeys(c for device in pool.devices for c in device.classes):
-        counts: dict[str, float] = {}
+        counts = {device.node: 0.0 for device in pool.devices if deviceclass in device.classes}
         consumed = dict(pool.consumed)
-        for device in pool.devices:
+        for device in pool.devices if pool.state == USABLE else ():
             if deviceclass not in device.classes:
-                continue
-            counts.setdefault(device.node, 0.0)
-            if pool.state != USABLE or any(index.taints(pool, device)):
+                if deviceclass in device.unsure and not _in_use(index, pool, device):
+                    break  # the claim reaching it fails, and every later one
                 continue
             key = (pool.driver, pool.name, device.name)
             allocated = key in index.allocated
+            if any(index.taints(pool, device)):
+                continue
             if device.capacities is not None:
                 fits = shares(device, index.consumed.get(key, {}))
                 if not allocated and fits:  # a device already shared has its counters taken
@@ -59,6 +72,12 @@ def _first_fit(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, str, floa
             yield node, deviceclass, count
 
 
+def _in_use(index: ClusterIndex, pool: Pool, device: DeviceFacts) -> bool:
+    """Whether the allocator skips the device before any selector: allocated, not shareable."""
+    allocated = (pool.driver, pool.name, device.name) in index.allocated
+    return allocated and device.capacities is None
+
+
 def shares(device: DeviceFacts, used: Mapping[str, float]) -> float:
     """How many more requests naming no capacity a device allowing several still takes.
 
@@ -73,3 +92,54 @@ def shares(device: DeviceFacts, used: Mapping[str, float]) -> float:
         left = value - used.get(name, 0.0)
         fits = min(fits, max(0.0, math.floor(left / need + 1e-9)))
     return fits
+
+
+def capacity(pool: Pool) -> tuple[tuple[str, str, float], ...]:
+    """(node, class, most devices of the class that fit together) for the pool's devices.
+
+    Nothing in use and every taint tolerated: only the pool's shared counters bound it (see
+    :func:`most`).  Kept on the pool while its slices do not change.
+    """
+    if pool.most is None:
+        grouped: dict[tuple[str, str], list[DeviceFacts]] = {}
+        for device in pool.devices:
+            for deviceclass in device.classes:
+                devices = grouped.get((device.node, deviceclass))
+                if devices is None:
+                    grouped[(device.node, deviceclass)] = [device]
+                else:
+                    devices.append(device)
+        pool.most = tuple(
+            (node, deviceclass, most(pool, devices))
+            for (node, deviceclass), devices in grouped.items()
+        )
+    return pool.most
+
+
+def most(pool: Pool, devices: list[DeviceFacts]) -> float:
+    """At most how many of the pool's *devices* the allocator could take together.
+
+    An upper bound, exact for partitions of one GPU: a device needing more of a counter than the
+    pool has never fits; of the devices consuming a counter, no more than its total covers (the
+    smallest needs first) fit together, whatever the others do.  So a whole GPU and its own
+    partition are one.  A device that allows multiple allocations bounds nothing (+Inf).
+    """
+    if any(device.capacities is not None for device in devices):
+        return math.inf
+    fitting = [device for device in devices if not blocked(device, pool, _NOTHING)]
+    needs: dict[tuple[str, str], list[float]] = {}
+    for device in fitting:
+        for counter_set, counters in device.consumes:
+            for counter, need in counters.items():
+                if need > 0:
+                    needs.setdefault((counter_set, counter), []).append(need)
+    bound = len(fitting)
+    for key, asked in needs.items():
+        left, fit = pool.totals.get(key, 0.0), 0
+        for need in sorted(asked):
+            left -= need
+            if left < -1e-9 * max(1.0, need):
+                break
+            fit += 1
+        bound = min(bound, len(fitting) - len(asked) + fit)
+    return float(bound)

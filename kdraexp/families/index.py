@@ -167,6 +167,7 @@ class Pool:
         "driver",
         "expected",
         "generation",
+        "most",
         "name",
         "published",
         "sets",
@@ -192,6 +193,9 @@ class Pool:
         """Per counter set, its counters with a positive total: (counter, total)."""
         self.consumed: dict[tuple[str, str], float] = {}
         self.state = USABLE
+        self.most: tuple[tuple[str, str, float], ...] | None = None
+        """Per node and class, how many devices fit together with nothing in use (see
+        :func:`kdraexp.families.headroom.capacity`): kept while the slices do not change."""
 
     def settle(self) -> None:
         """Keep the current generation only; add up its counters."""
@@ -638,9 +642,9 @@ def blocked(device: DeviceFacts, pool: Pool, consumed: Mapping[Any, float] | Non
     return False
 
 
-def take(device: DeviceFacts, consumed: dict[tuple[str, str], float]) -> None:
-    """Add what the device consumes of its pool's counters to *consumed*."""
+def take(device: DeviceFacts, consumed: dict[tuple[str, str], float], by: int = 1) -> None:
+    """Add what the device consumes of its pool's counters to *consumed* (*by* -1: give back)."""
     for counter_set, counters in device.consumes:
         for counter, need in counters.items():
             key = (counter_set, counter)
-            consumed[key] = consumed.get(key, 0.0) + need
+            consumed[key] = consumed.get(key, 0.0) + by * need

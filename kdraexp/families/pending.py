@@ -14,6 +14,8 @@ for devices that read alike, the answers kept per slice while it is unchanged.
 
 from __future__ import annotations
 
+import itertools
+import math
 import sys
 import zlib
 from collections.abc import Hashable, Iterator
@@ -24,7 +26,7 @@ import msgspec
 from kdraexp.dra import gated, wire
 from kdraexp.dra.devicecel import CompiledClass, Matcher, union_paths
 from kdraexp.dra.listing import RESOURCE_CLAIMS
-from kdraexp.families.headroom import allocatable, shares
+from kdraexp.families.headroom import allocatable, capacity, most, shares
 from kdraexp.families.index import (
     USABLE,
     ClusterIndex,
@@ -42,9 +44,11 @@ REASONS = (
     "selector_error",
     "no_matching_device",
     "pool_unusable",
+    "exceeds_capacity",
     "tainted",
     "in_use",
     "insufficient",
+    "not_together",
     "feasible",
 )
 """Every reason, in the order they are tried."""
@@ -274,6 +278,10 @@ class Summary:
     """Per class and node, how many one-device requests first fit places."""
     shareable: frozenset[str]
     """The classes selecting a device that allows multiple allocations here."""
+    most: dict[str, dict[str, float]]
+    """Per class and node, the most devices that fit together with nothing in use."""
+    counted: frozenset[str] = frozenset()
+    """The classes selecting a device that consumes shared counters here."""
 
     @property
     def classes(self) -> set[str]:
@@ -294,6 +302,8 @@ class Totals:
     states: dict[str, int] = attrs.Factory(dict)
     shareable: int = 0
     """Pools where a device of the class allows multiple allocations."""
+    counted: int = 0
+    """Pools where a device of the class consumes shared counters."""
     usable: int = 0
     open_tainted: int = 0
     """Usable pools where a device of the class is open but tainted."""
@@ -301,6 +311,10 @@ class Totals:
     """Per node, what first fit places in the usable pools."""
     everywhere: float = 0.0
     """What first fit places on devices not bound to a node."""
+    most: dict[str, float] = attrs.Factory(dict)
+    """Per node, the most devices of the usable pools that fit together with nothing in use."""
+    most_everywhere: float = 0.0
+    """The same, of devices not bound to a node."""
 
     def add(self, key: tuple[str, str], made: Summary, usable: bool, by: int = 1) -> None:
         """Add (*by* 1) or take out (-1) one pool's summary."""
@@ -308,6 +322,7 @@ class Totals:
         for state, count in made.states.get(deviceclass, {}).items():
             self.states[state] = self.states.get(state, 0) + by * count
         self.shareable += by * (deviceclass in made.shareable)
+        self.counted += by * (deviceclass in made.counted)
         if usable:
             self.usable += by
             self.open_tainted += by * bool(made.open_tainted.get(deviceclass))
@@ -316,6 +331,11 @@ class Totals:
                     self.fits[node] = self.fits.get(node, 0.0) + by * fit
                 else:
                     self.everywhere += by * fit
+            for node, fit in made.most.get(deviceclass, {}).items():
+                if node:
+                    self.most[node] = self.most.get(node, 0.0) + by * fit
+                else:
+                    self.most_everywhere += by * fit
         if by > 0:
             self.parts[key] = (made, usable)
         else:
@@ -347,6 +367,7 @@ def summary(index: ClusterIndex, pool: Pool) -> Summary:
         states: dict[str, dict[str, int]] = {}
         open_tainted: dict[str, int] = {}
         shareable: set[str] = set()
+        counted: set[str] = set()
         seen: set[str] = set()
         for device, state in zip(pool.devices, index.states(pool), strict=True):
             if device.name in seen or not device.classes:
@@ -360,15 +381,28 @@ def summary(index: ClusterIndex, pool: Pool) -> Summary:
                     open_tainted[deviceclass] = open_tainted.get(deviceclass, 0) + 1
                 if device.capacities is not None:
                     shareable.add(deviceclass)
+                if device.consumes:
+                    counted.add(deviceclass)
         fits: dict[str, dict[str, float]] = {}
         for node, deviceclass, count in allocatable(index, pool):
             fits.setdefault(deviceclass, {})[node] = count
-        made = index.summaries[key] = Summary(states, open_tainted, fits, frozenset(shareable))
+        together: dict[str, dict[str, float]] = {}
+        for node, deviceclass, count in capacity(pool):
+            together.setdefault(deviceclass, {})[node] = count
+        made = index.summaries[key] = Summary(
+            states, open_tainted, fits, frozenset(shareable), together, frozenset(counted)
+        )
     return made
 
 
 def _plain(index: ClusterIndex, request: RequestFacts) -> Judgement | None:
-    """A plain request judged from the pools' summaries; None when it is not plain."""
+    """A plain request judged from the pools' summaries; None when it is not plain.
+
+    Also None when one-device claims placed one after another do not reach its count and the
+    class selects devices consuming shared counters: the allocator searches for one claim's
+    devices, and so does the judgement in full.  Without counters, every free device can be
+    taken with the others, and one after another is the search's answer.
+    """
     if request.selectors or request.tolerations or request.admin or request.capacity:
         return None
     if request.all:
@@ -383,11 +417,18 @@ def _plain(index: ClusterIndex, request: RequestFacts) -> Judgement | None:
         return Judgement("no_matching_device", matching)
     if not made.usable:
         return Judgement("pool_unusable", matching)
+    ever = made.most_everywhere
+    if max((n + ever for n in made.most.values()), default=ever) < request.count:
+        return Judgement("exceeds_capacity", matching)
     if not made.states.get("available"):
         return Judgement("tainted" if made.open_tainted else "in_use", matching)
     everywhere = made.everywhere
     best = max((count + everywhere for count in made.fits.values()), default=everywhere)
-    return Judgement("feasible" if best >= request.count else "insufficient", matching)
+    if best >= request.count:
+        return Judgement("feasible", matching)
+    if made.counted:
+        return None  # one after another is not the allocator's search where counters bind
+    return Judgement("insufficient", matching)
 
 
 def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
@@ -396,22 +437,11 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     plain = _plain(index, request)
     if plain is not None:
         return plain
-    candidates = index.by_class.get(request.deviceclass, [])
+    found = _matching(index, request)
+    if found is None:
+        return Judgement(NOT_JUDGED)
+    candidates, own = found
     error = request.deviceclass in index.unsure
-    own = ""
-    if request.selectors and candidates:
-        pools = list(index.pools_by_class[request.deviceclass].values())
-        answers = index.selectors.answers(request.deviceclass, request.selectors, pools)
-        if answers is None:
-            return Judgement(NOT_JUDGED)
-        kept = []
-        for pool, device in candidates:
-            answer = answers.get(id(pool), _NONE).get(device.name, False)
-            if answer is True:
-                kept.append((pool, device))
-            elif answer is not False:
-                own = own or f"on device {pool.driver}/{pool.name}/{device.name}: {answer}"
-        candidates = kept
     states: dict[str, int] = {}
     for pool, device in candidates:
         state = index.state(pool, device)
@@ -421,23 +451,92 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
         return Judgement("selector_error", matching, own)
     if not candidates:
         return Judgement("no_matching_device", matching)
-    usable = [(pool, device) for pool, device in candidates if pool.state == USABLE]
+    usable = [candidate for candidate in candidates if candidate[0].state == USABLE]
     if not usable:
         return Judgement("pool_unusable", matching)
-    open_, free = [], []
-    for pool, device in usable:
-        if not _unclaimed(index, request, pool, device) or blocked(device, pool):
-            continue
-        open_.append((pool, device))
-        if not any(_forbids(request, taint) for taint in index.taints(pool, device)):
-            free.append((pool, device))
+    if not request.all and _most(usable) < request.count:
+        return Judgement("exceeds_capacity", matching)
+    open_, free = _open(index, request, usable)
     if not free:
         return Judgement("tainted" if open_ else "in_use", matching)
     if request.all:
         fits = len(usable) == len(candidates) and _all_fit(index, request, candidates, free)
     else:
         fits = any(n >= request.count for n in _per_node(index, request, free).values())
+        if not fits:  # first fit is not the allocator's search: search, within bounds
+            index.judged[("free", request)] = free
+            fits = _together(index, (request,), unknown=False)
     return Judgement("feasible" if fits else "insufficient", matching)
+
+
+def _open(
+    index: ClusterIndex, request: RequestFacts, usable: list[Candidate]
+) -> tuple[list[Candidate], list[Candidate]]:
+    """Of *usable*, those neither taken nor blocked, and of them those free for the request.
+
+    Free: its taints are tolerated as well.
+    """
+    open_, free = [], []
+    for candidate in usable:  # the candidates themselves: no new tuple a device
+        pool, device = candidate
+        if not _unclaimed(index, request, pool, device) or blocked(device, pool):
+            continue
+        open_.append(candidate)
+        if not request.tolerations:  # every blocking taint forbids
+            if not device.taints and not (index.rules and any(index.taints(pool, device))):
+                free.append(candidate)
+        elif not any(_forbids(request, taint) for taint in index.taints(pool, device)):
+            free.append(candidate)
+    return open_, free
+
+
+def _most(usable: list[Candidate]) -> float:
+    """The most of *usable* that fit together on one node, were nothing in use.
+
+    Per pool and node (see :func:`.headroom.most`); network-attached devices count on every
+    node.
+    """
+    grouped: dict[int, dict[str, list[DeviceFacts]]] = {}
+    pools: dict[int, Pool] = {}
+    for pool, device in usable:
+        nodes = grouped.get(id(pool))
+        if nodes is None:
+            nodes = grouped[id(pool)] = {}
+            pools[id(pool)] = pool
+        devices = nodes.get(device.node)
+        if devices is None:
+            nodes[device.node] = [device]
+        else:
+            devices.append(device)
+    per_node: dict[str, float] = {}
+    for key, nodes in grouped.items():
+        for node, devices in nodes.items():
+            per_node[node] = per_node.get(node, 0.0) + most(pools[key], devices)
+    everywhere = per_node.pop("", 0.0)
+    return max((n + everywhere for n in per_node.values()), default=everywhere)
+
+
+def _matching(index: ClusterIndex, request: RequestFacts) -> tuple[list[Candidate], str] | None:
+    """The devices the class and the request's own selectors match, and an own selector's error.
+
+    The error is "" when every own selector could be evaluated; None when the budget ran out.
+    """
+    candidates = index.by_class.get(request.deviceclass, [])
+    own = ""
+    if request.selectors and candidates:
+        pools = list(index.pools_by_class[request.deviceclass].values())
+        answers = index.selectors.answers(request.deviceclass, request.selectors, pools)
+        if answers is None:
+            return None
+        kept = []
+        for pool, device in candidates:
+            answer = answers.get(id(pool), _NONE).get(device.name, False)
+            if answer is True:
+                kept.append((pool, device))
+            elif answer is not False:
+                own = own or f"on device {pool.driver}/{pool.name}/{device.name}: {answer}"
+        candidates = kept
+    return candidates, own
 
 
 def _forbids(request: RequestFacts, taint: tuple[str, str, str]) -> bool:
@@ -508,6 +607,168 @@ def _all_fit(
     return False
 
 
+STEPS = 4096
+"""Devices tried, at most, to place a claim's requests together on one node."""
+ALL_STEPS = 65536
+"""Devices tried, at most, over every node, for one claim's requests."""
+DEPTH = 256
+"""Devices a claim's requests ask for together, at most, for a search to be made."""
+COMBINATIONS = 16
+"""Choices among ``firstAvailable`` alternatives tried, at most."""
+
+
+def apart(index: ClusterIndex, requests: tuple[RequestFacts, ...], judged: list[Judgement]) -> bool:
+    """Whether each of the claim's requests is feasible alone but no node takes them together.
+
+    A ``firstAvailable`` request counts as feasible when one of its alternatives is, and each
+    choice of feasible alternatives is tried.  Not said (False) where it cannot be shown within
+    bounds: for ``allocationMode: All``, beyond :data:`COMBINATIONS` choices or :data:`STEPS`.
+    Kept per index, for equal claims.
+    """
+    choices: dict[str, list[RequestFacts]] = {}
+    for request, judgement in zip(requests, judged, strict=True):
+        feasible = judgement.reason == "feasible" and not request.all
+        options = choices.setdefault(request.name.partition("/")[0], [])
+        if feasible:
+            options.append(request)
+    if len(choices) < 2 or not all(choices.values()):
+        return False
+    if math.prod(len(options) for options in choices.values()) > COMBINATIONS:
+        return False
+    key = ("apart", requests)
+    known = index.judged.get(key)
+    if known is None:
+        known = index.judged[key] = not any(
+            _together(index, chosen) for chosen in itertools.product(*choices.values())
+        )
+    return bool(known)
+
+
+def _together(
+    index: ClusterIndex, requests: tuple[RequestFacts, ...], unknown: bool = True
+) -> bool:
+    """Whether some node takes every request at its count at once from free devices.
+
+    Shared counters are deducted across the requests; constraints are not evaluated.  A search
+    in the allocator's order, trying other devices when one taken leaves too little, within
+    :data:`STEPS` a node and :data:`ALL_STEPS` in all, for at most :data:`DEPTH` devices
+    (beyond them, the answer is *unknown*).
+    A node whose free devices cannot hold the claim, counters bounding them as for
+    ``exceeds_capacity``, is not searched.
+    """
+    free = [_by_node(index, request) for request in requests]
+    nodes = sorted({node for found in free for node in found if node}) or [""]
+    total = sum(request.count for request in requests)
+    if total > DEPTH:
+        return unknown
+    left = ALL_STEPS
+    for node in nodes:
+        needs = [
+            (request.count, [*found.get(node, ()), *found.get("", ())] if node else found[""])
+            for request, found in zip(requests, free, strict=True)
+            if node in found or "" in found
+        ]
+        if len(needs) < len(requests):
+            continue
+        if any(len(options) < count for count, options in needs):
+            continue
+        union = {id(device): (pool, device) for _, options in needs for pool, device in options}
+        if _bound(list(union.values())) < total:
+            continue
+        steps = [min(STEPS, left)]
+        try:
+            if _place(needs, 0, 0, 0, set(), {}, steps):
+                return True
+        except _OutOfSteps:
+            if unknown:
+                return True
+        left -= min(STEPS, left) - max(steps[0], 0)
+        if left <= 0:
+            return unknown
+    return False
+
+
+def _by_node(index: ClusterIndex, request: RequestFacts) -> dict[str, list[Candidate]]:
+    """The request's free devices by node ("" for network-attached ones), kept per index."""
+    key = ("by node", request)
+    known: dict[str, list[Candidate]] | None = index.judged.get(key)
+    if known is None:
+        known = index.judged[key] = {}
+        for candidate in _free(index, request):
+            node = candidate[1].node
+            found = known.get(node)
+            if found is None:
+                known[node] = [candidate]
+            else:
+                found.append(candidate)
+    return known
+
+
+def _bound(candidates: list[Candidate]) -> float:
+    """At most how many of *candidates* fit together, counters bounding each pool's."""
+    grouped: dict[int, tuple[Pool, list[DeviceFacts]]] = {}
+    for pool, device in candidates:
+        found = grouped.get(id(pool))
+        if found is None:
+            grouped[id(pool)] = (pool, [device])
+        else:
+            found[1].append(device)
+    return sum(most(pool, devices) for pool, devices in grouped.values())
+
+
+class _OutOfSteps(Exception):
+    """The search for a placement took more than :data:`STEPS`."""
+
+
+def _place(
+    needs: list[tuple[int, list[Candidate]]],
+    at: int,
+    placed: int,
+    start: int,
+    taken: set[int],
+    consumed: dict[int, dict[tuple[str, str], float]],
+    steps: list[int],
+) -> bool:
+    """Place request *at*'s devices from *start* on, *placed* of them already, then the rest."""
+    if at == len(needs):
+        return True
+    count, options = needs[at]
+    if placed == count:
+        return _place(needs, at + 1, 0, 0, taken, consumed, steps)
+    for place in range(start, len(options) - (count - placed) + 1):
+        steps[0] -= 1
+        if steps[0] < 0:
+            raise _OutOfSteps
+        pool, device = options[place]
+        if device.capacities is not None:  # shareable: room for each request was judged alone
+            if _place(needs, at, placed + 1, place + 1, taken, consumed, steps):
+                return True
+            continue
+        if id(device) in taken:
+            continue
+        used = consumed.setdefault(id(pool), dict(pool.consumed))
+        if device.consumes and blocked(device, pool, used):
+            continue
+        take(device, used)
+        taken.add(id(device))
+        if _place(needs, at, placed + 1, place + 1, taken, consumed, steps):
+            return True
+        take(device, used, -1)
+        taken.discard(id(device))
+    return False
+
+
+def _free(index: ClusterIndex, request: RequestFacts) -> list[Candidate]:
+    """The matching devices free for the request (kept per index)."""
+    key = ("free", request)
+    known: list[Candidate] | None = index.judged.get(key)
+    if known is None:
+        candidates = (_matching(index, request) or ([], ""))[0]
+        usable = [candidate for candidate in candidates if candidate[0].state == USABLE]
+        known = index.judged[key] = _open(index, request, usable)[1]
+    return known
+
+
 def reasons(
     index: ClusterIndex, report: bool = False
 ) -> Iterator[tuple[object, str, str, str, Judgement]]:
@@ -518,8 +779,13 @@ def reasons(
     for claim in index.claims:
         if not claim.home:
             continue
-        for request in claim.pending:
-            judgement = judge(index, request)
+        judged = [judge(index, request) for request in claim.pending]
+        if len(claim.pending) > 1 and apart(index, claim.pending, judged):
+            judged = [
+                attrs.evolve(j, reason="not_together") if j.reason == "feasible" else j
+                for j in judged
+            ]
+        for request, judgement in zip(claim.pending, judged, strict=True):
             if judgement.reason == NOT_JUDGED:
                 if report:
                     index.problems.add(

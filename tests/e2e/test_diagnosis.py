@@ -260,7 +260,8 @@ def test_each_reason_and_the_scheduler_agrees(cluster: Simulated, tmp_path: Path
             "in_use",
             claim("r-use", "diag-mig", f'{TYPE}.uuid == "diag-a-mig/{partition_held}"'),
         ),
-        "r-many": ("insufficient", claim("r-many", "diag-gpu", count=5)),
+        "r-many": ("insufficient", claim("r-many", "diag-gpu", count=4)),
+        "r-big": ("exceeds_capacity", claim("r-big", "diag-gpu", count=5)),
         "r-cpu": ("feasible", claim("r-cpu", "diag-gpu")),
     }
     for name, (_, made) in built.items():
@@ -377,3 +378,181 @@ def test_orphaned_device_and_eviction_condition(cluster: Simulated, tmp_path: Pa
         if row["key"] == "example.com/link-down" and row["device_name"] == "nic"
     ]
     assert len(added) == 1 and started - 60 <= added[0] <= time.time() + 1, added
+
+
+def pinned(name: str, deviceclass: str, pool: str, device_name: str, **exactly: Any) -> Any:
+    """A claim for one device, named by its uuid."""
+    return claim(name, deviceclass, f'{TYPE}.uuid == "{pool}/{device_name}"', **exactly)
+
+
+def reason_of(cluster: Simulated, directory: Path, name: str) -> dict[str, str]:
+    """The exporter's reasons for claim *name*'s requests, once its pod is left Pending."""
+    wait_until(partial(unschedulable, cluster, name), SCHEDULED, f"{name} left pending")
+    body = scrape(cluster, directory)
+    return {
+        row["request"]: row["reason"]
+        for row in samples(body, "kube_resourceclaim_pending_reason")
+        if row["resourceclaim_name"] == name
+    }
+
+
+def test_exceeds_capacity_does_not_follow_other_claims(cluster: Simulated, tmp_path: Path) -> None:
+    """Five GPUs asked where a node has at most four (three, and a whole GPU in MIG mode).
+
+    The reason stays exceeds_capacity while claims take the free GPUs one by one and a NoSchedule
+    DeviceTaintRule takes the last free one out of service; the scheduler leaves it Pending.
+    """
+    run(cluster, "x-big", claim("x-big", "diag-gpu", count=5))
+    taken: list[str] = []
+    rule_path = f"{RESOURCE}/devicetaintrules/x-last"
+    try:
+        assert reason_of(cluster, tmp_path / "free", "x-big") == {"dev": "exceeds_capacity"}
+        for index in (0, 1):
+            name = f"x-take-{index}"
+            taken.append(name)
+            run(cluster, name, pinned(name, "diag-gpu", "diag-a", f"gpu-{index}"), node="diag-a")
+            wait_until(partial(bound, cluster, name), SCHEDULED, f"{name} scheduled")
+        rule = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": "x-last"},
+            "spec": {
+                "deviceSelector": {"driver": DRIVER, "pool": "diag-a", "device": "gpu-2"},
+                "taint": {"key": "example.com/x-last", "effect": "NoSchedule"},
+            },
+        }
+        cluster.kube.create(f"{RESOURCE}/devicetaintrules", rule)
+        tainted = samples(
+            scrape(cluster, tmp_path / "tainted-state"), "kube_resourceslice_device_state"
+        )
+        assert {(r["pool"], r["device_name"], r["state"]) for r in tainted} >= {
+            ("diag-a", "gpu-2", "tainted")
+        }
+        assert reason_of(cluster, tmp_path / "tainted", "x-big") == {"dev": "exceeds_capacity"}
+        cluster.kube.delete(rule_path)
+        taken.append("x-take-2")
+        run(cluster, "x-take-2", pinned("x-take-2", "diag-gpu", "diag-a", "gpu-2"), node="diag-a")
+        wait_until(partial(bound, cluster, "x-take-2"), SCHEDULED, "x-take-2 scheduled")
+        assert reason_of(cluster, tmp_path / "taken", "x-big") == {"dev": "exceeds_capacity"}
+        assert not bound(cluster, "x-big")
+        assert "allocation" not in cluster.kube.get(f"{CLAIMS}/x-big").get("status", {})
+    finally:
+        try:
+            cluster.kube.delete(rule_path)
+        except APIError as error:
+            if error.code != 404:
+                raise
+        remove(cluster, ["x-big", *taken])
+
+
+def test_not_together(cluster: Simulated, tmp_path: Path) -> None:
+    """A GPU on one node and a NIC share on the other: each fits alone, not on one node."""
+    gpu = {
+        "name": "gpu",
+        "exactly": {
+            "deviceClassName": "diag-gpu",
+            "selectors": [{"cel": {"expression": f'{TYPE}.uuid == "diag-a/gpu-0"'}}],
+        },
+    }
+    # The NIC may carry the NoExecute rule of the test before: tolerated, it is free alone.
+    everything = [{"operator": "Exists"}]
+    nic = {"name": "nic", "exactly": {"deviceClassName": "diag-nic", "tolerations": everything}}
+    made = claim("x-apart", "diag-gpu")
+    made["spec"]["devices"]["requests"] = [gpu, nic]
+    run(cluster, "x-apart", made)
+    try:
+        assert reason_of(cluster, tmp_path / "apart", "x-apart") == {
+            "gpu": "not_together",
+            "nic": "not_together",
+        }
+        assert "allocation" not in cluster.kube.get(f"{CLAIMS}/x-apart").get("status", {})
+    finally:
+        remove(cluster, ["x-apart"])
+
+
+def profiled(pool: str, *names: str) -> list[dict[str, Any]]:
+    """A whole GPU (no ``profile``) and two partitions (``profile`` 1g), in the order named."""
+    made = []
+    for name in names:
+        body = device(pool, name, "part" if name != "whole" else "cwhole")
+        slices = ("0", "1") if name == "whole" else (name[-1],)
+        needs = counters(**{f"memory_slice_{index}": "1" for index in slices})
+        body["consumesCounters"] = [{"counterSet": "gpu", "counters": needs}]
+        if name != "whole":
+            body["attributes"]["profile"] = {"string": "1g"}
+        made.append(body)
+    return made
+
+
+PROFILE = (
+    f'{TYPE}.uuid.startsWith("diag-c/") || {TYPE}.uuid.startsWith("diag-d/") '
+    f'? {TYPE}.profile == "1g" : false'
+)
+"""Partitions by their profile: an error on the whole GPU, which has none."""
+
+
+def test_selector_error_ends_headroom(cluster: Simulated, tmp_path: Path) -> None:
+    """A class selecting on ``profile``: the allocator stops at the whole GPU, which has none.
+
+    Where the whole GPU comes first 0 fit, and the scheduler refuses a probe with a CEL runtime
+    error; where the partitions come first two fit, and the scheduler places two.
+    """
+    made = []
+    two = counters(memory_slice_0="1", memory_slice_1="1")
+    for node, order in (("diag-c", ("whole", "p-0", "p-1")), ("diag-d", ("p-0", "p-1", "whole"))):
+        cluster.add_node(node)
+        made += [
+            pool_slice(
+                f"{node}-counters", node, node, 2, sharedCounters=[{"name": "gpu", "counters": two}]
+            ),
+            pool_slice(f"{node}-devices", node, node, 2, devices=profiled(node, *order)),
+        ]
+    selecting = device_class("diag-profile", "part")
+    selecting["spec"]["selectors"] = [{"cel": {"expression": PROFILE}}]
+    cluster.kube.create(f"{RESOURCE}/deviceclasses", selecting)
+    for body in made:
+        cluster.kube.create(SLICES_PATH, body)
+    try:
+        written = scrape(cluster, tmp_path / "headroom")
+        headroom = {
+            row["node_name"]: value
+            for row, value in values(written, "kube_resourcepool_allocatable_devices")
+            if row["deviceclass_name"] == "diag-profile"
+        }
+        assert headroom == {"diag-c": 0, "diag-d": 2}
+        run(cluster, "x-probe", claim("x-probe", "diag-profile"), node="diag-c")
+        try:
+            condition = wait_until(
+                partial(unschedulable, cluster, "x-probe"), SCHEDULED, "the probe refused"
+            )
+            assert condition["reason"] == "SchedulerError", condition
+            assert "CEL runtime error" in condition["message"], condition
+            assert reason_of(cluster, tmp_path / "probe", "x-probe") == {"dev": "selector_error"}
+        finally:
+            remove(cluster, ["x-probe"])
+        assert placed_one_after_another(cluster, "diag-d", "diag-profile") == 2
+    finally:
+        for body in made:
+            cluster.kube.delete(f"{SLICES_PATH}/{body['metadata']['name']}")
+        cluster.kube.delete(f"{RESOURCE}/deviceclasses/diag-profile")
+
+
+def test_admin_access_needs_the_counters(cluster: Simulated, tmp_path: Path) -> None:
+    """An adminAccess claim for a partition overlapping the one held: in_use, left Pending.
+
+    One for a partition whose counters are free is allocated, although admin access.
+    """
+    namespace = cluster.kube.get(f"/api/v1/namespaces/{NAMESPACE}")
+    namespace["metadata"].setdefault("labels", {})["resource.kubernetes.io/admin-access"] = "true"
+    cluster.kube.put(f"/api/v1/namespaces/{NAMESPACE}", namespace)
+    assert held(cluster, "held-partition") == "mig-2g-0"  # memory slices 0 and 1
+    overlapping = pinned("x-admin", "diag-mig", "diag-a-mig", "mig-1g-0", adminAccess=True)
+    free = pinned("x-admin-free", "diag-mig", "diag-a-mig", "mig-1g-3", adminAccess=True)
+    run(cluster, "x-admin", overlapping)
+    run(cluster, "x-admin-free", free)
+    try:
+        wait_until(partial(bound, cluster, "x-admin-free"), SCHEDULED, "the free admin claim")
+        assert reason_of(cluster, tmp_path / "admin", "x-admin") == {"dev": "in_use"}
+        assert "allocation" not in cluster.kube.get(f"{CLAIMS}/x-admin").get("status", {})
+    finally:
+        remove(cluster, ["x-admin", "x-admin-free"])

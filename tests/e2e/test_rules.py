@@ -236,7 +236,8 @@ def test_every_alert_fires(
         found: dict[str, list[dict[str, str]]] = {}
         for alert in prometheus.api(prometheus_port, "alerts")["alerts"]:
             if alert["state"] == "firing":
-                found.setdefault(alert["labels"]["alertname"], []).append(alert["labels"])
+                described = {**alert["labels"], "description": alert["annotations"]["description"]}
+                found.setdefault(alert["labels"]["alertname"], []).append(described)
         listing = {a["resource"] for a in found.get("KubeDraExporterListErrors", ())}
         # The list-mode exporter's errors, not only the watch-mode one's, which come first.
         return found if set(ALERTS) <= set(found) and "resourceclaims" in listing else None
@@ -248,8 +249,9 @@ def test_every_alert_fires(
         ("families", "waiting")  # the standalone claims wait too, legitimately
     }
     assert {
-        (a["resourceclaim_name"], a["reason"]) for a in alerts["DRAResourceClaimUnsatisfiable"]
-    } == {("scarce", "no_matching_device")}
+        (a["resourceclaim_name"], a["request"], "(no_matching_device)" in a["description"])
+        for a in alerts["DRAResourceClaimUnsatisfiable"]
+    } == {("scarce", "gpu", True)}  # the reason is told, not a label
     assert {a["deviceclass_name"] for a in alerts["DRADeviceClassExhausted"]} == {"alerts-scarce"}
     assert {a["device_name"] for a in alerts["DRATaintedDeviceInUse"]} == {"lost"}
     assert "e2e-incomplete" in {a["pool"] for a in alerts["DRAResourcePoolIncomplete"]}
