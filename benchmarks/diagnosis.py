@@ -2,9 +2,11 @@
 
 The cluster of ``make bench`` at one size, then the same with PENDING pending claims spread over
 the reasons (benchmarks.cluster.PENDING): first and calm list-mode scrapes and peak RSS of each,
-and calm watch-mode scrapes of the second.  First scrapes are measured FIRSTS times, alternately,
-each by an exporter of its own; their CPU seconds are compared by the fastest of each.  Calm
-scrapes of the two are taken in turn.
+and calm watch-mode scrapes of the second.  A third exporter reads the second cluster without
+the families an operator acts on (:data:`ANSWERS`: idle cost, tainted allocations, device
+taints, headroom), so that what they cost together shows beside the rest.  First scrapes are
+measured FIRSTS times, alternately, each by an exporter of its own; their CPU seconds are
+compared by the fastest of each.  Calm scrapes of the three are taken in turn.
 """
 
 from __future__ import annotations
@@ -17,6 +19,13 @@ from typing import Any
 from benchmarks.run import Run, get
 
 PENDING = 1000
+ANSWERS = (
+    "kube_resourcepool_idle_hourly_cost",
+    "kube_resourceclaim_allocation_tainted",
+    "kube_resourceslice_device_taint",
+    "kube_resourcepool_allocatable_devices",
+)
+"""Families measured by writing them or not (--metric-denylist)."""
 FIRSTS = 5
 """First scrapes measured of each cluster, alternately.
 
@@ -45,17 +54,26 @@ def measure(devices: int, scrapes: int, directory: Path) -> dict[str, Any]:
         runs.append(plain)
         pending = Run(devices, directory / "pending", [], pending=PENDING)
         runs.append(pending)
+        denied = ["--metric-denylist", ",".join(f"^{name}$" for name in ANSWERS)]
+        without = Run(devices, directory / "without", denied, api=pending)
+        runs.append(without)
         plain_firsts, pending_firsts = [_first(plain)], [_first(pending)]
-        plain_calm, pending_calm = [], []
+        without_firsts = [_first(without)]
+        plain_calm, pending_calm, without_calm = [], [], []
         for _ in range(scrapes):
             plain_calm.append(plain.scrape())
             pending_calm.append(pending.scrape())
+            without_calm.append(without.scrape())
         plain_rss, pending_rss = plain.peak_rss(), pending.peak_rss()
         reasons = get(pending.port, "/metrics")[1].count(b"kube_resourceclaim_pending_reason{")
         for again in range(1, FIRSTS):
-            turn = [(plain, plain_firsts), (pending, pending_firsts)]
-            for api, firsts in turn if again % 2 == 0 else turn[::-1]:
-                fresh = Run(devices, directory / f"first-{again}", [], api=api)
+            turn = [
+                (plain, plain_firsts, []),
+                (pending, pending_firsts, []),
+                (pending, without_firsts, denied),
+            ]
+            for api, firsts, args in turn if again % 2 == 0 else turn[::-1]:
+                fresh = Run(devices, directory / f"first-{again}", args, api=api)
                 try:
                     firsts.append(_first(fresh))
                 finally:
@@ -84,6 +102,8 @@ def measure(devices: int, scrapes: int, directory: Path) -> dict[str, Any]:
         "pending_list_calm_median": statistics.median(pending_calm),
         "pending_list_peak_rss_bytes": pending_rss,
         "pending_watch_calm_median": statistics.median(watch_calm),
+        "without_answers_list_first_cpu_fastest": min(c for _, c in without_firsts),
+        "without_answers_list_calm_median": statistics.median(without_calm),
     }
 
 
@@ -117,8 +137,18 @@ def table(result: dict[str, Any]) -> str:
             f"Watch mode with them, calm scrape: {result['pending_watch_calm_median']:.3f} s, "
             f"{result['pending_watch_calm_median'] / result['pending_list_calm_median']:.3f}x "
             "list mode's.",
+            "",
+            f"With them, the families an operator acts on ({', '.join(ANSWERS)}) cost "
+            f"{_share(result, 'list_first_cpu_fastest'):.1%} of the first scrape's CPU (fastest of "
+            f"{FIRSTS}) and {_share(result, 'list_calm_median'):.1%} of a calm scrape.",
         ]
     )
+
+
+def _share(result: dict[str, Any], figure: str) -> float:
+    """What ANSWERS add to *figure*, as a share of it with them."""
+    whole = float(result[f"pending_{figure}"])
+    return (whole - float(result[f"without_answers_{figure}"])) / whole
 
 
 def targets(result: dict[str, Any]) -> list[tuple[str, bool]]:
@@ -136,6 +166,14 @@ def targets(result: dict[str, Any]) -> list[tuple[str, bool]]:
         (
             f"{size}: peak RSS grows by at most 10%",
             result["pending_list_peak_rss_bytes"] <= 1.10 * result["list_peak_rss_bytes"],
+        ),
+        (
+            f"{size}: the families an operator acts on cost at most 5% of the first scrape's CPU",
+            _share(result, "list_first_cpu_fastest") <= 0.05,
+        ),
+        (
+            f"{size}: the families an operator acts on cost at most 5% of a calm scrape",
+            _share(result, "list_calm_median") <= 0.05,
         ),
         (
             f"{size}: watch mode, calm scrape <= 0.05x list mode's",
