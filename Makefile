@@ -56,9 +56,13 @@ e2e: install
 bench: install
 	$(BIN)/python -m benchmarks.run --check
 
-# The control plane takes minutes to build when cold: begin it at once, beside the install, the
-# lint and the tests that do not need it (the end-to-end tests wait for it).
+# The control plane and Prometheus 3 take minutes to build when cold: begin them at once, beside
+# the install, the lint and the tests that do not need them (those that do wait for them). One
+# build at a time, in the order the tests build them (tests/tools.py): kube-apiserver and etcd,
+# Prometheus 3, then kube-scheduler and kube-controller-manager.
 prebuild:
-	@if command -v go >/dev/null; then (bash scripts/build-control-plane.sh >/dev/null 2>&1 &); fi
+	@if command -v go >/dev/null; then \
+	  ( (bash scripts/build-control-plane.sh core; bash scripts/build-prometheus.sh; \
+	     bash scripts/build-control-plane.sh) >/dev/null 2>&1 &); fi
 
 test: prebuild lint pytest
