@@ -9,12 +9,18 @@ from typing import Any
 DASHBOARD = (
     Path(__file__).parent.parent / "chart" / "kube-dra-exporter" / "dashboards" / "kdraexp.json"
 )
+GRAFANA_SCRAPE_INTERVAL = 30
+"""Seconds: the scrape interval kube-prometheus-stack's Grafana data source assumes
+(``timeInterval: 30s``), which makes ``$__rate_interval`` four times it, 2m, over the ranges a
+dashboard is usually looked at (Grafana: max($__interval + scrape interval, 4 x scrape
+interval))."""
 SUBSTITUTIONS = {
-    "$__rate_interval": "2m",
+    "$__rate_interval": f"{4 * GRAFANA_SCRAPE_INTERVAL}s",
     "$__range": "1h",
     "$job": "kdraexp",
 }
-"""What Grafana puts for its variables when every value is chosen (regex variables: ``.*``)."""
+"""What Grafana puts for its own variables; the dashboard's variables with "All" chosen take
+their ``allValue``."""
 
 
 def load() -> dict[str, Any]:
@@ -36,8 +42,9 @@ def as_run(expr: str, job: str = "kdraexp") -> str:
     """*expr* with the dashboard's variables replaced as Grafana does with "All" chosen."""
     for name, value in {**SUBSTITUTIONS, "$job": job}.items():
         expr = expr.replace(name, value)
-    for variable in ("cluster", "driver", "model", "node", "namespace", "deviceclass"):
-        expr = expr.replace(f"${variable}", ".*")
+    for variable in load()["templating"]["list"]:
+        if variable.get("includeAll"):
+            expr = expr.replace(f"${variable['name']}", variable["allValue"])
     return expr
 
 

@@ -6,13 +6,14 @@ import json
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from kdraexp import __version__
 from kdraexp.families import BY_NAME
 from tests import dashboard, tools
-from tests.helm import render, resource
+from tests.helm import CHART, render, resource
 
 ROWS = [
     "Overview",
@@ -101,10 +102,26 @@ def test_tables_show_no_time_and_named_values() -> None:
         assert options["excludeByName"].get("Value") or options["renameByName"].get("Value")
 
 
-def test_requested_by_class_counts_each_device_once(tmp_path: Path) -> None:
+def promtool_test(binaries: Path, directory: Path, tests: dict[str, Any]) -> None:
+    """Run *tests* (a promtool rule-test file with no rules) with that release's promtool."""
+    (directory / "panel.test.yaml").write_text(yaml.safe_dump(tests))
+    tested = subprocess.run(
+        [str(binaries / "promtool"), "test", "rules", "panel.test.yaml"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_requested_by_class_counts_each_device_once(
+    prometheus_release: Path, tmp_path: Path
+) -> None:
     """Alternatives count once and adminAccess results not at all: 3 allocated, 2 pending.
 
-    Evaluated by promtool on series as the exporter writes them.
+    Evaluated by each release's promtool on series as the exporter writes them.
     """
     series = {
         # allocated: two devices, plus one adminAccess result that holds nothing
@@ -165,16 +182,138 @@ def test_requested_by_class_counts_each_device_once(tmp_path: Path) -> None:
             }
         ],
     }
-    (tmp_path / "panel.test.yaml").write_text(yaml.safe_dump(tests))
-    tested = subprocess.run(
-        [str(tools.prometheus() / "promtool"), "test", "rules", "panel.test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    promtool_test(prometheus_release, tmp_path, tests)
+
+
+SPEND = "Spend over the dashboard's range"
+SPEND_HOURS = {"2.42": 2, "3.16": 1}
+"""Hours of cost a one-hour range reads when it ends exactly on the hour: Prometheus 2 takes the
+samples at both ends of a range, 3 leaves its start open (docs/compatibility.md)."""
+
+
+def test_spend_is_hours_times_cost(tmp_path: Path) -> None:
+    """Three claims costing 2, 3 and 5 an hour for a two-hour range: 20 on each release.
+
+    Off the hour, both releases agree; ending exactly on the hour, Prometheus 2 counts one
+    hour more (2.42 reads twice a one-hour range's spend), Prometheus 3 is right.
+    """
+    costs = {"a": 2, "b": 3, "c": 5}
+    (expr,) = (t["expr"] for t in dashboard.panel(SPEND)["targets"])
+    for release, binaries in sorted(tools.PROMETHEUS.items()):
+        directory = tmp_path / release
+        directory.mkdir()
+        series = [
+            {
+                "series": f'kube_resourceclaim_hourly_cost{{job="kdraexp",namespace="ml",'
+                f'resourceclaim_name="{claim}",deviceclass_name="gpu"}}',
+                "values": f"{cost}x240",
+            }
+            for claim, cost in costs.items()
+        ]
+        checks = [
+            ("2h", "3h30m", 20),
+            ("1h", "3h30m", 10),
+            ("1h", "3h", 10 * SPEND_HOURS[release]),
+        ]
+        promtool_test(
+            binaries(),
+            directory,
+            {
+                "rule_files": [],
+                "evaluation_interval": "1m",
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": series,
+                        "promql_expr_test": [
+                            {
+                                "expr": dashboard.as_run(expr.replace("$__range", window)),
+                                "eval_time": at,
+                                "exp_samples": [{"labels": "{}", "value": value}],
+                            }
+                            for window, at, value in checks
+                        ],
+                    }
+                ],
+            },
+        )
+
+
+def test_all_matches_every_label_value(prometheus_release: Path, tmp_path: Path) -> None:
+    """Each variable's "All" matches any label value, one holding a newline too, and none.
+
+    Prometheus 2 does not let ``.`` match a newline, 3 does: ``(?s:.*)`` matches alike on both,
+    where ``.*`` would hide on 2.x a device whose attribute holds a newline.
+    """
+    variables = [v for v in dashboard.load()["templating"]["list"] if v.get("includeAll")]
+    assert [v["name"] for v in variables] == VARIABLES[2:]
+    checks = []
+    for variable in variables:
+        label = {"namespace": "namespace", "deviceclass": "deviceclass_name"}.get(
+            variable["name"], variable["name"]
+        )
+        checks.append(
+            {
+                "expr": f'count(x{{{label}=~"{variable["allValue"]}"}})',
+                "eval_time": "1m",
+                "exp_samples": [{"labels": "{}", "value": 3}],
+            }
+        )
+    series = [
+        {
+            "series": 'x{model="A\\nB", cluster="A\\nB", driver="A\\nB", node="A\\nB", '
+            'namespace="A\\nB", deviceclass_name="A\\nB"}',
+            "values": "1x3",
+        },
+        {
+            "series": 'x{model="c", cluster="c", driver="c", node="c", namespace="c", '
+            'deviceclass_name="c"}',
+            "values": "1x3",
+        },
+        {"series": 'x{other="d"}', "values": "1x3"},
+    ]
+    promtool_test(
+        prometheus_release,
+        tmp_path,
+        {
+            "rule_files": [],
+            "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": checks}],
+        },
     )
-    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+RATES = re.compile(r"\b(?:rate|irate|increase|delta|idelta|deriv|changes|resets)\(.*?\[([^\]:]+)\]")
+
+
+def _seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    parts = re.findall(r"(\d+)(ms|s|m|h|d)", duration)
+    assert "".join(n + u for n, u in parts) == duration, duration
+    return sum(int(n) * units[u] for n, u in parts)
+
+
+def test_rate_windows_hold_four_scrapes_at_the_chart_interval() -> None:
+    """Each rate and increase window, as Grafana fills it in, spans four default intervals.
+
+    A window of two scrapes is blanked by one missed scrape; four leave room for one. The
+    chart's monitors scrape every 30 s by default, the interval kube-prometheus-stack's Grafana
+    assumes, so its ``$__rate_interval`` of 2m holds four samples.
+    """
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["prometheus"]
+    intervals = {
+        kind: _seconds(values[kind]["interval"]) for kind in ("servicemonitor", "podmonitor")
+    }
+    assert intervals == {"servicemonitor": 30, "podmonitor": 30}
+    windows = [
+        (title, window)
+        for title, expr in dashboard.queries()
+        for window in RATES.findall(dashboard.as_run(expr))
+    ]
+    assert len(windows) >= 4, windows
+    for title, window in windows:
+        for kind, interval in intervals.items():
+            assert _seconds(window) >= 4 * interval, (title, window, kind)
 
 
 def test_rows_and_variables() -> None:
