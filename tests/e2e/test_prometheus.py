@@ -33,9 +33,8 @@ ORIGINAL = (
 def prometheus_bin(request: pytest.FixtureRequest) -> Path:
     """Prometheus and promtool of each release (tests/tools.py): Debian's 2.42 and 3.16.
 
-    Each scrapes with its own default protocols: 3.x asks for the Prometheus protobuf format
-    first, then OpenMetrics 1.0.0, then text 1.0.0 with UTF-8 escaping, and fails a scrape whose
-    Content-Type it cannot tell.
+    Each scrapes with its own default protocols: 3.x asks for OpenMetrics 1.0.0 first, then
+    0.0.1, then text 1.0.0 and 0.0.4, and fails a scrape whose Content-Type it cannot tell.
     """
     directory: Path = tools.PROMETHEUS[request.param]()
     return directory
