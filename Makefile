@@ -8,7 +8,7 @@ TELEMETRY ?= :8081
 # An editable install in compat mode puts the checkout on sys.path, where twistd finds the plugin.
 COMPAT := --config-settings editable_mode=compat
 
-.PHONY: demo test lint pytest e2e bench install runtime prebuild
+.PHONY: demo test lint pytest e2e operator-e2e bench install runtime prebuild
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ pytest: install
 # The end-to-end tier alone: a real kube-apiserver, etcd, helm and Prometheus (see README).
 e2e: install
 	$(BIN)/python -m pytest tests/e2e
+
+# The chart under the real Prometheus Operator, scraped by Prometheus 3 on the operator's own
+# configuration (not in `make test`: the operator's cold build would take it past its budget).
+operator-e2e: install
+	$(BIN)/python -m pytest tests/e2e/operator_check.py
 
 # The scale benchmark (about ten minutes: watch mode, shards, pending claims and the Pod view
 # at 64,000 devices included): tables on stdout, benchmarks/results.{json,png}.

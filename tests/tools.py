@@ -134,6 +134,17 @@ def prometheus() -> Path:
     return Path(_last_line(["bash", str(SCRIPTS / "install-prometheus.sh")], "prometheus/promtool"))
 
 
+@functools.cache
+def prometheus_operator() -> Path:
+    """The directory of the Prometheus Operator and its CRDs (scripts/build-prometheus-operator.sh).
+
+    Only ``make operator-e2e`` needs it: its cold build is left out of ``make test``.
+    """
+    return Path(
+        _last_line(["bash", str(SCRIPTS / "build-prometheus-operator.sh")], "prometheus-operator")
+    )
+
+
 SCHEDULED = ("test_allocator.py", "test_diagnosis.py", "test_pods.py", "test_judges.py")
 """The end-to-end tests of the simulated cluster: they need kube-scheduler and the controller
 manager."""
@@ -152,6 +163,7 @@ NEEDS = {
     "tests/e2e/": (helm, control_plane),
     "tests/e2e/test_prometheus.py": (prometheus, prometheus3),
     "tests/e2e/test_rules.py": (prometheus, prometheus3),
+    "tests/e2e/operator_check.py": (prometheus3, prometheus_operator),
     **{f"tests/e2e/{name}": (scheduler_plane,) for name in SCHEDULED},
 }
 """Which collected tests need which tools (matched on the test file's path; several may match)."""
