@@ -42,13 +42,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Build the Go tools the collected tests need; without them skip those tests (not in CI).
 
     The slow builds (tests/tools.py's stages) begin at once, one after another, beside the tests
-    that need none of them; the tests that do run last, the end-to-end ones after the others,
-    each group in the order its builds finish, so that each waits as little as it can.
+    that need none of them; the tests that do run after those, in the order their builds finish
+    (the end-to-end ones after the others that wait for the same build), so that each waits as
+    little as it can.
     """
 
-    def order(item: pytest.Item) -> tuple[bool, int]:
+    def order(item: pytest.Item) -> tuple[int, bool]:
         needed = tools.stages(item.path.as_posix())
-        return _end_to_end(item), max((tools.STAGES.index(s) + 1 for s in needed), default=0)
+        return max((tools.STAGES.index(s) + 1 for s in needed), default=0), _end_to_end(item)
 
     items.sort(key=order)
     if shutil.which("go"):
