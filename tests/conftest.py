@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
@@ -40,19 +41,26 @@ def _end_to_end(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Build the Go tools the collected tests need; without them skip those tests (not in CI).
 
-    The end-to-end tests run last, in their order, so that the control plane they need builds
-    while the others run; the simulated cluster's last of all, its scheduler building meanwhile.
+    The slow builds (tests/tools.py's stages) begin at once, one after another, beside the tests
+    that need none of them; the tests that do run after those, in the order their builds finish
+    (the end-to-end ones after the others that wait for the same build), so that each waits as
+    little as it can.
     """
-    items.sort(key=lambda item: (_end_to_end(item), tools.scheduled(item.path.as_posix())))
-    if shutil.which("go") and any(map(_end_to_end, items)):
-        tools.start_control_plane()  # first: it takes longest; waited for before the first e2e test
+
+    def order(item: pytest.Item) -> tuple[int, bool]:
+        needed = tools.stages(item.path.as_posix())
+        return max((tools.STAGES.index(s) + 1 for s in needed), default=0), _end_to_end(item)
+
+    items.sort(key=order)
+    if shutil.which("go"):
+        tools.start_builds(*{s for item in items for s in tools.stages(item.path.as_posix())})
     for fragment, builders in tools.NEEDS.items():
         needing = [item for item in items if fragment in item.path.as_posix()]
         if not needing:
             continue
         try:
             for build in builders:
-                if build in (tools.control_plane, tools.scheduler_plane) and shutil.which("go"):
+                if build in tools.BACKGROUND and shutil.which("go"):
                     continue  # started above
                 build()
         except tools.ToolUnavailable as error:
@@ -66,9 +74,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-    """Before an end-to-end test, outside its timeout: wait for the stage of the build it needs."""
-    if _end_to_end(item):
-        tools.wait_for_control_plane(tools.scheduled(item.path.as_posix()))
+    """Before a test, outside its timeout: wait for the slow builds it needs."""
+    tools.wait_for(*tools.stages(item.path.as_posix()))
     yield
 
 
@@ -76,6 +83,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Say loudly which tests did not run for want of a tool."""
     for reason in _unavailable:
         terminalreporter.write_line(f"!!! {reason}", red=True, bold=True)
+
+
+@pytest.fixture(params=sorted(tools.PROMETHEUS))
+def prometheus_release(request: pytest.FixtureRequest) -> Path:
+    """The directory of ``prometheus`` and ``promtool`` of each release checked (tests/tools.py)."""
+    directory: Path = tools.PROMETHEUS[request.param]()
+    return directory
 
 
 def result_of(d: Deferred[T]) -> T:

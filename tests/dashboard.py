@@ -10,17 +10,21 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests import tools
-
 DASHBOARD = (
     Path(__file__).parent.parent / "chart" / "kube-dra-exporter" / "dashboards" / "kdraexp.json"
 )
+GRAFANA_SCRAPE_INTERVAL = 30
+"""Seconds: the scrape interval kube-prometheus-stack's Grafana data source assumes
+(``timeInterval: 30s``), which makes ``$__rate_interval`` four times it, 2m, over the ranges a
+dashboard is usually looked at (Grafana: max($__interval + scrape interval, 4 x scrape
+interval))."""
 SUBSTITUTIONS = {
-    "$__rate_interval": "2m",
+    "$__rate_interval": f"{4 * GRAFANA_SCRAPE_INTERVAL}s",
     "$__range": "1h",
     "$job": "kdraexp",
 }
-"""What Grafana puts for its variables when every value is chosen (regex variables: ``.*``)."""
+"""What Grafana puts for its own variables; the dashboard's variables with "All" chosen take
+their ``allValue``."""
 
 
 def load() -> dict[str, Any]:
@@ -42,8 +46,9 @@ def as_run(expr: str, job: str = "kdraexp") -> str:
     """*expr* with the dashboard's variables replaced as Grafana does with "All" chosen."""
     for name, value in {**SUBSTITUTIONS, "$job": job}.items():
         expr = expr.replace(name, value)
-    for variable in ("cluster", "driver", "model", "node", "namespace", "deviceclass"):
-        expr = expr.replace(f"${variable}", ".*")
+    for variable in load()["templating"]["list"]:
+        if variable.get("includeAll"):
+            expr = expr.replace(f"${variable['name']}", variable["allValue"])
     return expr
 
 
@@ -79,9 +84,9 @@ def series_of(exposition: str, job: str = "kdraexp") -> dict[str, float]:
 
 
 def evaluate(
-    directory: Path, series: dict[str, str], cases: list[dict[str, Any]]
+    binaries: Path, directory: Path, series: dict[str, str], cases: list[dict[str, Any]]
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``promtool test rules`` on *series*, one sample a minute, and its *cases*.
+    """Run ``promtool test rules`` of *binaries* on *series*, one sample a minute, and *cases*.
 
     *series* maps a series to its values in promtool's notation (``5x3``, ``0+60x10``); *cases*
     are ``promql_expr_test`` entries.
@@ -99,7 +104,7 @@ def evaluate(
     }
     (directory / "panel.test.yaml").write_text(yaml.safe_dump(tests))
     return subprocess.run(
-        [str(tools.prometheus() / "promtool"), "test", "rules", "panel.test.yaml"],
+        [str(binaries / "promtool"), "test", "rules", "panel.test.yaml"],
         cwd=directory,
         capture_output=True,
         text=True,

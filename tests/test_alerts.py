@@ -44,9 +44,9 @@ def rules(values: dict[str, Any] | None = None) -> dict[str, Any]:
     return spec
 
 
-def promtool(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def promtool(binaries: Path, directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(tools.prometheus() / "promtool"), *args],
+        [str(binaries / "promtool"), *args],
         cwd=directory,
         capture_output=True,
         text=True,
@@ -55,15 +55,30 @@ def promtool(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_rules_check_and_unit_tests(tmp_path: Path) -> None:
-    """promtool check rules accepts them, and every alert's unit tests pass."""
+def test_rules_check_and_unit_tests(prometheus_release: Path, tmp_path: Path) -> None:
+    """promtool check rules accepts them, and every alert's unit tests pass, on each release."""
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules({"runbookURL": RUNBOOKS})))
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
-    checked = promtool(tmp_path, "check", "rules", "rules.yaml")
+    checked = promtool(prometheus_release, tmp_path, "check", "rules", "rules.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 20 rules found" in checked.stdout
-    tested = promtool(tmp_path, "test", "rules", RULE_TESTS.name)
+    tested = promtool(prometheus_release, tmp_path, "test", "rules", RULE_TESTS.name)
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+@pytest.mark.parametrize("release", sorted(tools.PROMETHEUS))
+def test_prometheus_releases_are_the_ones_named(release: str) -> None:
+    """Each Prometheus the rules are checked on says it is the release the tests name."""
+    binaries = tools.PROMETHEUS[release]()
+    for command in ("prometheus", "promtool"):
+        said = subprocess.run(
+            [str(binaries / command), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert (said.stdout + said.stderr).startswith(f"{command}, version {release}."), said
 
 
 def test_every_alert_tested_and_documented() -> None:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from kdraexp import __version__
 from kdraexp.families import BY_NAME
-from tests import dashboard
+from tests import dashboard, tools
 from tests.collect import collect, text
-from tests.helm import render, resource
+from tests.helm import CHART, render, resource
 from tests.objects import gpu, new_claim, pool_slice, result
 from tests.test_resourcepool_families import H200, PRICED, h200
 
@@ -101,10 +105,26 @@ def test_tables_show_no_time_and_named_values() -> None:
         assert options["excludeByName"].get("Value") or options["renameByName"].get("Value")
 
 
-def test_requested_by_class_counts_each_device_once(tmp_path: Path) -> None:
+def promtool_test(binaries: Path, directory: Path, tests: dict[str, Any]) -> None:
+    """Run *tests* (a promtool rule-test file with no rules) with that release's promtool."""
+    (directory / "panel.test.yaml").write_text(yaml.safe_dump(tests))
+    tested = subprocess.run(
+        [str(binaries / "promtool"), "test", "rules", "panel.test.yaml"],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_requested_by_class_counts_each_device_once(
+    prometheus_release: Path, tmp_path: Path
+) -> None:
     """Alternatives count once and adminAccess results not at all: 3 allocated, 2 pending.
 
-    Evaluated by promtool on series as the exporter writes them.
+    Evaluated by each release's promtool on series as the exporter writes them.
     """
     series = {
         # allocated: two devices, plus one adminAccess result that holds nothing
@@ -141,26 +161,165 @@ def test_requested_by_class_counts_each_device_once(tmp_path: Path) -> None:
             "targets"
         ]
     )
-    tested = dashboard.evaluate(
-        tmp_path,
-        {name: f"{value}x3" for name, value in with_job.items()},
-        [
+    tests = {
+        "rule_files": [],
+        "evaluation_interval": "1m",
+        "tests": [
             {
-                "expr": allocated,
-                "eval_time": "1m",
-                "exp_samples": [{"labels": '{deviceclass_name="gpu"}', "value": 3}],
-            },
-            {
-                "expr": pending,
-                "eval_time": "1m",
-                "exp_samples": [{"labels": '{deviceclass_name="gpu"}', "value": 2}],
-            },
+                "interval": "1m",
+                "input_series": [
+                    {"series": name, "values": f"{value}x3"} for name, value in with_job.items()
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": allocated,
+                        "eval_time": "1m",
+                        "exp_samples": [{"labels": '{deviceclass_name="gpu"}', "value": 3}],
+                    },
+                    {
+                        "expr": pending,
+                        "eval_time": "1m",
+                        "exp_samples": [{"labels": '{deviceclass_name="gpu"}', "value": 2}],
+                    },
+                ],
+            }
         ],
+    }
+    promtool_test(prometheus_release, tmp_path, tests)
+
+
+SPEND = "Spend over the dashboard's range"
+SPEND_HOURS = {"2.42": 2, "3.16": 1}
+"""Hours of cost a one-hour range reads when it ends exactly on the hour: Prometheus 2 takes the
+samples at both ends of a range, 3 leaves its start open (docs/compatibility.md)."""
+
+
+def test_spend_is_hours_times_cost(tmp_path: Path) -> None:
+    """Three claims costing 2, 3 and 5 an hour for a two-hour range: 20 on each release.
+
+    Off the hour, both releases agree; ending exactly on the hour, Prometheus 2 counts one
+    hour more (2.42 reads twice a one-hour range's spend), Prometheus 3 is right.
+    """
+    costs = {"a": 2, "b": 3, "c": 5}
+    (expr,) = (t["expr"] for t in dashboard.panel(SPEND)["targets"])
+    for release, binaries in sorted(tools.PROMETHEUS.items()):
+        directory = tmp_path / release
+        directory.mkdir()
+        series = [
+            {
+                "series": f'kube_resourceclaim_hourly_cost{{job="kdraexp",namespace="ml",'
+                f'resourceclaim_name="{claim}",deviceclass_name="gpu"}}',
+                "values": f"{cost}x240",
+            }
+            for claim, cost in costs.items()
+        ]
+        checks = [
+            ("2h", "3h30m", 20),
+            ("1h", "3h30m", 10),
+            ("1h", "3h", 10 * SPEND_HOURS[release]),
+        ]
+        promtool_test(
+            binaries(),
+            directory,
+            {
+                "rule_files": [],
+                "evaluation_interval": "1m",
+                "tests": [
+                    {
+                        "interval": "1m",
+                        "input_series": series,
+                        "promql_expr_test": [
+                            {
+                                "expr": dashboard.as_run(expr.replace("$__range", window)),
+                                "eval_time": at,
+                                "exp_samples": [{"labels": "{}", "value": value}],
+                            }
+                            for window, at, value in checks
+                        ],
+                    }
+                ],
+            },
+        )
+
+
+def test_all_matches_every_label_value(prometheus_release: Path, tmp_path: Path) -> None:
+    """Each variable's "All" matches any label value, one holding a newline too, and none.
+
+    Prometheus 2 does not let ``.`` match a newline, 3 does: ``(?s:.*)`` matches alike on both,
+    where ``.*`` would hide on 2.x a device whose attribute holds a newline.
+    """
+    variables = [v for v in dashboard.load()["templating"]["list"] if v.get("includeAll")]
+    assert [v["name"] for v in variables] == VARIABLES[2:]
+    checks = []
+    for variable in variables:
+        label = {"namespace": "namespace", "deviceclass": "deviceclass_name"}.get(
+            variable["name"], variable["name"]
+        )
+        checks.append(
+            {
+                "expr": f'count(x{{{label}=~"{variable["allValue"]}"}})',
+                "eval_time": "1m",
+                "exp_samples": [{"labels": "{}", "value": 3}],
+            }
+        )
+    series = [
+        {
+            "series": 'x{model="A\\nB", cluster="A\\nB", driver="A\\nB", node="A\\nB", '
+            'namespace="A\\nB", deviceclass_name="A\\nB"}',
+            "values": "1x3",
+        },
+        {
+            "series": 'x{model="c", cluster="c", driver="c", node="c", namespace="c", '
+            'deviceclass_name="c"}',
+            "values": "1x3",
+        },
+        {"series": 'x{other="d"}', "values": "1x3"},
+    ]
+    promtool_test(
+        prometheus_release,
+        tmp_path,
+        {
+            "rule_files": [],
+            "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": series, "promql_expr_test": checks}],
+        },
     )
-    assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
-def test_idle_cost_is_the_sum_of_the_family(tmp_path: Path) -> None:
+RATES = re.compile(r"\b(?:rate|irate|increase|delta|idelta|deriv|changes|resets)\(.*?\[([^\]:]+)\]")
+
+
+def _seconds(duration: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    parts = re.findall(r"(\d+)(ms|s|m|h|d)", duration)
+    assert "".join(n + u for n, u in parts) == duration, duration
+    return sum(int(n) * units[u] for n, u in parts)
+
+
+def test_rate_windows_hold_four_scrapes_at_the_chart_interval() -> None:
+    """Each rate and increase window, as Grafana fills it in, spans four default intervals.
+
+    A window of two scrapes is blanked by one missed scrape; four leave room for one. The
+    chart's monitors scrape every 30 s by default, the interval kube-prometheus-stack's Grafana
+    assumes, so its ``$__rate_interval`` of 2m holds four samples.
+    """
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["prometheus"]
+    intervals = {
+        kind: _seconds(values[kind]["interval"]) for kind in ("servicemonitor", "podmonitor")
+    }
+    assert intervals == {"servicemonitor": 30, "podmonitor": 30}
+    windows = [
+        (title, window)
+        for title, expr in dashboard.queries()
+        for window in RATES.findall(dashboard.as_run(expr))
+    ]
+    assert len(windows) >= 4, windows
+    for title, window in windows:
+        for kind, interval in intervals.items():
+            assert _seconds(window) >= 4 * interval, (title, window, kind)
+
+
+def test_idle_cost_is_the_sum_of_the_family(prometheus_release: Path, tmp_path: Path) -> None:
     """Two idle H200s priced 5.00, one partitionable into seven 1g at 0.55: 10.00, not more.
 
     The exporter's own exposition of that cluster is what promtool evaluates the panel on; with
@@ -178,6 +337,7 @@ def test_idle_cost_is_the_sum_of_the_family(tmp_path: Path) -> None:
     ):
         exposition = text(collect(slices=slices, claims=claims, classes=classes))
         tested = dashboard.evaluate(
+            prometheus_release,
             tmp_path,
             {name: f"{value}x3" for name, value in dashboard.series_of(exposition).items()},
             [
@@ -191,7 +351,9 @@ def test_idle_cost_is_the_sum_of_the_family(tmp_path: Path) -> None:
         assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
-def test_scrape_duration_leaves_out_handlers_not_asked(tmp_path: Path) -> None:
+def test_scrape_duration_leaves_out_handlers_not_asked(
+    prometheus_release: Path, tmp_path: Path
+) -> None:
     """A handler with no request in the window has no p90 (it was NaN), the others theirs.
 
     /metrics answered 60 requests a minute, all between 0.1 and 0.25 s: p90 0.235 s.
@@ -209,6 +371,7 @@ def test_scrape_duration_leaves_out_handlers_not_asked(tmp_path: Path) -> None:
         series[f"{name}_count{{{labels}}}"] = values
         series[f"{name}_sum{{{labels}}}"] = values
     tested = dashboard.evaluate(
+        prometheus_release,
         tmp_path,
         series,
         [
@@ -222,37 +385,9 @@ def test_scrape_duration_leaves_out_handlers_not_asked(tmp_path: Path) -> None:
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
-def test_rows_and_variables() -> None:
-    """The rows and variables operators look for."""
-    board = dashboard.load()
-    assert [p["title"] for p in board["panels"] if p["type"] == "row"] == ROWS
-    assert [v["name"] for v in board["templating"]["list"]] == VARIABLES
-
-
-def test_every_query_reads_known_series_of_the_job() -> None:
-    """Every panel has a query; each selects the exporter's job and reads families that exist."""
-    board = dashboard.load()
-    panels = [p for p in board["panels"] if p["type"] != "row"]
-    assert all(p.get("targets") for p in panels)
-    own = {
-        "kube_dra_exporter_list_duration_seconds",
-        "kube_dra_exporter_list_errors_total",
-        "kube_dra_exporter_list_objects",
-        "kube_dra_exporter_invalid_values_total",
-        "kube_dra_exporter_cel_errors_total",
-        "kube_dra_exporter_http_request_duration_seconds_bucket",
-        "kube_dra_exporter_http_request_duration_seconds_count",
-        "process_resident_memory_bytes",
-    }
-    for title, expr in dashboard.queries(board):
-        names = set(re.findall(r"\b(kube_[a-z_]+|process_[a-z_]+)\{", expr))
-        assert names, title
-        for name in names:
-            assert name in BY_NAME or name in own, (title, name)
-        assert expr.count("{") == expr.count('job="$job"'), title
-
-
-def test_taints_count_devices_by_taint_allocated_and_ruled_ones_included(tmp_path: Path) -> None:
+def test_taints_count_devices_by_taint_allocated_and_ruled_ones_included(
+    prometheus_release: Path, tmp_path: Path
+) -> None:
     """The "Tainted devices" stat and the "Device taints" table read the taints, not the states.
 
     An allocated device with its driver's NoExecute taint counts; a device two rules taint alike
@@ -293,6 +428,7 @@ def test_taints_count_devices_by_taint_allocated_and_ruled_ones_included(tmp_pat
         row.format("gpu-2", "fyi", "None"),
     ]
     tested = dashboard.evaluate(
+        prometheus_release,
         tmp_path,
         {name: f"{value}x3" for name, value in with_job.items()},
         [
@@ -305,3 +441,32 @@ def test_taints_count_devices_by_taint_allocated_and_ruled_ones_included(tmp_pat
         ],
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_rows_and_variables() -> None:
+    """The rows and variables operators look for."""
+    board = dashboard.load()
+    assert [p["title"] for p in board["panels"] if p["type"] == "row"] == ROWS
+    assert [v["name"] for v in board["templating"]["list"]] == VARIABLES
+
+
+def test_every_query_reads_known_series_of_the_job() -> None:
+    """Every panel has a query; each selects the exporter's job and reads families that exist."""
+    board = dashboard.load()
+    panels = [p for p in board["panels"] if p["type"] != "row"]
+    assert all(p.get("targets") for p in panels)
+    own = {
+        "kube_dra_exporter_list_duration_seconds",
+        "kube_dra_exporter_list_errors_total",
+        "kube_dra_exporter_list_objects",
+        "kube_dra_exporter_invalid_values_total",
+        "kube_dra_exporter_cel_errors_total",
+        "kube_dra_exporter_http_request_duration_seconds_bucket",
+        "process_resident_memory_bytes",
+    }
+    for title, expr in dashboard.queries(board):
+        names = set(re.findall(r"\b(kube_[a-z_]+|process_[a-z_]+)\{", expr))
+        assert names, title
+        for name in names:
+            assert name in BY_NAME or name in own, (title, name)
+        assert expr.count("{") == expr.count('job="$job"'), title

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import yaml
 
 from kdraexp.families.selection import select
-from tests import tools
 from tests.collect import collect, text
 from tests.test_filesource import EXAMPLE
 
 
-def test_demo_exposition_lints_clean_but_for_the_original() -> None:
-    """Every family `make demo` writes, through `promtool check metrics`."""
+def test_demo_exposition_lints_clean_but_for_the_original(prometheus_release: Path) -> None:
+    """Every family `make demo` writes, through each release's `promtool check metrics`."""
     by_kind: dict[str, list[dict[str, object]]] = {}
     for item in yaml.safe_load(EXAMPLE.read_text())["items"]:
         by_kind.setdefault(str(item["kind"]), []).append(item)
@@ -35,7 +35,7 @@ def test_demo_exposition_lints_clean_but_for_the_original() -> None:
     assert "kube_resourceclaim_pending_reason{" in exposition
     assert "kube_pod_dra_device_health{" in exposition
     linted = subprocess.run(
-        [str(tools.prometheus() / "promtool"), "check", "metrics"],
+        [str(prometheus_release / "promtool"), "check", "metrics"],
         input=exposition,
         capture_output=True,
         text=True,

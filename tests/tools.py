@@ -2,10 +2,11 @@
 
 The project's scripts build them into ~/.cache/kdraexp, so only the first build takes minutes.
 
-They are built while the tests are collected, outside any test's timeout; the control plane,
-the longest by far, is built beside the tests that do not need it, and the end-to-end tests,
-run last, wait for it first. Without Go they cannot be built: in CI (CI=true) that fails the
-run; elsewhere the tests needing them are skipped with one line saying why.
+They are built while the tests are collected, outside any test's timeout; the slow ones (the
+control plane, Prometheus 3) are built beside the tests that do not need them, one at a time,
+and the tests that need them run last and wait for them first. Without Go they cannot be built:
+in CI (CI=true) that fails the run; elsewhere the tests needing them are skipped with one line
+saying why.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import concurrent.futures
 import functools
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
@@ -55,42 +57,51 @@ def actionlint() -> str:
     )
 
 
+STAGES = ("core", "prometheus3", "scheduler")
+"""The slow builds, in the order they are made, one at a time: ``core`` (kube-apiserver, etcd,
+the CRDs), ``prometheus3`` (Prometheus 3 and its promtool), then ``scheduler`` (kube-scheduler
+and kube-controller-manager). ``make prebuild`` makes them in the same order, so the two never
+build at once: each waits on the other's lock and then finds the cache."""
 _builds: dict[str, concurrent.futures.Future[Path]] = {}
-"""The control plane's two stages, building: ``core`` (kube-apiserver, etcd, the CRDs), then
-``scheduler`` (kube-scheduler and kube-controller-manager too)."""
-SCHEDULED = ("test_allocator.py", "test_diagnosis.py", "test_idle_cost.py", "test_pods.py")
-"""The end-to-end tests of the simulated cluster: they need the second stage."""
+_builder: list[concurrent.futures.ThreadPoolExecutor] = []
 
 
-def start_control_plane() -> None:
-    """Begin building the control plane, beside the tests that do not need it.
+def start_builds(*stages: str) -> None:
+    """Begin building *stages* (of :data:`STAGES`) beside the tests that do not need them.
 
-    Cold, its four binaries take most of the suite's time: the tests that do not need them run
-    meanwhile, the end-to-end tests run last and wait for kube-apiserver and etcd
-    (:func:`wait_for_control_plane`), and the simulated cluster's, last of all, for the rest.
+    Cold, they take most of the suite's time: the tests that do not need them run meanwhile and
+    the tests that do run last, each waiting for what it needs (:func:`wait_for`).
     """
-    if _builds:
-        return
-    pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="control-plane")
-    _builds["core"] = pool.submit(_stage, ["core"], "kube-apiserver/etcd")
-    _builds["scheduler"] = pool.submit(_stage, [], "kube-scheduler/kube-controller-manager")
-    pool.shutdown(wait=False)
+    if not _builder:
+        _builder.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="slow-builds"))
+    for stage in STAGES:
+        if stage in stages and stage not in _builds:
+            _builds[stage] = _builder[0].submit(_BUILD[stage])
 
 
 def _stage(args: list[str], what: str) -> Path:
     return Path(_last_line(["bash", str(SCRIPTS / "build-control-plane.sh"), *args], what))
 
 
-def scheduled(path: str) -> bool:
-    """Whether the test file at *path* runs the simulated cluster (the second stage)."""
-    return path.endswith(SCHEDULED)
+def _prometheus3() -> Path:
+    return Path(_last_line(["bash", str(SCRIPTS / "build-prometheus.sh")], "Prometheus 3"))
 
 
-def wait_for_control_plane(scheduler: bool = False) -> None:
-    """Wait until a stage is built, or its build has failed (the tests then say)."""
-    build = _builds.get("scheduler" if scheduler else "core")
-    if build is not None:
-        concurrent.futures.wait([build])
+_BUILD: dict[str, Callable[[], Path]] = {
+    "core": functools.partial(_stage, ["core"], "kube-apiserver/etcd"),
+    "prometheus3": _prometheus3,
+    "scheduler": functools.partial(_stage, [], "kube-scheduler/kube-controller-manager"),
+}
+
+
+def wait_for(*stages: str) -> None:
+    """Wait until each of *stages* is built, or its build has failed (the tests then say)."""
+    concurrent.futures.wait([_builds[stage] for stage in stages if stage in _builds])
+
+
+def _built(stage: str) -> Path:
+    start_builds(stage)
+    return _builds[stage].result()
 
 
 def control_plane() -> Path:
@@ -98,8 +109,7 @@ def control_plane() -> Path:
 
     :raises ToolUnavailable: when they cannot be built.
     """
-    start_control_plane()
-    return _builds["core"].result()
+    return _built("core")
 
 
 def scheduler_plane() -> Path:
@@ -107,8 +117,15 @@ def scheduler_plane() -> Path:
 
     :raises ToolUnavailable: when they cannot be built.
     """
-    start_control_plane()
-    return _builds["scheduler"].result()
+    return _built("scheduler")
+
+
+def prometheus3() -> Path:
+    """The directory of Prometheus 3 and its promtool, built by scripts/build-prometheus.sh.
+
+    :raises ToolUnavailable: when they cannot be built.
+    """
+    return _built("prometheus3")
 
 
 @functools.cache
@@ -117,12 +134,57 @@ def prometheus() -> Path:
     return Path(_last_line(["bash", str(SCRIPTS / "install-prometheus.sh")], "prometheus/promtool"))
 
 
+@functools.cache
+def prometheus_operator() -> Path:
+    """The directory of the Prometheus Operator and its CRDs (scripts/build-prometheus-operator.sh).
+
+    Only ``make operator-e2e`` needs it: its cold build is left out of ``make test``.
+    """
+    return Path(
+        _last_line(["bash", str(SCRIPTS / "build-prometheus-operator.sh")], "prometheus-operator")
+    )
+
+
+SCHEDULED = (
+    "test_allocator.py",
+    "test_diagnosis.py",
+    "test_eviction.py",
+    "test_idle_cost.py",
+    "test_judges.py",
+    "test_pods.py",
+)
+"""The end-to-end tests of the simulated cluster: they need kube-scheduler and the controller
+manager."""
+PROMETHEUS: dict[str, Callable[[], Path]] = {"2.42": prometheus, "3.16": prometheus3}
+"""The Prometheus releases the rules and the dashboard are checked on: Debian's package (2.42 in
+bookworm) and the one built from its Go module (the release kube-prometheus-stack users run is a
+3.x); a test checks that each says it is that release."""
+
 NEEDS = {
     "tests/test_chart.py": (helm,),
-    "tests/test_alerts.py": (helm, prometheus),
-    "tests/test_dashboard.py": (helm,),
+    "tests/test_alerts.py": (helm, prometheus, prometheus3),
+    "tests/test_dashboard.py": (helm, prometheus, prometheus3),
+    "tests/test_exposition_lint.py": (prometheus, prometheus3),
     "tests/test_image.py": (helm,),
     "tests/test_workflows.py": (actionlint,),
-    "tests/e2e/": (helm, control_plane, scheduler_plane, prometheus),
+    "tests/e2e/": (helm, control_plane),
+    "tests/e2e/test_prometheus.py": (prometheus, prometheus3),
+    "tests/e2e/test_rules.py": (prometheus, prometheus3),
+    "tests/e2e/operator_check.py": (prometheus3, prometheus_operator),
+    **{f"tests/e2e/{name}": (scheduler_plane,) for name in SCHEDULED},
 }
-"""Which collected tests need which tools (matched on the test file's path)."""
+"""Which collected tests need which tools (matched on the test file's path; several may match)."""
+BACKGROUND = {control_plane: "core", prometheus3: "prometheus3", scheduler_plane: "scheduler"}
+"""The tools built beside the tests (:func:`start_builds`), by their stage."""
+
+
+def stages(path: str) -> list[str]:
+    """The background stages the test file at *path* needs, in build order."""
+    needed = {
+        BACKGROUND[build]
+        for fragment, builders in NEEDS.items()
+        if fragment in path
+        for build in builders
+        if build in BACKGROUND
+    }
+    return [stage for stage in STAGES if stage in needed]

@@ -41,6 +41,8 @@ class Simulated:
 
     plane: ControlPlane
     components: list[subprocess.Popen[bytes]]
+    ports: dict[str, int] = attrs.field(factory=dict)
+    """The secure port of each component (``kube-scheduler``, ``kube-controller-manager``)."""
 
     @property
     def kube(self) -> Kube:
@@ -89,6 +91,22 @@ class Simulated:
                 if error.code != 404:
                     raise
 
+    def metrics(self, component: str) -> str:
+        """The exposition at ``/metrics`` of *component*, or of ``kube-apiserver``.
+
+        Asked with the admin's token, which each component reviews with the API server
+        (delegated authentication and authorization), as Prometheus would ask with its own.
+        """
+        if component == "kube-apiserver":
+            text: str = self.kube.get("/metrics")
+            return text
+        request = urllib.request.Request(
+            f"https://127.0.0.1:{self.ports[component]}/metrics",
+            headers={"Authorization": f"Bearer {self.kube.token}"},
+        )
+        with urllib.request.urlopen(request, context=_insecure(), timeout=30) as answer:
+            return str(answer.read().decode())
+
     def stop(self) -> None:
         for process in self.components:
             process.terminate()
@@ -134,20 +152,27 @@ def _component(
         )
 
 
-def _ready(url: str) -> bool:
+def _insecure() -> ssl.SSLContext:
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # the component's own self-signed serving certificate
+    return context
+
+
+def _ready(url: str) -> bool:
     try:
-        with urllib.request.urlopen(url, context=context, timeout=5) as answer:
+        with urllib.request.urlopen(url, context=_insecure(), timeout=5) as answer:
             return bool(answer.read() == b"ok")
     except (urllib.error.URLError, OSError):
         return False
 
 
-def start_simulated(directory: Path) -> Simulated:
-    """Start the control plane, kube-scheduler and kube-controller-manager; wait until ready."""
-    plane = start(directory, identities=(SCHEDULER, CONTROLLER_MANAGER))
+def start_simulated(directory: Path, apiserver_args: tuple[str, ...] = ()) -> Simulated:
+    """Start the control plane, kube-scheduler and kube-controller-manager; wait until ready.
+
+    *apiserver_args* go to kube-apiserver besides its usual ones.
+    """
+    plane = start(directory, apiserver_args, identities=(SCHEDULER, CONTROLLER_MANAGER))
     binaries = tools.scheduler_plane()
     scheduler_config = _kubeconfig(directory / "scheduler.kubeconfig", plane.kube, SCHEDULER[0])
     manager_config = _kubeconfig(
@@ -186,7 +211,11 @@ def start_simulated(directory: Path) -> Simulated:
             ],
         ),
     ]
-    simulated = Simulated(plane, components)
+    simulated = Simulated(
+        plane,
+        components,
+        {"kube-scheduler": scheduler_port, "kube-controller-manager": manager_port},
+    )
     deadline = time.monotonic() + READY_TIMEOUT
     checks = [
         f"https://127.0.0.1:{scheduler_port}/readyz",

@@ -1,4 +1,4 @@
-"""A real Prometheus scrapes the exporter; promtool lints the exposition."""
+"""A real Prometheus (2.42 and 3.16) scrapes the exporter; promtool lints the exposition."""
 
 from __future__ import annotations
 
@@ -29,10 +29,15 @@ ORIGINAL = (
 )
 
 
-@pytest.fixture(scope="module")
-def prometheus_bin() -> Path:
-    """Prometheus and promtool from Debian's package, installed by the project's script."""
-    return tools.prometheus()
+@pytest.fixture(scope="module", params=sorted(tools.PROMETHEUS))
+def prometheus_bin(request: pytest.FixtureRequest) -> Path:
+    """Prometheus and promtool of each release (tests/tools.py): Debian's 2.42 and 3.16.
+
+    Each scrapes with its own default protocols: 3.x asks for OpenMetrics 1.0.0 first, then
+    0.0.1, then text 1.0.0 and 0.0.4, and fails a scrape whose Content-Type it cannot tell.
+    """
+    directory: Path = tools.PROMETHEUS[request.param]()
+    return directory
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The chart's alerts fire, and its dashboard's queries answer, on a real Prometheus.
+"""The chart's alerts fire, and its dashboard's queries answer, on a real Prometheus (2.42, 3.16).
 
 Prometheus scrapes the exporter, which lists the real API server holding the objects of
 tests/e2e/families.py and a claim waiting for a class that matches nothing; a second exporter
@@ -189,12 +189,15 @@ def chart_rules() -> dict[str, Any]:
     return spec
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=sorted(tools.PROMETHEUS))
 def prometheus_port(
-    exporters: tuple[Exporter, Exporter, Exporter], tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    exporters: tuple[Exporter, Exporter, Exporter],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[int]:
+    """A Prometheus of each release (tests/tools.py) on the chart's rules, scraping the job."""
     good, refused, watch_refused = exporters
-    directory = tmp_path_factory.mktemp("rules-prometheus")
+    directory = tmp_path_factory.mktemp(f"rules-prometheus-{request.param}")
     (directory / "rules.yaml").write_text(yaml.safe_dump(chart_rules()))
     targets = [
         good.port,
@@ -215,7 +218,7 @@ def prometheus_port(
             }
         ],
     }
-    with prometheus.serve(tools.prometheus(), config, directory) as port:
+    with prometheus.serve(tools.PROMETHEUS[request.param](), config, directory) as port:
         wait_until(lambda: _up(port), 60, "Prometheus scraping the exporter")
         yield port
 

@@ -1,0 +1,399 @@
+"""The real Prometheus Operator takes up the chart as kube-prometheus-stack's does.
+
+Run by ``make operator-e2e``, not by ``make test``: building the operator (v0.90.1, from its Go
+module by scripts/build-prometheus-operator.sh) costs minutes cold, which would take a cold
+``make test`` past its budget (README, "The end-to-end tier").
+
+A control plane of its own (kube-apiserver and etcd, no kubelet, no controller manager) with the
+operator's CRDs; the operator runs against it with the admin's kubeconfig. The chart is installed
+by helm with ``kube-prometheus-stack-values.yaml`` beside a Prometheus resource shaped as
+kube-prometheus-stack renders it (selectors on ``release``). The operator's generated
+configuration (the Secret ``prometheus-<name>``) and rule files (the ConfigMaps
+``prometheus-<name>-rulefiles-<n>``) are then run by a real Prometheus 3, as its config reloader
+would, with what only a pod would give filled in: ``$(SHARD)``, ``$(POD_NAME)``, a kubeconfig for
+service discovery. The exporter runs here, not in a pod: a Pod object of the Deployment's labels
+names its ports, and the Endpoints and EndpointSlice of its Service (as a cluster's controllers
+would publish both; the operator's default discovery role, kube-prometheus-stack's too, reads
+Endpoints) publish a documentation-range address (Kubernetes refuses loopback there) that an
+appended relabeling rewrites to 127.0.0.1, keeping loopback targets only, so nothing else is ever
+dialled.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import os
+import subprocess
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import dashboard, tools
+from tests.e2e import prometheus
+from tests.e2e.conftest import Exporter, ensure_namespace, wait_until, write_kubeconfig
+from tests.e2e.controlplane import APIError, ControlPlane, Kube, start
+from tests.helm import CHART
+from tests.processes import free_port
+
+pytestmark = pytest.mark.slow
+RELEASE = "kube-prometheus-stack"
+NAMESPACE = "monitoring"
+NAME = "kube-prometheus-stack-prometheus"
+EXPORTER = "kube-dra-exporter"
+PUBLISHED = "192.0.2.10"
+"""The address the exporter's endpoints publish: TEST-NET-1, rewritten to 127.0.0.1."""
+MONITORING = "/apis/monitoring.coreos.com/v1"
+CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+SELECT = {"matchLabels": {"release": RELEASE}}
+PROMETHEUS_CR = {
+    "apiVersion": "monitoring.coreos.com/v1",
+    "kind": "Prometheus",
+    "metadata": {
+        "name": NAME,
+        "namespace": NAMESPACE,
+        "labels": {"app": NAME, "release": RELEASE},
+    },
+    # As kube-prometheus-stack renders it with its defaults (its *SelectorNilUsesHelmValues:
+    # true): monitors and rules of its release, from every namespace.
+    "spec": {
+        "version": "v3.16.0",
+        "image": "quay.io/prometheus/prometheus:v3.16.0",
+        "replicas": 1,
+        "shards": 1,
+        "serviceAccountName": NAME,
+        "externalUrl": f"http://{NAME}.{NAMESPACE}:9090",
+        "portName": "http-web",
+        "retention": "10d",
+        "routePrefix": "/",
+        "serviceMonitorSelector": SELECT,
+        "serviceMonitorNamespaceSelector": {},
+        "podMonitorSelector": SELECT,
+        "podMonitorNamespaceSelector": {},
+        "probeSelector": SELECT,
+        "probeNamespaceSelector": {},
+        "ruleSelector": SELECT,
+        "ruleNamespaceSelector": {},
+        "scrapeConfigSelector": SELECT,
+        "scrapeConfigNamespaceSelector": {},
+        "alerting": {
+            "alertmanagers": [
+                {
+                    "namespace": NAMESPACE,
+                    "name": "kube-prometheus-stack-alertmanager",
+                    "port": "http-web",
+                    "pathPrefix": "/",
+                    "apiVersion": "v2",
+                }
+            ]
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    started = start(tmp_path_factory.mktemp("operator-plane"))
+    yield started
+    started.stop()
+
+
+class _CRDLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without its ``=`` value tag: a CRD enumerates "=" as a string."""
+
+
+_CRDLoader.yaml_implicit_resolvers = {
+    first: [r for r in resolvers if r[0] != "tag:yaml.org,2002:value"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _established(kube: Kube, name: str) -> bool:
+    conditions = (kube.get(f"{CRD_PATH}/{name}").get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
+@pytest.fixture(scope="module")
+def operator(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The operator's CRDs established and the operator running; yields the admin kubeconfig."""
+    kube = plane.kube
+    binaries = tools.prometheus_operator()
+    for path in sorted((binaries / "crds").glob("*.yaml")):
+        crd = yaml.load(path.read_text(), Loader=_CRDLoader)
+        kube.create(CRD_PATH, crd)
+        name = crd["metadata"]["name"]
+        wait_until(partial(_established, kube, name), 60, f"CRD {name} established")
+    ensure_namespace(kube, NAMESPACE)
+    directory = tmp_path_factory.mktemp("operator")
+    kubeconfig = write_kubeconfig(directory / "admin.kubeconfig", kube, kube.token)
+    with (directory / "operator.log").open("wb") as log:
+        running = subprocess.Popen(
+            [
+                str(binaries / "operator"),
+                f"--web.listen-address=127.0.0.1:{free_port()}",
+                f"--namespaces={NAMESPACE}",
+                # status.bindings on monitors and rules: Accepted, or why not.
+                "--feature-gates=StatusForConfigurationResources=true",
+            ],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield kubeconfig
+    finally:
+        running.terminate()
+        running.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def installed(plane: ControlPlane, operator: Path) -> dict[str, Any]:
+    """The chart installed by helm for kube-prometheus-stack, and the Prometheus resource."""
+    subprocess.run(
+        [
+            tools.helm(),
+            "install",
+            EXPORTER,
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--kubeconfig",
+            str(operator),
+            "-f",
+            str(CHART / "kube-prometheus-stack-values.yaml"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    made: dict[str, Any] = plane.kube.create(
+        f"{MONITORING}/namespaces/{NAMESPACE}/prometheuses", PROMETHEUS_CR
+    )
+    return made
+
+
+def _generated(kube: Kube) -> str | None:
+    """The operator's configuration once it scrapes the chart's ServiceMonitor."""
+    try:
+        secret = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/prometheus-{NAME}")
+    except APIError as error:
+        if error.code == 404:  # not written yet
+            return None
+        raise
+    packed = (secret.get("data") or {}).get("prometheus.yaml.gz")
+    if not packed:
+        return None
+    text = gzip.decompress(base64.b64decode(packed)).decode()
+    return text if f"serviceMonitor/{NAMESPACE}/{EXPORTER}/" in text else None
+
+
+def _rule_files(kube: Kube) -> dict[str, str] | None:
+    maps = kube.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps")["items"]
+    files = {
+        key: value
+        for config_map in maps
+        if config_map["metadata"]["name"].startswith(f"prometheus-{NAME}-rulefiles-")
+        for key, value in (config_map.get("data") or {}).items()
+    }
+    return files if any(EXPORTER in key for key in files) else None
+
+
+def _bindings(kube: Kube, kind: str) -> list[dict[str, Any]] | None:
+    got = kube.get(f"{MONITORING}/namespaces/{NAMESPACE}/{kind}/{EXPORTER}")
+    bindings: list[dict[str, Any]] = (got.get("status") or {}).get("bindings") or []
+    return bindings or None
+
+
+def _publish(kube: Kube, exporter: Exporter) -> None:
+    """A Pod object naming the exporter's ports, and its Service's Endpoints and EndpointSlice.
+
+    Nothing runs the Pod (no kubelet): it carries the Deployment's labels and the container
+    ports by name, which service discovery joins to the endpoints' ports.
+    """
+    service = kube.get(f"/api/v1/namespaces/{NAMESPACE}/services/{EXPORTER}")
+    labels = service["spec"]["selector"]
+    ports = {"http": exporter.port, "telemetry": exporter.telemetry_port}
+    pod = kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{EXPORTER}-0", "labels": labels},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "exporter",
+                        "image": "kdraexp",
+                        "ports": [
+                            {"name": name, "containerPort": port} for name, port in ports.items()
+                        ],
+                    }
+                ]
+            },
+        },
+    )
+    target = {
+        "kind": "Pod",
+        "namespace": NAMESPACE,
+        "name": pod["metadata"]["name"],
+        "uid": pod["metadata"]["uid"],
+    }
+    kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/endpoints",
+        {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": EXPORTER, "labels": service["metadata"]["labels"]},
+            "subsets": [
+                {
+                    "addresses": [{"ip": PUBLISHED, "targetRef": target}],
+                    "ports": [{"name": n, "port": p, "protocol": "TCP"} for n, p in ports.items()],
+                }
+            ],
+        },
+    )
+    kube.create(
+        f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices",
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{EXPORTER}-published",
+                "labels": {
+                    **service["metadata"]["labels"],
+                    "kubernetes.io/service-name": EXPORTER,
+                    "endpointslice.kubernetes.io/managed-by": "tests.kdraexp",
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": [PUBLISHED], "conditions": {"ready": True}, "targetRef": target}
+            ],
+            "ports": [{"name": n, "port": p, "protocol": "TCP"} for n, p in ports.items()],
+        },
+    )
+
+
+def runnable(text: str, kubeconfig: Path, rules: Path) -> dict[str, Any]:
+    """The operator's configuration as a Prometheus outside a pod can run it.
+
+    ``$(SHARD)`` and ``$(POD_NAME)`` filled in (shard 0 of 1, the StatefulSet's first pod), a
+    kubeconfig for service discovery (the generated one assumes in-cluster), the rule files
+    where they were written, no Alertmanager (none runs), and at the end of every scrape
+    configuration the relabeling to loopback that keeps loopback targets only.
+    """
+    config: dict[str, Any] = yaml.safe_load(
+        text.replace("$(SHARD)", "0").replace("$(POD_NAME)", f"prometheus-{NAME}-0")
+    )
+    config["rule_files"] = [str(rules / "*.yaml")]
+    config.pop("alerting", None)
+    for scrape in config["scrape_configs"]:
+        for discovery in scrape.get("kubernetes_sd_configs", ()):
+            discovery["kubeconfig_file"] = str(kubeconfig)
+        scrape.setdefault("relabel_configs", []).extend(
+            [
+                {
+                    "source_labels": ["__address__"],
+                    "regex": rf"{PUBLISHED.replace('.', '[.]')}:(\d+)",
+                    "target_label": "__address__",
+                    "replacement": "127.0.0.1:$1",
+                },
+                {
+                    "source_labels": ["__address__"],
+                    "regex": r"127[.]0[.]0[.]1:\d+",
+                    "action": "keep",
+                },
+            ]
+        )
+    return config
+
+
+def test_the_operator_scrapes_the_chart(
+    plane: ControlPlane, operator: Path, installed: dict[str, Any], tmp_path: Path
+) -> None:
+    """The chart's monitor and rules are accepted; Prometheus 3 scrapes and evaluates them.
+
+    Both objects are bound to the Prometheus resource and Accepted; Prometheus 3 on the
+    operator's configuration scrapes both of the exporter's endpoints with the job the alerts
+    and the dashboard use, and loads every rule the operator wrote.
+    """
+    kube = plane.kube
+    text = wait_until(partial(_generated, kube), 60, "the operator's configuration")
+    files = wait_until(partial(_rule_files, kube), 60, "the operator's rule files")
+    for kind in ("servicemonitors", "prometheusrules"):
+        bindings = wait_until(partial(_bindings, kube, kind), 60, f"{kind} bound")
+        assert [(b["resource"], b["name"]) for b in bindings] == [("prometheuses", NAME)], bindings
+        conditions = {c["type"]: c["status"] for c in bindings[0]["conditions"]}
+        assert conditions == {"Accepted": "True"}, bindings
+    rules_dir = tmp_path / "rules"
+    rules_dir.mkdir()
+    for key, value in files.items():
+        (rules_dir / key).write_text(value)
+
+    kube.create(
+        "/apis/resource.k8s.io/v1/deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "operator-gpu"},
+            "spec": {},
+        },
+    )
+    token = kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{EXPORTER}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    exporter_config = write_kubeconfig(tmp_path / "exporter.kubeconfig", kube, token)
+    exporter = Exporter(tmp_path / "exporter", [], {"KUBECONFIG": str(exporter_config)})
+    try:
+        _publish(kube, exporter)
+        config = runnable(text, operator, rules_dir)
+        server = tmp_path / "prometheus"
+        server.mkdir()
+        (server / "check.yml").write_text(yaml.safe_dump(config))
+        checked = subprocess.run(
+            [str(tools.prometheus3() / "promtool"), "check", "config", str(server / "check.yml")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        inputs = dashboard.load()["__inputs"]
+        (default_job,) = [i["value"] for i in inputs if i["name"] == "VAR_JOB"]
+        chart_rules = "".join(v for k, v in files.items() if EXPORTER in k)
+        assert f'job="{default_job}"' in chart_rules
+        with prometheus.serve(tools.prometheus3(), config, server) as port:
+
+            def up() -> list[dict[str, Any]] | None:
+                try:
+                    found = prometheus.query(port, f'up{{job="{default_job}"}} == 1')
+                except OSError:
+                    return None
+                return found if len(found) == 2 else None
+
+            targets = wait_until(up, 120, "both of the exporter's endpoints up")
+            assert {t["metric"]["endpoint"] for t in targets} == {"http", "telemetry"}
+            classes = prometheus.query(port, f'kube_deviceclass_info{{job="{default_job}"}}')
+            assert [c["metric"]["deviceclass_name"] for c in classes] == ["operator-gpu"]
+
+            expected = sum(
+                len(group["rules"])
+                for key, value in files.items()
+                if EXPORTER in key
+                for group in yaml.safe_load(value)["groups"]
+            )
+
+            def loaded() -> int | None:
+                groups = prometheus.api(port, "rules")["groups"]
+                rules = [r for g in groups for r in g["rules"]]
+                assert all(r["health"] in ("ok", "unknown") for r in rules), rules
+                return len(rules) or None
+
+            assert wait_until(loaded, 60, "the rules loaded") == expected
+    finally:
+        exporter.stop()
