@@ -462,6 +462,7 @@ def test_every_query_reads_known_series_of_the_job() -> None:
         "kube_dra_exporter_invalid_values_total",
         "kube_dra_exporter_cel_errors_total",
         "kube_dra_exporter_http_request_duration_seconds_bucket",
+        "kube_dra_exporter_http_request_duration_seconds_count",
         "process_resident_memory_bytes",
     }
     for title, expr in dashboard.queries(board):
