@@ -9,6 +9,7 @@ logged, and the exporter answers on.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,4 +91,11 @@ async def test_a_gigabyte_selector_is_over_budget_and_the_exporter_lives(
         assert await stop(process) == 0
     log = (tmp_path / "output.log").read_text()
     assert log.count("DeviceClass bomb: selector 0: over the evaluation budget") == 0
-    assert log.count("DeviceClass bomb: over the evaluation budget: more than 0.1 s of CPU") == 1
+    # Which bound a string growing tenfold per call meets first depends on how soon the CPU
+    # time is seen: on a loaded machine the memory bound can come first. Either is the budget.
+    budget = re.findall(r"DeviceClass bomb: over the evaluation budget: ([^(]*)", log)
+    assert len(budget) == 1, log
+    assert budget[0].strip() in (
+        "more than 0.1 s of CPU for one device",
+        "more memory than the evaluation process may hold",
+    ), budget
