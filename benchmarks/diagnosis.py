@@ -4,9 +4,10 @@ The cluster of ``make bench`` at one size, then the same with PENDING pending cl
 the reasons (benchmarks.cluster.PENDING): first and calm list-mode scrapes and peak RSS of each,
 and calm watch-mode scrapes of the second.  A third exporter reads the second cluster without
 the families an operator acts on (:data:`ANSWERS`: idle cost, tainted allocations, device
-taints, headroom), so that what they cost together shows beside the rest.  First scrapes are
-measured FIRSTS times, alternately, each by an exporter of its own; their CPU seconds are
-compared by the fastest of each.  Calm scrapes of the three are taken in turn.
+taints, headroom), so that what they cost together shows beside the rest (each alone is held to
+5% by :mod:`benchmarks.familycost`, where a first scrape's noise does not hide it).  First
+scrapes are measured FIRSTS times, alternately, each by an exporter of its own; their CPU
+seconds are compared by the fastest of each.  Calm scrapes of the three are taken in turn.
 """
 
 from __future__ import annotations
@@ -166,14 +167,6 @@ def targets(result: dict[str, Any]) -> list[tuple[str, bool]]:
         (
             f"{size}: peak RSS grows by at most 10%",
             result["pending_list_peak_rss_bytes"] <= 1.10 * result["list_peak_rss_bytes"],
-        ),
-        (
-            f"{size}: the families an operator acts on cost at most 5% of the first scrape's CPU",
-            _share(result, "list_first_cpu_fastest") <= 0.05,
-        ),
-        (
-            f"{size}: the families an operator acts on cost at most 5% of a calm scrape",
-            _share(result, "list_calm_median") <= 0.05,
         ),
         (
             f"{size}: watch mode, calm scrape <= 0.05x list mode's",

@@ -537,12 +537,13 @@ def main(argv: list[str] | None = None) -> int:
         help="devices at which the Pod view's cost is measured, with their pods (0: not measured)",
     )
     args = parser.parse_args(argv)
-    from benchmarks import diagnosis, pods, watching  # they measure with this module's Run
+    from benchmarks import diagnosis, familycost, pods, watching  # they measure with this Run
 
     results = []
     watched: dict[str, Any] | None = None
     diagnosed: dict[str, Any] | None = None
     podded: dict[str, Any] | None = None
+    costed: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as directory:
         for size in (int(s) for s in args.sizes.split(",")):
             results.append(measure(size, args.scrapes, Path(directory), args.exporter_args.split()))
@@ -555,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.diagnosis_size, args.scrapes, Path(directory) / "diagnosis"
             )
             print("measured pending claims' cost", file=sys.stderr, flush=True)
+            costed = familycost.measure(args.diagnosis_size, diagnosis.PENDING)
+            print("measured each family's cost", file=sys.stderr, flush=True)
         if args.pods_size:
             podded = pods.measure(args.pods_size, args.scrapes, Path(directory) / "pods")
             print("measured the Pod view's cost", file=sys.stderr, flush=True)
@@ -573,6 +576,10 @@ def main(argv: list[str] | None = None) -> int:
         print(diagnosis.table(diagnosed))
         print()
         checks += diagnosis.targets(diagnosed)
+    if costed is not None:
+        print(familycost.table(costed))
+        print()
+        checks += familycost.targets(costed)
     if podded is not None:
         print(pods.table(podded))
         print()
@@ -586,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
                 "watch": watched,
                 "diagnosis": diagnosed,
                 "pods": podded,
+                "families": costed,
                 "targets": dict(checks),
             },
             indent=2,

@@ -64,6 +64,10 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert "first scrape's CPU (s, fastest of 5)" in result.stdout
     assert judged["without_answers_list_first_cpu_fastest"] > 0
     assert "the families an operator acts on (kube_resourcepool_idle_hourly_cost" in result.stdout
+    costed = json.loads((tmp_path / "results.json").read_text())["families"]
+    assert costed["collection_cpu"] > 0
+    assert costed["family_cpu"]["kube_resourcepool_idle_hourly_cost"] > 0
+    assert "| `kube_resourceclaim_allocation_tainted` |" in result.stdout
     podded = json.loads((tmp_path / "results.json").read_text())["pods"]
     assert (podded["devices"], podded["pods"]) == (1000, 781)
     assert podded["pod_series"] > 0
