@@ -126,6 +126,8 @@ def most(pool: Pool, devices: list[DeviceFacts]) -> float:
     """
     if any(device.capacities is not None for device in devices):
         return math.inf
+    if not any(device.consumes for device in devices):
+        return float(len(devices))  # no counter to share: none blocks another
     fitting = [device for device in devices if not blocked(device, pool, _NOTHING)]
     needs: dict[tuple[str, str], list[float]] = {}
     for device in fitting:

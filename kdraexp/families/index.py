@@ -27,6 +27,7 @@ Counters = tuple[tuple[str, dict[str, float]], ...]
 NOTHING: Mapping[str, float] = MappingProxyType({})
 """The capacities a result that consumes none consumes (one read-only mapping for all)."""
 USABLE, INCOMPLETE, INVALID = "usable", "incomplete", "invalid"
+_NO_RULES: Mapping[str, list[RuleFacts]] = MappingProxyType({})
 """A pool's states, in the allocator's terms (kube_resourcepool_state)."""
 _PLACEMENT = re.compile(r"\d+$")
 _NAME = operator.attrgetter("name")
@@ -459,6 +460,8 @@ class ClusterIndex:
         states, pending requests, headroom, the taint families and the claims' tainted results
         all read it.  A rule change makes the index again (see :mod:`kdraexp.store.clusterrows`).
         """
+        if not self.rules:
+            return _NO_RULES  # the usual cluster: no per-pool map to make and look up
         key = (pool.driver, pool.name)
         found = self._ruled.get(key)
         if found is None:
@@ -519,6 +522,8 @@ class ClusterIndex:
                     yield claim, result, rule.key, rule.value, rule.effect, rule.name, held
 
     def _ruled_blocking(self, pool: Pool, device: DeviceFacts) -> bool:
+        if not self.rules:
+            return False
         return any(rule.blocking for rule in self.ruled(pool).get(device.name, ()))
 
     def taints(self, pool: Pool, device: DeviceFacts) -> Iterator[tuple[str, str, str]]:
