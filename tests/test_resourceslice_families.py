@@ -395,7 +395,7 @@ def test_reader_tells_devices_apart_as_their_projections_do(devices: Any, paths:
         for one in alike:
             for other in alike:
                 same = all(one.projection(p) == other.projection(p) for p in paths)
-                assert (read(one) == read(other)) is same
+                assert (read(one.wire) == read(other.wire)) is same
 
 
 def taint_rule(name: str, selector: dict[str, str] | None, **taint: str) -> dict[str, Any]:

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
-import zlib
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
 
 import attrs
-import msgspec
 
-from kdraexp.dra import gated, wire
-from kdraexp.dra.devicecel import CompiledClass, Matcher, union_paths
+from kdraexp.dra import gated
+from kdraexp.dra.devicecel import CompiledClass, Matcher, Path, union_paths
 from kdraexp.dra.listing import RESOURCE_CLAIMS
 from kdraexp.families.headroom import allocatable, capacity, most, shares
 from kdraexp.families.index import (
@@ -38,6 +36,7 @@ from kdraexp.families.index import (
     take,
 )
 from kdraexp.families.resourceslice import DeviceView
+from kdraexp.families.selectorread import SliceReader
 
 REASONS = (
     "class_not_found",
@@ -53,9 +52,10 @@ REASONS = (
 )
 """Every reason, in the order they are tried."""
 
-_SLICE = msgspec.json.Decoder(wire.ResourceSlice)
 Candidate = tuple[Pool, DeviceFacts]
 Answers = dict[str, bool | str]
+Paths = tuple[Path, ...] | None
+"""What selectors read (None: the whole device)."""
 """Per device name that satisfies the selectors (True), or why that cannot be said."""
 BUDGET = 262144
 """Devices a collection evaluates claims' own selectors on, at most."""
@@ -95,9 +95,11 @@ class SelectorAnswers:
         self._pending: list[tuple[str, tuple[str, ...]]] = []
         """The (class, selectors) of pending requests judged together, slice by slice."""
         self._left = BUDGET
-        self._compiled: dict[tuple[str, tuple[str, ...]], CompiledClass] = {}
-        """This collection's compiled selectors (the matcher's are behind its lock)."""
+        self._compiled: dict[tuple[str, tuple[str, ...]], tuple[CompiledClass, Paths]] = {}
+        """This collection's compiled selectors (the matcher's are behind its lock), and the
+        paths they read."""
         self._batch = _Batch()
+        self._reader = SliceReader()
 
     def new_collection(self, pending: dict[tuple[str, tuple[str, ...]], int]) -> None:
         """A new collection, of requests with these own selectors: a new budget.
@@ -183,19 +185,22 @@ class SelectorAnswers:
             }
         elif keys:
             assert self.matcher is not None
-            spec = _SLICE.decode(zlib.decompress(facts.source)).spec or wire.SliceSpec()
-            driver = sys.intern(spec.driver or "")
-            devices = [DeviceView.for_selectors(device, driver) for device in spec.devices or ()]
             compiled = self._compiled
             if any(key not in compiled for key in keys):
                 new = [key for key in keys if key not in compiled]
+                made_new = self.matcher.compile_all([key[1] for key in new])
                 compiled.update(
-                    zip(new, self.matcher.compile_all([key[1] for key in new]), strict=True)
+                    (key, (one, union_paths([one]))) for key, one in zip(new, made_new, strict=True)
                 )
-            for key in keys:
-                wanted = of_class[key[0]]
-                of_key = [device for device in devices if device.name in wanted]
-                self._batch.add(key, compiled[key], of_key, made[key])
+            read = self._reader.read(facts.source, facts.driver, [compiled[key][1] for key in keys])
+            wanted = set().union(*of_class.values())
+            devices = [device for device in read.devices if (device.name or "") in wanted]
+            for key, reads in zip(keys, read.readers, strict=True):
+                names = of_class[key[0]]
+                of_key = devices
+                if len(names) < len(devices):  # another class's devices were read too
+                    of_key = [device for device in devices if (device.name or "") in names]
+                self._batch.add(key, compiled[key][0], of_key, reads, read.view, made[key])
             self._batch.slices += 1
         for key in keys:
             self._left -= len(of_class[key[0]])
@@ -209,7 +214,8 @@ class _Batch:
 
     Devices that read alike (equal values where the selectors read) are evaluated once over the
     batch's slices: a cluster's GPUs repeat a few PCI addresses and one driver version, and each
-    evaluation asked costs more than reading the device.
+    evaluation asked costs more than reading the device.  A view is made of the first device
+    that reads one way only, the one evaluated.
     """
 
     def __init__(self) -> None:
@@ -217,30 +223,37 @@ class _Batch:
         self._pairs: list[tuple[CompiledClass, DeviceView]] = []
         self._alike: dict[tuple[str, tuple[str, ...]], dict[Hashable, int]] = {}
         """Per (class, selectors), what a device reads -> its place in the pairs."""
-        self._into: list[list[tuple[Answers, str]]] = []
-        """Per pair, where its answer goes (one place per device read alike)."""
+        self._into: list[list[tuple[Answers, list[str]]]] = []
+        """Per pair, where its answer goes: the names of the devices read alike, by slice."""
 
     def add(
         self,
         key: tuple[str, tuple[str, ...]],
         compiled: CompiledClass,
-        devices: list[DeviceView],
+        devices: list[Any],
+        reads: Callable[[Any], Hashable],
+        view: Callable[[Any], DeviceView],
         answers: Answers,
     ) -> None:
-        """Evaluate *compiled* on *devices*, of one driver, with the batch, for *answers*."""
-        if not devices:
-            return
-        paths = union_paths([compiled])
-        reads = id if paths is None else DeviceView.reader(paths, devices[0].driver)
+        """Evaluate *compiled* on *devices*, of one slice, with the batch, for *answers*.
+
+        *reads* says what a device reads, *view* makes it what selectors are evaluated on.
+        """
         alike, pairs, into = self._alike.setdefault(key, {}), self._pairs, self._into
+        names: dict[int, list[str]] = {}
+        """Per place, the names of this slice's devices that go there."""
         for device in devices:
             read = reads(device)
             place = alike.get(read)
             if place is None:
                 place = alike[read] = len(pairs)
-                pairs.append((compiled, device))
+                pairs.append((compiled, view(device)))
                 into.append([])
-            into[place].append((answers, device.name))
+            found = names.get(place)
+            if found is None:
+                found = names[place] = []
+                into[place].append((answers, found))
+            found.append(device.name or "")
 
     def evaluate(self, matcher: Matcher | None) -> None:
         """Fill in every answer asked for since the last time, and start again."""
@@ -250,8 +263,8 @@ class _Batch:
             found = matcher.match_all(pairs, budgeted=False)
             for places, answer in zip(into, found, strict=True):
                 if answer is not False:
-                    for answers, name in places:
-                        answers[name] = answer
+                    for answers, names in places:
+                        answers.update(dict.fromkeys(names, answer))
 
 
 def judge(index: ClusterIndex, request: RequestFacts) -> Judgement:

@@ -216,7 +216,7 @@ class DeviceView:
     # DeviceFields, for the class selectors.
 
     def _key(self, domain: str, name: str) -> tuple[str, ...]:
-        return _keys(self.driver, domain, name)
+        return keys_of(self.driver, domain, name)
 
     def attribute(self, domain: str, name: str) -> Any:
         """The attribute as a CEL value, or celvalues.ABSENT."""
@@ -277,19 +277,20 @@ class DeviceView:
         )
 
     @staticmethod
-    def reader(paths: tuple[tuple[str, ...], ...], driver: str) -> Callable[[DeviceView], Any]:
-        """What a device of *driver* reads at *paths*: equal for devices that read alike.
+    def reader(paths: tuple[tuple[str, ...], ...], driver: str) -> Callable[[wire.Device], Any]:
+        """What a device of *driver*, as decoded, reads at *paths*: equal for devices alike.
 
-        Made once for many devices of one driver.  A single attribute or capacity (what most
-        selectors read) is looked up directly, its keys worked out once; else the projections.
+        Made once for many devices of one driver, read without a view each.  A single attribute
+        or capacity (what most selectors read) is looked up directly, its keys worked out once;
+        else the projections of a view.
         """
         if len(paths) == 1 and len(paths[0]) == 3:
             kind, domain, name = paths[0]
-            keys = _keys(driver, domain, name)
+            keys = keys_of(driver, domain, name)
             attributes = kind == "attributes"
 
-            def one(device: DeviceView) -> Any:
-                values = device.attributes if attributes else device.capacity_raw
+            def one(device: wire.Device) -> Any:
+                values = (device.attributes if attributes else device.capacity) or _NO_VALUES
                 for key in keys:
                     raw = values.get(key)
                     if raw is not None:
@@ -297,10 +298,18 @@ class DeviceView:
                 return None
 
             return one
-        return lambda device: tuple([device.projection(path) for path in paths])
+
+        def projections(device: wire.Device) -> Any:
+            view = DeviceView.for_selectors(device, driver)
+            return tuple([view.projection(path) for path in paths])
+
+        return projections
 
 
-def _keys(driver: str, domain: str, name: str) -> tuple[str, ...]:
+_NO_VALUES: dict[str, msgspec.Raw] = {}
+
+
+def keys_of(driver: str, domain: str, name: str) -> tuple[str, ...]:
     """Where a device of *driver* keeps *domain*'s *name*: bare too in the driver's own domain."""
     return (name, f"{domain}/{name}") if domain == driver else (f"{domain}/{name}",)
 
