@@ -577,9 +577,10 @@ def main(argv: list[str] | None = None) -> int:
         print()
         checks += diagnosis.targets(diagnosed)
     if costed is not None:
-        print(familycost.table(costed))
+        assert diagnosed is not None  # measured together
+        print(familycost.table(costed, diagnosed["pending_list_first_cpu"]))
         print()
-        checks += familycost.targets(costed)
+        checks += familycost.targets(costed, diagnosed["pending_list_first_cpu"])
     if podded is not None:
         print(pods.table(podded))
         print()
