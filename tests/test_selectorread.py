@@ -66,10 +66,10 @@ def test_a_device_reads_what_it_reads_decoded_whole(
     So for every set of paths asked; its view is the one made of it decoded whole.  A set of
     paths None (the whole device) reads each device apart from every other.
     """
-    read = SliceReader().read(_source(driver, devices), driver, asked)
+    read = SliceReader().read(_source(driver, devices), driver, tuple(asked))
     assert [device.name for device in read.devices] == [device.name for device in devices]
     for paths, reads in zip(asked, read.readers, strict=True):
-        got = [reads(device) for device in read.devices]
+        got = reads(read.devices)
         if paths is None:
             assert len({id(value) for value in got}) == len(got)
             continue
@@ -92,6 +92,6 @@ def test_shapes_are_bounded() -> None:
     reader = SliceReader()
     source = _source(NVIDIA, [wire.Device(name="a", attributes={"type": msgspec.Raw(b"1")})])
     for n in range(selectorread.SHAPES + 10):
-        read = reader.read(source, NVIDIA, [(("attributes", NVIDIA, f"a{n}"),)])
-        assert read.readers[0](read.devices[0]) is None
+        read = reader.read(source, NVIDIA, ((("attributes", NVIDIA, f"a{n}"),),))
+        assert read.readers[0](read.devices) == [None]
     assert len(reader._shapes) == selectorread.SHAPES

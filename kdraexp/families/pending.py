@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -192,7 +192,8 @@ class SelectorAnswers:
                 compiled.update(
                     (key, (one, union_paths([one]))) for key, one in zip(new, made_new, strict=True)
                 )
-            read = self._reader.read(facts.source, facts.driver, [compiled[key][1] for key in keys])
+            asked_paths = tuple([compiled[key][1] for key in keys])
+            read = self._reader.read(facts.source, facts.driver, asked_paths)
             wanted = set().union(*of_class.values())
             devices = [device for device in read.devices if (device.name or "") in wanted]
             for key, reads in zip(keys, read.readers, strict=True):
@@ -215,7 +216,8 @@ class _Batch:
     Devices that read alike (equal values where the selectors read) are evaluated once over the
     batch's slices: a cluster's GPUs repeat a few PCI addresses and one driver version, and each
     evaluation asked costs more than reading the device.  A view is made of the first device
-    that reads one way only, the one evaluated.
+    that reads one way only, the one evaluated.  Slices whose devices read alike in the same
+    order (a node's GPUs, node after node) share where their answers come from.
     """
 
     def __init__(self) -> None:
@@ -223,48 +225,46 @@ class _Batch:
         self._pairs: list[tuple[CompiledClass, DeviceView]] = []
         self._alike: dict[tuple[str, tuple[str, ...]], dict[Hashable, int]] = {}
         """Per (class, selectors), what a device reads -> its place in the pairs."""
-        self._into: list[list[tuple[Answers, list[str]]]] = []
-        """Per pair, where its answer goes: the names of the devices read alike, by slice."""
+        self._orders: dict[tuple[str, tuple[str, ...]], dict[tuple[Hashable, ...], list[int]]] = {}
+        """Per (class, selectors), what a slice's devices read, in order -> their places."""
+        self._into: list[tuple[Answers, list[str], list[int]]] = []
+        """Where answers go: a slice's answers, its devices' names and each one's place."""
 
     def add(
         self,
         key: tuple[str, tuple[str, ...]],
         compiled: CompiledClass,
-        devices: list[Any],
-        reads: Callable[[Any], Hashable],
+        devices: Sequence[Any],
+        reads: Callable[[Sequence[Any]], list[Hashable]],
         view: Callable[[Any], DeviceView],
         answers: Answers,
     ) -> None:
         """Evaluate *compiled* on *devices*, of one slice, with the batch, for *answers*.
 
-        *reads* says what a device reads, *view* makes it what selectors are evaluated on.
+        *reads* says what devices read, *view* makes one what selectors are evaluated on.
         """
-        alike, pairs, into = self._alike.setdefault(key, {}), self._pairs, self._into
-        names: dict[int, list[str]] = {}
-        """Per place, the names of this slice's devices that go there."""
-        for device in devices:
-            read = reads(device)
-            place = alike.get(read)
-            if place is None:
-                place = alike[read] = len(pairs)
-                pairs.append((compiled, view(device)))
-                into.append([])
-            found = names.get(place)
-            if found is None:
-                found = names[place] = []
-                into[place].append((answers, found))
-            found.append(device.name or "")
+        read = tuple(reads(devices))
+        orders = self._orders.setdefault(key, {})
+        places = orders.get(read)
+        if places is None:
+            alike, pairs, places = self._alike.setdefault(key, {}), self._pairs, []
+            for device, one in zip(devices, read, strict=True):
+                place = alike.get(one)
+                if place is None:
+                    place = alike[one] = len(pairs)
+                    pairs.append((compiled, view(device)))
+                places.append(place)
+            orders[read] = places
+        self._into.append((answers, [device.name or "" for device in devices], places))
 
     def evaluate(self, matcher: Matcher | None) -> None:
         """Fill in every answer asked for since the last time, and start again."""
         pairs, into = self._pairs, self._into
-        self.slices, self._pairs, self._alike, self._into = 0, [], {}, []
+        self.slices, self._pairs, self._alike, self._orders, self._into = 0, [], {}, {}, []
         if pairs and matcher is not None:
             found = matcher.match_all(pairs, budgeted=False)
-            for places, answer in zip(into, found, strict=True):
-                if answer is not False:
-                    for answers, names in places:
-                        answers.update(dict.fromkeys(names, answer))
+            for answers, names, places in into:
+                answers.update(zip(names, [found[place] for place in places], strict=True))
 
 
 def judge(index: ClusterIndex, request: RequestFacts) -> Judgement:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Hashable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import attrs
@@ -24,20 +25,41 @@ from kdraexp.families.resourceslice import DeviceView, keys_of
 
 _SLICE = msgspec.json.Decoder(wire.ResourceSlice)
 _ABSENT = msgspec.Raw()
+_UNKNOWN: Any = object()
 SHAPES = 64
 """Decoders kept, one per set of paths and driver: pending selectors are few and kept alike."""
 
 
-@attrs.frozen
 class Read:
     """A slice's devices, what each reads per set of paths asked, and the view of one."""
 
-    devices: Sequence[Any]
-    """Each with a ``name``: the slice's devices, decoded whole or in part."""
-    readers: list[Callable[[Any], Hashable]]
-    """Per set of paths asked, what a device reads there."""
-    view: Callable[[Any], DeviceView]
-    """The device as selectors are evaluated on it."""
+    __slots__ = ("_by_name", "_driver", "_raw", "devices", "readers")
+
+    def __init__(
+        self,
+        devices: Sequence[Any],
+        readers: Sequence[Callable[[Sequence[Any]], list[Hashable]]],
+        driver: str,
+        raw: bytes | None,
+    ) -> None:
+        self.devices = devices
+        """Each with a ``name``: the slice's devices, decoded whole or in part."""
+        self.readers = readers
+        """Per set of paths asked, what devices read there, in their order."""
+        self._driver = driver
+        self._raw = raw
+        """The slice's JSON, while it was decoded in part only."""
+        self._by_name: dict[str, wire.Device] = {}
+
+    def view(self, device: Any) -> DeviceView:
+        """The device as selectors are evaluated on it (the slice decoded whole, once)."""
+        if self._raw is None:
+            return DeviceView.for_selectors(device, self._driver)
+        if not self._by_name:
+            spec = _SLICE.decode(self._raw).spec or wire.SliceSpec()
+            for whole in reversed(spec.devices or []):  # the first of a name, as the index keeps
+                self._by_name[whole.name or ""] = whole
+        return DeviceView.for_selectors(self._by_name[device.name or ""], self._driver)
 
 
 class SliceReader:
@@ -46,32 +68,36 @@ class SliceReader:
     def __init__(self) -> None:
         self._shapes: dict[tuple[str, tuple[tuple[Path, ...] | None, ...]], _Shape | None] = {}
 
-    def read(self, source: bytes, driver: str, asked: list[tuple[Path, ...] | None]) -> Read:
+    def read(self, source: bytes, driver: str, asked: tuple[tuple[Path, ...] | None, ...]) -> Read:
         """The slice of *driver* in *source* (compressed JSON), for each set of paths *asked*.
 
         A set is None when its selectors read the whole device: no device reads alike another.
         """
-        key = (driver, tuple(asked))
-        if key not in self._shapes:
+        key = (driver, asked)
+        shape = self._shapes.get(key, _UNKNOWN)
+        if shape is _UNKNOWN:
             while len(self._shapes) >= SHAPES:
                 del self._shapes[next(iter(self._shapes))]
-            self._shapes[key] = _Shape.make(driver, asked)
-        shape = self._shapes[key]
+            shape = self._shapes[key] = _Shape.make(driver, asked)
         raw = zlib.decompress(source)
         if shape is None:
             spec = _SLICE.decode(raw).spec or wire.SliceSpec()
-            devices = spec.devices or []
             readers = [
-                _apart if paths is None else DeviceView.reader(paths, driver) for paths in asked
+                _apart if paths is None else _each(DeviceView.reader(paths, driver))
+                for paths in asked
             ]
-            return Read(devices, readers, lambda device: DeviceView.for_selectors(device, driver))
+            return Read(spec.devices or [], readers, driver, None)
         slim = shape.decoder.decode(raw).spec
-        return Read(slim.devices or [] if slim else [], shape.readers, _Whole(raw, driver).view)
+        return Read(slim.devices or [] if slim else [], shape.readers, driver, raw)
 
 
-def _apart(device: Any) -> Hashable:
-    """A device read whole reads alike no other (a new key, kept alive where it is kept)."""
-    return object()
+def _apart(devices: Sequence[Any]) -> list[Hashable]:
+    """Devices read whole read alike no other (new keys, kept alive where they are kept)."""
+    return [object() for _ in devices]
+
+
+def _each(read: Callable[[Any], Hashable]) -> Callable[[Sequence[Any]], list[Hashable]]:
+    return lambda devices: [read(device) for device in devices]
 
 
 @attrs.frozen
@@ -79,10 +105,10 @@ class _Shape:
     """A decoder reading only some attributes and capacities, and how a device reads them."""
 
     decoder: msgspec.json.Decoder[Any]
-    readers: list[Callable[[Any], Hashable]]
+    readers: list[Callable[[Sequence[Any]], list[Hashable]]]
 
     @classmethod
-    def make(cls, driver: str, asked: list[tuple[Path, ...] | None]) -> _Shape | None:
+    def make(cls, driver: str, asked: tuple[tuple[Path, ...] | None, ...]) -> _Shape | None:
         """None unless every path asked is one attribute or capacity by domain and name."""
         if any(paths is None or any(len(path) != 3 for path in paths) for paths in asked):
             return None
@@ -125,15 +151,27 @@ class _Shape:
 
 def _reader(
     paths: tuple[Path, ...], driver: str, fields: dict[str, dict[str, str]]
-) -> Callable[[Any], Hashable]:
-    """What a device decoded in part reads at *paths*, as :meth:`.DeviceView.reader` reads it."""
+) -> Callable[[Sequence[Any]], list[Hashable]]:
+    """What devices decoded in part read at *paths*, as :meth:`.DeviceView.reader` reads them."""
     where = [
-        (kind == "attributes", tuple(fields[kind][key] for key in keys_of(driver, domain, name)))
+        (kind, tuple(fields[kind][key] for key in keys_of(driver, domain, name)))
         for kind, domain, name in paths
     ]
+    if len(where) == 1 and len(where[0][1]) == 1:  # one attribute, under one key: the most
+        values_of, value_of = attrgetter(where[0][0]), attrgetter(where[0][1][0])
 
-    def one(device: Any, attributes: bool, names: tuple[str, ...]) -> bytes | None:
-        values = device.attributes if attributes else device.capacity
+        def single(devices: Sequence[Any]) -> list[Hashable]:
+            found: list[Hashable] = []
+            for device in devices:
+                values = values_of(device)
+                raw = value_of(values) if values is not None else None
+                found.append(bytes(raw) if raw else None)
+            return found
+
+        return single
+
+    def one(device: Any, kind: str, names: tuple[str, ...]) -> bytes | None:
+        values = getattr(device, kind)
         if values is not None:
             for name in names:
                 raw = getattr(values, name)
@@ -142,23 +180,6 @@ def _reader(
         return None
 
     if len(where) == 1:
-        attributes, names = where[0]
-        return lambda device: one(device, attributes, names)
-    return lambda device: tuple([one(device, *place) for place in where])
-
-
-class _Whole:
-    """The slice decoded whole, once, when a device of it is to be evaluated."""
-
-    def __init__(self, raw: bytes, driver: str) -> None:
-        self._raw: bytes | None = raw
-        self._driver = driver
-        self._by_name: dict[str, wire.Device] = {}
-
-    def view(self, device: Any) -> DeviceView:
-        if self._raw is not None:
-            spec = _SLICE.decode(self._raw).spec or wire.SliceSpec()
-            self._raw = None
-            for whole in reversed(spec.devices or []):  # the first of a name, as the index keeps
-                self._by_name[whole.name or ""] = whole
-        return DeviceView.for_selectors(self._by_name[device.name or ""], self._driver)
+        kind, names = where[0]
+        return lambda devices: [one(device, kind, names) for device in devices]
+    return lambda devices: [tuple([one(device, *place) for place in where]) for device in devices]
