@@ -13,6 +13,9 @@ import attrs
 
 from kdraexp.dra.devicecel import (
     ANSWERS,
+    EVALUATIONS,
+    PER_DEVICE,
+    UNMATCHED,
     CompiledClass,
     DeviceFields,
     Matcher,
@@ -65,6 +68,10 @@ class ClassIndex:
         self._kept = 0
         self._prepared: dict[int, tuple[list[str], list[tuple[str, str]]]] = {}
         """For devices read whole, the answers :meth:`prepare` found for the slice at hand."""
+        self._unmatched: dict[str, str] = {}
+        """The classes left unmatched in the matcher's collection :attr:`_unmatched_in`, and
+        why: the costliest, when its evaluations ran out."""
+        self._unmatched_in = -1
 
     @property
     def _compiled(self) -> list[tuple[ClassEntry, CompiledClass]]:
@@ -105,8 +112,8 @@ class ClassIndex:
 
         :meth:`matching` then answers for these devices from what was found.
 
-        :raises TooManyEvaluations: when the matches would not fit the collection's budget of
-            evaluations; it names how many classes there are.
+        Where the matches would not fit what is left of the collection's evaluations, the
+        costliest classes are left unmatched (see :meth:`_match_all`).
         """
         self._prepared.clear()
         if self._matcher is None or not self._compiled:
@@ -120,9 +127,9 @@ class ClassIndex:
         if not pending:
             return
         keys = list(pending)
-        pairs = len(keys) * len(self._compiled)
-        if pairs - ANSWERS > self._matcher.left:  # more than any cache could spare: fail now
-            raise TooManyEvaluations(pairs, len(self.entries))
+        unmatched = self._left_out()
+        while len(keys) * (len(self._compiled) - len(unmatched)) - ANSWERS > self._matcher.left:
+            self._leave_out({})  # more than any cache could spare: the costliest go now
         step = max(1, PAIRS // len(self._compiled))  # a thousand classes: 65 devices at a time
         for start in range(0, len(keys), step):
             some = keys[start : start + step]
@@ -138,9 +145,8 @@ class ClassIndex:
     def matching(self, device: DeviceFields, errors: list[tuple[str, str]]) -> list[str]:
         """The names of the classes whose every selector *device* satisfies.
 
-        Appends (class, reason) to *errors* for each class the match could not be decided with.
-
-        :raises TooManyEvaluations: past the collection's budget (as :meth:`prepare`).
+        Appends (class, reason) to *errors* for each class the match could not be decided with,
+        among them those left unmatched in this collection.
         """
         if self._matcher is None:
             return []
@@ -158,11 +164,58 @@ class ClassIndex:
         return found
 
     def _match_all(self, requests: list[tuple[CompiledClass, DeviceFields]]) -> list[bool | str]:
+        """Each request's answer; a class left unmatched answers why.
+
+        Where the collection's evaluations would run out, the class that asked for the most of
+        them (this collection and now) is left unmatched until the collection ends, and the
+        rest asked again: a costly selector costs its class, not the list.
+        """
         assert self._matcher is not None
-        try:
-            return self._matcher.match_all(requests)
-        except TooManyEvaluations as error:
-            raise TooManyEvaluations(error.wanted, len(self.entries)) from None
+        unmatched = self._left_out()
+        names = {id(compiled): entry.name for entry, compiled in self._compiled}
+        while True:
+            asked = [i for i, (c, _) in enumerate(requests) if names[id(c)] not in unmatched]
+            try:
+                found = self._matcher.match_all([requests[i] for i in asked])
+            except TooManyEvaluations as error:
+                self._leave_out(error.wanted)
+                continue
+            answers: list[bool | str] = [unmatched.get(names[id(c)], "") for c, _ in requests]
+            for i, answer in zip(asked, found, strict=True):
+                answers[i] = answer
+            return answers
+
+    def _left_out(self) -> dict[str, str]:
+        """The classes left unmatched in the matcher's collection (none in a new one).
+
+        What was kept of a collection that left classes unmatched is dropped with it (in watch
+        mode, where an object is a collection, the index outlives it).
+        """
+        assert self._matcher is not None
+        if self._unmatched_in != self._matcher.collection:
+            if self._unmatched:
+                self._by_projection.clear()
+                self._kept = 0
+            self._unmatched, self._unmatched_in = {}, self._matcher.collection
+        return self._unmatched
+
+    def _leave_out(self, wanted: dict[str, int]) -> None:
+        """Leave unmatched the class that asked for the most evaluations, with *wanted* now."""
+        assert self._matcher is not None
+        spent = self._matcher.spent
+        unmatched = self._left_out()
+        costs = {
+            entry.name: sum(spent.get(e, 0) + wanted.get(e, 0) for e in entry.expressions)
+            for entry, _ in self._compiled
+            if entry.name not in unmatched
+        }
+        assert costs, "what ran out was asked for by a class still matched"
+        name = max(costs, key=lambda name: (costs[name], name))
+        unmatched[name] = (
+            f"{UNMATCHED}its selectors need more evaluations than were left of a collection's "
+            f"{EVALUATIONS} and {PER_DEVICE} per device ({costs[name]} asked for, the most of "
+            f"{len(self.entries)} classes); matched again when its slices or the classes change"
+        )
 
     def _key(self, device: DeviceFields) -> Any:
         if self._paths is None:
