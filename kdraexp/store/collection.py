@@ -285,6 +285,8 @@ class KindReader:
         spec = self._spec
         view = spec.view(item, context)
         facts = spec.facts(view, write)
+        if spec.reads_classes and self._classes.unmatched():  # once an object, not a device
+            context.class_errors.extend(self._classes.unmatched_errors())
         if not write:
             return Entry(version, self._context, self._unwritten, facts, (), ())
         for family in self._generation_families:
