@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kdraexp.dra import celprocess, devicecel
+from kdraexp.dra import celprocess, classindex, devicecel
 from kdraexp.dra.celprocess import Evaluator
 from kdraexp.dra.classindex import MANY_CLASSES, ClassEntry, ClassIndex
 from kdraexp.dra.listing import RESOURCE_SLICES
@@ -120,10 +120,34 @@ def test_classes_times_devices_past_the_budget_leave_classes_unmatched(
     said = first.class_error_messages["c19"]
     assert said.startswith("not matched: its selectors need more evaluations than were left")
     assert "(10 asked for, among the most of 20 classes)" in said
+    assert len(values(first, "kube_resourceslice_device_info", "device_name")) == 10
     again = collect(slices=[pool_slice("s", devices)], classes=classes, matcher=matcher)
     assert matcher.evaluations == 200
     assert len(values(again, "kube_resourceslice_device_class", "deviceclass_name")) == 20
     assert again.class_errors == {}
+
+
+def test_classes_left_unmatched_are_named_within_a_bound(
+    evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slice read without many classes names UNMATCHED_LISTED of them, and says how many more.
+
+    Its devices count as undecided for every one (neither matched nor not).
+    """
+    monkeypatch.setattr(devicecel, "EVALUATIONS", 100)
+    monkeypatch.setattr(classindex, "UNMATCHED_LISTED", 1)
+    devices = [gpu(f"g{i}") for i in range(10)]
+    classes = [
+        classy(f"c{i:02d}", f"device.attributes['gpu.nvidia.com'].uuid == 'GPU-g{i}' && {i} >= 0")
+        for i in range(20)
+    ]
+    written = collect(
+        slices=[pool_slice("s", devices)], classes=classes, matcher=devicecel.Matcher(evaluator)
+    )
+    assert written.class_errors == {"c19": 1}
+    assert written.class_error_messages["c19"].endswith(
+        "(and 1 more classes left unmatched, not listed)"
+    )
 
 
 def test_a_costly_class_costs_itself_not_the_cheap_ones(
