@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from kdraexp.dra import celprocess, devicecel
+from kdraexp.dra import celprocess, classindex, devicecel
 from kdraexp.dra.celprocess import Evaluator
 from kdraexp.dra.classindex import MANY_CLASSES, ClassEntry, ClassIndex
-from kdraexp.dra.listing import RESOURCE_SLICES, ListError, Reason
+from kdraexp.dra.listing import RESOURCE_SLICES
 from kdraexp.families.selection import select
 from kdraexp.store.collection import CollectionBuilder, Store
 from tests.collect import collect, values
@@ -92,35 +92,91 @@ def test_a_process_that_cannot_start_is_said(tmp_path: object) -> None:
     )
 
 
-def test_classes_times_devices_past_the_budget_fail_the_list(
+def test_classes_times_devices_past_the_budget_leave_classes_unmatched(
     evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past EVALUATIONS in one collection, the list fails with the reason, not with memory.
+    """Past EVALUATIONS in one collection, the costliest classes go unmatched; the list is read.
 
-    Ten thousand classes over a thousand distinct devices needed ten million evaluations, and as
-    many answers held at once: no scrape completed.  The budget (here 100, and 8 for each of the
-    10 devices) refuses what would not fit before asking for it; within it, the next collection
-    matches as before.
+    Ten thousand classes over a thousand distinct devices needed ten million evaluations: no
+    scrape completed, and then the list failed whole.  Here (a budget of 100, and 8 for each of
+    the 10 devices) 20 classes of 10 evaluations each ask for 200: two are left unmatched, each
+    with one error saying why, and every other class matches.  The next collection has a budget
+    of its own and matches them all, the others' answers kept.
     """
     monkeypatch.setattr(devicecel, "EVALUATIONS", 100)
     matcher = devicecel.Matcher(evaluator)
     devices = [gpu(f"g{i}") for i in range(10)]
     classes = [
-        classy(f"c{i}", f"device.attributes['gpu.nvidia.com'].uuid == 'GPU-g{i % 10}' && {i} >= 0")
+        classy(
+            f"c{i:02d}", f"device.attributes['gpu.nvidia.com'].uuid == 'GPU-g{i % 10}' && {i} >= 0"
+        )
         for i in range(20)
     ]
-    with pytest.raises(ListError) as raised:
-        collect(slices=[pool_slice("s", devices)], classes=classes, matcher=matcher)
-    assert raised.value.resource == "resourceslices"
-    assert raised.value.reason == Reason.TOO_COSTLY and raised.value.public
-    said = str(raised.value)
-    assert "against 20 DeviceClasses needs more selector evaluations than one collection" in said
-    assert "(100 and 8 per device; 200 at once)" in said
-    assert matcher.evaluations == 0  # refused before it was asked for
-    fewer = collect(slices=[pool_slice("s", devices)], classes=classes[:18], matcher=matcher)
-    assert matcher.evaluations == 180
-    matched = values(fewer, "kube_resourceslice_device_class", "deviceclass_name", "device_name")
-    assert len(matched) == 18
+    first = collect(slices=[pool_slice("s", devices)], classes=classes, matcher=matcher)
+    assert matcher.evaluations == 180  # refused before it was asked for: no more
+    matched = values(first, "kube_resourceslice_device_class", "deviceclass_name")
+    assert sorted(name for (name,) in matched) == [f"c{i:02d}" for i in range(18)]
+    assert first.class_errors == {"c18": 1, "c19": 1}  # once for the slice read without them
+    said = first.class_error_messages["c19"]
+    assert said.startswith("not matched: its selectors need more evaluations than were left")
+    assert "(10 asked for, among the most of 20 classes)" in said
+    assert len(values(first, "kube_resourceslice_device_info", "device_name")) == 10
+    again = collect(slices=[pool_slice("s", devices)], classes=classes, matcher=matcher)
+    assert matcher.evaluations == 200
+    assert len(values(again, "kube_resourceslice_device_class", "deviceclass_name")) == 20
+    assert again.class_errors == {}
+
+
+def test_classes_left_unmatched_are_named_within_a_bound(
+    evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slice read without many classes names UNMATCHED_LISTED of them, and says how many more.
+
+    Its devices count as undecided for every one (neither matched nor not).
+    """
+    monkeypatch.setattr(devicecel, "EVALUATIONS", 100)
+    monkeypatch.setattr(classindex, "UNMATCHED_LISTED", 1)
+    devices = [gpu(f"g{i}") for i in range(10)]
+    classes = [
+        classy(f"c{i:02d}", f"device.attributes['gpu.nvidia.com'].uuid == 'GPU-g{i}' && {i} >= 0")
+        for i in range(20)
+    ]
+    written = collect(
+        slices=[pool_slice("s", devices)], classes=classes, matcher=devicecel.Matcher(evaluator)
+    )
+    assert written.class_errors == {"c19": 1}
+    assert written.class_error_messages["c19"].endswith(
+        "(and 1 more classes left unmatched, not listed)"
+    )
+
+
+def test_a_costly_class_costs_itself_not_the_cheap_ones(
+    evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where evaluations run out, the classes that asked for the most go, not the cheap ones.
+
+    Five classes reading a GPU's type need one evaluation each; three reading its UUID need one
+    a GPU.  With 20 evaluations, two UUID classes go and the type classes all match.
+    """
+    monkeypatch.setattr(devicecel, "EVALUATIONS", 20)
+    monkeypatch.setattr(devicecel, "PER_DEVICE", 0)
+    matcher = devicecel.Matcher(evaluator)
+    devices = [gpu(f"g{i}") for i in range(10)]
+    cheap = [
+        classy(f"type-{i}", f"device.attributes['gpu.nvidia.com'].type == 'gpu' && {i} >= 0")
+        for i in range(5)
+    ]
+    costly = [
+        classy(
+            f"uuid-{i}", f"device.attributes['gpu.nvidia.com'].uuid.startsWith('GPU-') && {i} >= 0"
+        )
+        for i in range(3)
+    ]
+    written = collect(slices=[pool_slice("s", devices)], classes=cheap + costly, matcher=matcher)
+    matched = values(written, "kube_resourceslice_device_class", "deviceclass_name")
+    assert {name for (name,) in matched} == {*(f"type-{i}" for i in range(5)), "uuid-0"}
+    assert matcher.evaluations == 15
+    assert set(written.class_errors) == {"uuid-1", "uuid-2"}
 
 
 def test_the_caches_are_bounded(evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,12 +202,12 @@ def test_costly_matching_sends_lists_off_the_reactor(evaluator: Evaluator) -> No
     the interpreter lock cost a calm scrape more than they spare.  Past MANY_CLASSES classes,
     matching is costly from the start.
     """
-    square = "[" + ",".join(map(str, range(30))) + "]"
+    square = "[" + ",".join(map(str, range(40))) + "]"
     uuid = "device.attributes['gpu.nvidia.com'].uuid"
     costly = f"{square}.all(a, {square}.all(b, a + b >= 0)) && {uuid} != ''"
     matcher = devicecel.Matcher(evaluator)
     store = Store()
-    slices = [pool_slice("s", [gpu(f"g{i}") for i in range(64)])]  # 0.3-0.6 ms each, 64 apart
+    slices = [pool_slice("s", [gpu(f"g{i}") for i in range(128)])]  # 0.2-1 ms each, 128 apart
     collect(slices=slices, classes=[classy("costly", costly)], matcher=matcher, store=store)
     assert matcher.costly
     classes = ClassIndex([ClassEntry("costly", (costly,), None)], matcher)

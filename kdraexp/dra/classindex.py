@@ -6,6 +6,7 @@ slice is read and each claim's results priced while the claim is read.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -13,6 +14,9 @@ import attrs
 
 from kdraexp.dra.devicecel import (
     ANSWERS,
+    EVALUATIONS,
+    PER_DEVICE,
+    UNMATCHED,
     CompiledClass,
     DeviceFields,
     Matcher,
@@ -27,6 +31,8 @@ PAIRS = 65536
 """(class, device) pairs matched at once at most: what one slice's match holds in memory."""
 MANY_CLASSES = 32
 """Classes past which matching is costly from the start (32 x 128 devices of a slice)."""
+UNMATCHED_LISTED = 16
+"""Classes left unmatched that an object read without them names (the costliest first)."""
 KEPT_NAMES = 262144
 """Class names kept in the answers per projection, over all devices; when full, it starts over
 (a thousand classes over a thousand distinct devices would keep a million)."""
@@ -65,6 +71,12 @@ class ClassIndex:
         self._kept = 0
         self._prepared: dict[int, tuple[list[str], list[tuple[str, str]]]] = {}
         """For devices read whole, the answers :meth:`prepare` found for the slice at hand."""
+        self._unmatched: dict[str, str] = {}
+        """The classes left unmatched in the matcher's collection :attr:`_unmatched_in`, and
+        why: the costliest, when its evaluations ran out."""
+        self._unmatched_in = -1
+        self._live_made: tuple[int, list[tuple[ClassEntry, CompiledClass]]] | None = None
+        self._names_made: dict[int, str] | None = None
 
     @property
     def _compiled(self) -> list[tuple[ClassEntry, CompiledClass]]:
@@ -105,8 +117,8 @@ class ClassIndex:
 
         :meth:`matching` then answers for these devices from what was found.
 
-        :raises TooManyEvaluations: when the matches would not fit the collection's budget of
-            evaluations; it names how many classes there are.
+        Where the matches would not fit what is left of the collection's evaluations, the
+        costliest classes are left unmatched (see :meth:`_match_all`).
         """
         self._prepared.clear()
         if self._matcher is None or not self._compiled:
@@ -120,16 +132,21 @@ class ClassIndex:
         if not pending:
             return
         keys = list(pending)
-        pairs = len(keys) * len(self._compiled)
-        if pairs - ANSWERS > self._matcher.left:  # more than any cache could spare: fail now
-            raise TooManyEvaluations(pairs, len(self.entries))
-        step = max(1, PAIRS // len(self._compiled))  # a thousand classes: 65 devices at a time
-        for start in range(0, len(keys), step):
+        fit = (self._matcher.left + ANSWERS) // len(keys)
+        """The classes this slice's distinct devices can be matched with, were nothing cached."""
+        beyond = len(self._compiled) - len(self._left_out()) - fit
+        if beyond > 0:  # more than any cache could spare: the costliest go now
+            self._leave_out({}, beyond)
+        start = 0
+        while start < len(keys):
+            live = self._live()
+            step = max(1, PAIRS // max(1, len(live)))  # a thousand classes: 65 devices at a time
             some = keys[start : start + step]
-            requests = [(c, pending[key]) for key in some for _, c in self._compiled]
+            start += step
+            requests = [(c, pending[key]) for key in some for _, c in live]
             answers = iter(self._match_all(requests))
             for key in some:
-                found = self._sort([(entry.name, next(answers)) for entry, _ in self._compiled])
+                found = self._sort([(entry.name, next(answers)) for entry, _ in live])
                 if self._paths is None:
                     self._prepared[key] = found
                 else:
@@ -139,30 +156,126 @@ class ClassIndex:
         """The names of the classes whose every selector *device* satisfies.
 
         Appends (class, reason) to *errors* for each class the match could not be decided with.
-
-        :raises TooManyEvaluations: past the collection's budget (as :meth:`prepare`).
+        Those left unmatched in this collection are not among them: a thousand of them over
+        every device would be millions (see :meth:`unmatched`).
         """
         if self._matcher is None:
             return []
         key = self._key(device)
         known = self._prepared.get(id(device)) if key is None else self._by_projection.get(key)
         if known is None:
-            answers = self._match_all([(compiled, device) for _, compiled in self._compiled])
-            known = self._sort(
-                [(e.name, a) for (e, _), a in zip(self._compiled, answers, strict=True)]
-            )
+            live = self._live()
+            answers = self._match_all([(compiled, device) for _, compiled in live])
+            known = self._sort([(e.name, a) for (e, _), a in zip(live, answers, strict=True)])
             if key is not None:
                 self._keep(key, known)
         found, failed = known
-        errors.extend(failed)
+        if failed:
+            errors.extend(e for e in failed if not e[1].startswith(UNMATCHED))
         return found
 
+    def unmatched(self) -> dict[str, str]:
+        """The classes left unmatched in this collection so far, and why (the costliest first).
+
+        A device matched now cannot be said to satisfy them, nor not to.
+        """
+        if self._matcher is None:
+            return {}
+        return self._left_out()
+
+    def unmatched_errors(self) -> list[tuple[str, str]]:
+        """(class, reason) for the classes left unmatched, for an object read without them.
+
+        At most :data:`UNMATCHED_LISTED` of them, the costliest; the last says how many more.
+        """
+        unmatched = self.unmatched()
+        listed = list(itertools.islice(unmatched.items(), UNMATCHED_LISTED))
+        if len(unmatched) > len(listed):
+            name, reason = listed[-1]
+            more = len(unmatched) - len(listed)
+            listed[-1] = (name, f"{reason} (and {more} more classes left unmatched, not listed)")
+        return listed
+
     def _match_all(self, requests: list[tuple[CompiledClass, DeviceFields]]) -> list[bool | str]:
+        """Each request's answer; a class left unmatched answers why.
+
+        Where the collection's evaluations would run out, the class that asked for the most of
+        them (this collection and now) is left unmatched until the collection ends, and the
+        rest asked again: a costly selector costs its class, not the list.
+        """
         assert self._matcher is not None
-        try:
-            return self._matcher.match_all(requests)
-        except TooManyEvaluations as error:
-            raise TooManyEvaluations(error.wanted, len(self.entries)) from None
+        unmatched = self._left_out()
+        names = self._names()
+        while True:
+            asked = [i for i, (c, _) in enumerate(requests) if names[id(c)] not in unmatched]
+            try:
+                found = self._matcher.match_all([requests[i] for i in asked])
+            except TooManyEvaluations as error:
+                self._leave_out(error.wanted)
+                continue
+            answers: list[bool | str] = [unmatched.get(names[id(c)], "") for c, _ in requests]
+            for i, answer in zip(asked, found, strict=True):
+                answers[i] = answer
+            return answers
+
+    def _live(self) -> list[tuple[ClassEntry, CompiledClass]]:
+        """The classes still matched in this collection (all but those left unmatched)."""
+        unmatched = self._left_out()
+        if not unmatched:
+            return self._compiled
+        if self._live_made is None or self._live_made[0] != len(unmatched):
+            live = [(e, c) for e, c in self._compiled if e.name not in unmatched]
+            self._live_made = (len(unmatched), live)
+        return self._live_made[1]
+
+    def _names(self) -> dict[int, str]:
+        """Each compiled class's name, by its identity."""
+        if self._names_made is None:
+            self._names_made = {id(compiled): entry.name for entry, compiled in self._compiled}
+        return self._names_made
+
+    def _left_out(self) -> dict[str, str]:
+        """The classes left unmatched in the matcher's collection (none in a new one).
+
+        What was kept of a collection that left classes unmatched is dropped with it (in watch
+        mode, where an object is a collection, the index outlives it).
+        """
+        assert self._matcher is not None
+        if self._unmatched_in != self._matcher.collection:
+            if self._unmatched:
+                self._by_projection.clear()
+                self._kept = 0
+            self._unmatched, self._unmatched_in = {}, self._matcher.collection
+            self._live_made = None
+        return self._unmatched
+
+    def _leave_out(self, wanted: dict[str, int], classes: int = 0) -> None:
+        """Leave unmatched the classes that asked for the most evaluations, *wanted* now too.
+
+        As many as give back what *wanted* asks for beyond what is left, or *classes* of them.
+        """
+        assert self._matcher is not None
+        spent, left = self._matcher.spent, self._matcher.left
+        unmatched = self._left_out()
+        costs: dict[str, tuple[int, int]] = {}
+        """Per class still matched: (evaluations asked for in the collection, of them now)."""
+        for entry, _ in self._compiled:
+            if entry.name not in unmatched:
+                now = sum(wanted.get(e, 0) for e in entry.expressions)
+                costs[entry.name] = (sum(spent.get(e, 0) for e in entry.expressions) + now, now)
+        assert costs, "what ran out was asked for by a class still matched"
+        beyond = sum(wanted.values()) - left
+        for name in sorted(costs, key=lambda name: (costs[name][0], name), reverse=True):
+            unmatched[name] = (
+                f"{UNMATCHED}its selectors need more evaluations than were left of a "
+                f"collection's {EVALUATIONS} and {PER_DEVICE} per device ({costs[name][0]} asked "
+                f"for, among the most of {len(self.entries)} classes); matched again when its "
+                "slices or the classes change"
+            )
+            beyond -= costs[name][1]
+            classes -= 1
+            if beyond <= 0 and classes <= 0:
+                return
 
     def _key(self, device: DeviceFields) -> Any:
         if self._paths is None:

@@ -13,11 +13,13 @@ cluster of 64,000 GPUs of three types costs a handful of evaluations.  An expres
 at a time: one request to the process for what the cache does not know.
 
 An expression that cannot be compiled or evaluated matches nothing; the collection counts it.  So
-does one that had its budget once (it stays over budget while it exists).  Matching classes that
-would ask for more than :data:`EVALUATIONS` evaluations in one collection, beyond
-:data:`PER_DEVICE` for each device (classes x distinct devices beyond what any cluster needs),
-raises :class:`TooManyEvaluations`: a pathological set of
-classes fails the list with that reason, rather than with the exporter's memory.
+does one that had its budget once (it stays over budget while it exists).  Matching that would
+ask for more than :data:`EVALUATIONS` evaluations in one collection, beyond :data:`PER_DEVICE`
+for each device (classes x distinct devices beyond what any cluster needs), raises
+:class:`TooManyEvaluations`, saying what each expression asked for: the class index then leaves
+the costliest classes unmatched for the rest of the collection (:data:`UNMATCHED`), rather than
+pay with the exporter's memory or fail the list.  A slice read in that collection keeps its
+answers until it or the classes change, as every slice does.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ COSTLY = 0.01
 
 UNEVALUATED = "cannot evaluate selectors: "
 """How the error begins when the evaluation process cannot be had."""
+UNMATCHED = "not matched: "
+"""How the error begins for a class left out of a collection whose evaluations ran out."""
 
 _ENCODER = msgspec.msgpack.Encoder()
 
@@ -76,13 +80,12 @@ def transient(error: str) -> bool:
 class TooManyEvaluations(Exception):
     """Matching would ask for more evaluations than its collection has left."""
 
-    def __init__(self, wanted: int, classes: int | None = None) -> None:
+    def __init__(self, wanted: dict[str, int]) -> None:
         self.wanted = wanted
-        against = f" against {classes} DeviceClasses" if classes is not None else ""
+        """Per expression, the evaluations asked for at once."""
         super().__init__(
-            f"matching devices{against} needs more selector evaluations than one collection "
-            f"has ({EVALUATIONS} and {PER_DEVICE} per device; {wanted} at once): classes x "
-            "distinct devices beyond what selectors are for"
+            f"matching devices needs more selector evaluations than one collection has "
+            f"({EVALUATIONS} and {PER_DEVICE} per device; {sum(wanted.values())} at once)"
         )
 
 
@@ -224,6 +227,10 @@ class Matcher:
         """Expressions that had their budget once, and how: they match nothing from then on."""
         self._unkept: dict[tuple[str, Hashable], bool | str] = {}
         self._left = EVALUATIONS
+        self.spent: dict[str, int] = {}
+        """Per expression, the evaluations this collection asked for."""
+        self.collection = 0
+        """Which collection this is: one more each :meth:`new_collection`."""
         self.costly = False
         """Whether one match took more than :data:`COSTLY` seconds in the last collection (a
         calm one matches nothing): lists are then read off the reactor (see ``KindReader``)."""
@@ -256,6 +263,8 @@ class Matcher:
     def new_collection(self) -> None:
         """A new collection (a new list; in watch mode, a new object): a new budget."""
         self._left = EVALUATIONS
+        self.spent = {}
+        self.collection += 1
 
     @serialised
     def devices_read(self, count: int) -> None:
@@ -409,9 +418,14 @@ class Matcher:
                 wanted[key] = (index, number)
         if wanted:
             if budgeted:
+                asked: dict[str, int] = {}
+                for expression, _ in wanted:
+                    asked[expression] = asked.get(expression, 0) + 1
                 if len(wanted) > self._left:
-                    raise TooManyEvaluations(len(wanted))
+                    raise TooManyEvaluations(asked)
                 self._left -= len(wanted)
+                for expression, count in asked.items():
+                    self.spent[expression] = self.spent.get(expression, 0) + count
             self._ask(list(expressions), devices, wanted)
         answers = [
             answer if answer is not None else self._known(key)

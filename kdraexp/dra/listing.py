@@ -77,8 +77,6 @@ class Reason(StrEnum):
     TOO_LARGE = "TooLarge"
     FILE_UNREADABLE = "FileUnreadable"
     INTERNAL = "InternalError"
-    TOO_COSTLY = "TooCostly"
-    """Matching devices against the DeviceClasses would take more than a collection may."""
 
 
 @attrs.frozen

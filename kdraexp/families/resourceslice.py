@@ -204,7 +204,11 @@ class DeviceView:
             errors: list[tuple[str, str]] = []
             found = context.classes.matching(self, errors)
             context.class_errors.extend(errors)
-            self._classes = (_shared(tuple(found)), _shared(tuple(name for name, _ in errors)))
+            unsure = [name for name, _ in errors]
+            unmatched = context.classes.unmatched()
+            if unmatched:  # left out of the collection: neither matched nor not
+                unsure += [name for name in unmatched if name not in found]
+            self._classes = (_shared(tuple(found)), _shared(tuple(unsure)))
         return self._classes
 
     def named_capacity(self, context: Context, where: str, name: str) -> float | None:

@@ -25,11 +25,9 @@ import msgspec
 
 from kdraexp.dra import wire
 from kdraexp.dra.classindex import ClassEntry, ClassIndex
-from kdraexp.dra.devicecel import Matcher, TooManyEvaluations
+from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import (
     Kind,
-    ListError,
-    Reason,
     ShapeError,
 )
 from kdraexp.dra.problems import Problem, Problems
@@ -170,8 +168,6 @@ class KindReader:
         """Read one page: each new or changed object once, for all the families of its kind.
 
         :raises ShapeError: for an object not of the kind's shape.
-        :raises ListError: ``TooCostly``, when matching its devices against the DeviceClasses
-            needs more evaluations than one collection has (see ``TooManyEvaluations``).
         """
         decoder = self.kind.decoder
         for raw in items:
@@ -210,12 +206,7 @@ class KindReader:
                 item.metadata.uid = key  # one string for the identity and the rows
             if self._live and self._spec.reads_classes and self._classes.matcher is not None:
                 self._classes.matcher.new_collection()  # an event is a collection of its own
-            try:
-                entry = self._read(item, version, part is Part.WRITE)
-            except TooManyEvaluations as error:
-                raise ListError(
-                    self.kind.plural, Reason.TOO_COSTLY, None, str(error), public=True
-                ) from None
+            entry = self._read(item, version, part is Part.WRITE)
             if entry.facts is None and not (
                 entry.problems or entry.class_errors or any(entry.rows)
             ):
@@ -294,6 +285,8 @@ class KindReader:
         spec = self._spec
         view = spec.view(item, context)
         facts = spec.facts(view, write)
+        if spec.reads_classes and self._classes.unmatched():  # once an object, not a device
+            context.class_errors.extend(self._classes.unmatched_errors())
         if not write:
             return Entry(version, self._context, self._unwritten, facts, (), ())
         for family in self._generation_families:
