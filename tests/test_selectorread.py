@@ -44,7 +44,7 @@ _PATHS = st.one_of(
 
 def _source(driver: str, devices: list[wire.Device]) -> bytes:
     """The compressed JSON of a slice of *driver*'s *devices*, as the collection keeps it."""
-    listed = [
+    listed: list[dict[str, Any]] = [
         {"name": d.name, "attributes": d.attributes, "capacity": d.capacity, "taints": []}
         for d in devices
     ]
