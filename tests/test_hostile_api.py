@@ -58,6 +58,35 @@ class _Sink:
 BOMB = bomb()
 
 
+def _slices(count: int, devices: list[dict[str, object]]) -> bytes:
+    """A list of *count* ResourceSlices, each of its own pool, each holding *devices*."""
+    items = [
+        {
+            "metadata": {"name": f"s{n}", "uid": f"u{n}", "resourceVersion": "1"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": f"n{n}",
+                "pool": {"name": f"p{n}", "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            },
+        }
+        for n in range(count)
+    ]
+    return json.dumps({"kind": "List", "metadata": {}, "items": items}).encode()
+
+
+BARE = _slices(2000, [{"name": f"d{i}"} for i in range(128)])
+"""5 MB: 2,000 slices of 128 devices with nothing but a name, 256,000 devices in one page."""
+FAT = _slices(
+    1,
+    [
+        {"name": f"d{d}", "attributes": {f"a{i}": {"int": i} for i in range(6000)}}
+        for d in range(128)
+    ],
+)
+"""18 MB: one slice of 128 devices of 6,000 attributes each."""
+
+
 class Hostile:
     """Answers each request by the current behaviour; counts bytes it managed to send."""
 
@@ -86,6 +115,8 @@ class Hostile:
                 if not request:
                     return
                 answer: Callable[[socket.socket], None] = getattr(self, "_" + self.behaviour)
+                if self.behaviour in ("bare", "fat") and b"/resourceslices" not in request:
+                    answer = self._ok  # the other lists are empty
                 answer(connection)
             except OSError:
                 self.closed.set()
@@ -121,6 +152,18 @@ class Hostile:
         for _ in range(200):
             connection.sendall(block)
         connection.sendall(tail)
+
+    def _bare(self, connection: socket.socket) -> None:
+        self._body(connection, BARE)
+
+    def _fat(self, connection: socket.socket) -> None:
+        self._body(connection, FAT)
+
+    def _body(self, connection: socket.socket, body: bytes) -> None:
+        connection.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
 
     def _bomb(self, connection: socket.socket) -> None:
         connection.sendall(
@@ -300,5 +343,45 @@ def test_default_cap_fits_the_chart_memory_limit(
     hostile.behaviour = "ok"
     assert code == 500, body
     assert b"TooLarge: the response is larger than --max-response-bytes=67108864" in body, body
+    assert scrape(port)[0] == 200
+    assert chart_cgroup.oom_kills() == 0
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "said"),
+    [
+        (
+            "bare",
+            b"list resourceslices failed: TooLarge: a page of resourceslices holds more than "
+            b"65536 devices",
+        ),
+        (
+            "fat",
+            b"list resourceslices failed: TooLarge: ResourceSlice s0 is 18",
+        ),
+    ],
+)
+def test_what_a_response_becomes_fits_the_chart_memory_limit(
+    hostile: Hostile,
+    chart_cgroup: MemoryCgroup,
+    defaulted: tuple[int, int],
+    behaviour: str,
+    said: bytes,
+) -> None:
+    """Few bytes that become much fail the list before they take the memory limit.
+
+    256,000 bare devices in 5 MB, or one 18 MB slice, are within the 64 MiB response cap; read,
+    such answers took the exporter to 283-334 MB, past the chart's 192 MiB.  Now the list fails
+    with TooLarge naming what was too large, and nothing is killed.
+    """
+    port, pid = defaulted
+    reset_peak(pid)
+    before = memory(pid)
+    hostile.behaviour = behaviour
+    code, body = scrape(port)
+    hostile.behaviour = "ok"
+    assert code == 500, body
+    assert said in body, body
+    assert memory(pid)["VmHWM"] - before["VmRSS"] < 64 * 2**20
     assert scrape(port)[0] == 200
     assert chart_cgroup.oom_kills() == 0

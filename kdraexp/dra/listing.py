@@ -123,6 +123,10 @@ class Reader(Protocol):
 class Source(Protocol):
     """Where the DRA objects come from: the API server, or a file."""
 
+    limit: int
+    """The most bytes one response may hold (``--max-response-bytes``): what the objects read
+    from it may become is bounded by it too (see ``KindReader``)."""
+
     async def fetch(self, kind: Kind, reader: Reader) -> int:
         """Hand every object of *kind* to *reader*, a page at a time; return how many.
 

@@ -57,3 +57,6 @@ class KindSpec:
     keeps_source: bool = False
     """Its facts keep the object's JSON, deflated, in their ``source``: the cluster families
     read it again (a claim's own selectors are judged on the devices of the slices)."""
+    parts: Callable[[Any], int] | None = None
+    """How many parts a decoded object holds that each become rows and facts of their own (a
+    slice's devices): a page may hold so many (see ``KindReader``)."""

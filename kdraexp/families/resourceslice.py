@@ -687,6 +687,17 @@ def _slice_shard(item: wire.ResourceSlice) -> ShardKey:
     return ShardKey(pool_key(driver, pool))
 
 
+def _devices(item: Any) -> int:
+    """How many devices a decoded slice lists."""
+    return len(item.spec.devices or ()) if item.spec else 0
+
+
 KIND = KindSpec(
-    RESOURCE_SLICES, SliceView, _slice_facts, _slice_shard, reads_classes=True, keeps_source=True
+    RESOURCE_SLICES,
+    SliceView,
+    _slice_facts,
+    _slice_shard,
+    reads_classes=True,
+    keeps_source=True,
+    parts=_devices,
 )

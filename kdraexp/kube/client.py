@@ -110,6 +110,7 @@ class KubeListClient:
         )
         self._clock = clock
         self._limits = limits
+        self.limit = limits.body
         self._base = DecodedURL.from_text(server.rstrip("/"))
         self._server_name = tls_server_name or self._base.host
         """The name the server's certificate is checked against."""

@@ -72,7 +72,7 @@ class FileSource:
     ) -> None:
         self.path = path
         self._clock = clock
-        self._limit = limit
+        self.limit = limit
         self._run = run
         """Runs the reading and parsing (in a thread; tests run it at once)."""
         self._parsed: _Parsed | None = None
@@ -128,7 +128,7 @@ class FileSource:
     def _load(self, stamp: Stamp) -> _Parsed:
         """Read, parse and sort the file (in a thread)."""
         try:
-            content = read_regular(self.path, self._limit)
+            content = read_regular(self.path, self.limit)
             text = content.decode("utf-8")
         except (OSError, UnicodeDecodeError) as error:
             raise self._unreadable(error) from None

@@ -93,7 +93,9 @@ class Gatherer:
         self._matcher.close()
 
     async def _collect(self) -> Collection:
-        builder = CollectionBuilder(self._selection, self._matcher, self._store, self._shard)
+        builder = CollectionBuilder(
+            self._selection, self._matcher, self._store, self._shard, self._source.limit
+        )
         deadline = self._clock.seconds() + self._timeout
         kinds = self._selection.kinds
         first = [kind for kind in kinds if listed_first(kind)]

@@ -347,10 +347,12 @@ class KindWatch:
 
     def _initial(self, kind: str, raw: msgspec.Raw) -> None:
         arrived = self._clock.seconds()
-        self.lane.run(
-            lambda: self._reader.page([raw]),
-            lambda: self._stats.event(self.kind.plural, kind, arrived),
-        )
+
+        def read() -> None:
+            self._reader.response()  # each object of a streaming list stands alone
+            self._reader.page([raw])
+
+        self.lane.run(read, lambda: self._stats.event(self.kind.plural, kind, arrived))
 
     def behind(self) -> tuple[float, int]:
         """Seconds the oldest event not applied yet has waited, and how many wait."""
@@ -470,7 +472,7 @@ class WatchGatherer:
         self._selection = selection
         self._max_staleness = max_staleness
         self._matcher = Matcher()
-        self._builder = CollectionBuilder(selection, self._matcher, Store(), shard)
+        self._builder = CollectionBuilder(selection, self._matcher, Store(), shard, client.limit)
         self._watches: dict[str, KindWatch] = {}
         self._problems = ProblemLog(stats.collections)
         self._reported: Collection | None = None

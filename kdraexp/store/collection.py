@@ -27,7 +27,10 @@ from kdraexp.dra import wire
 from kdraexp.dra.classindex import ClassEntry, ClassIndex
 from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import (
+    DEFAULT_MAX_RESPONSE_BYTES,
     Kind,
+    ListError,
+    Reason,
     ShapeError,
 )
 from kdraexp.dra.problems import Problem, Problems
@@ -61,6 +64,14 @@ class Entry(msgspec.Struct, gc=False):
     """The object's JSON, deflated, where it must be read again without a list (watch mode,
     kinds read with the classes)."""
 
+
+OBJECT_SHARE = 16
+"""One object may be at most this share of ``--max-response-bytes`` (4 MiB by default): read,
+an object becomes many times its size, and Kubernetes stores none above 1.5 MiB."""
+PART_BYTES = 1024
+"""What each part of an object (a slice's device) counts against ``--max-response-bytes`` in
+one page: a device becomes about a kilobyte read, however few bytes it is sent in (a page of
+256,000 bare devices was 4.2 MB and took 300 MB)."""
 
 _FACTS = operator.attrgetter("facts")
 _PROBLEMS = operator.attrgetter("problems")
@@ -105,8 +116,12 @@ class KindReader:
         skipped: Mapping[str, str] | None = None,
         keep_sources: bool = False,
         live: bool = False,
+        limit: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.kind = kind
+        self._limit = limit
+        self._parts = 0
+        """The parts (devices) of the objects read from the response at hand."""
         self._live = live
         """Whether it applies watch events: its pages are then not read in a thread (events
         come meanwhile), and each object has the matching budget of a collection."""
@@ -168,9 +183,18 @@ class KindReader:
         """Read one page: each new or changed object once, for all the families of its kind.
 
         :raises ShapeError: for an object not of the kind's shape.
+        :raises ListError: ``TooLarge``, for an object or a page that would become more than
+            :data:`OBJECT_SHARE` and :data:`PART_BYTES` allow of the response limit.
         """
         decoder = self.kind.decoder
+        most = self._limit // PART_BYTES
         for raw in items:
+            if len(raw) > self._limit // OBJECT_SHARE:
+                raise self._too_large(
+                    f"{self.kind.kind} {_name(raw)} is {len(raw)} bytes, more than a "
+                    f"{OBJECT_SHARE}th of --max-response-bytes={self._limit} (the API server "
+                    "stores objects of at most 1.5 MiB)"
+                )
             known = self._decode(_IDENTITY, raw)
             if known.kind is not None and known.kind != self.kind.kind:
                 raise ShapeError(
@@ -196,6 +220,14 @@ class KindReader:
                 self.entries[key] = old
                 continue
             item = self._decode(decoder, raw)
+            if self._spec.parts is not None:
+                self._parts += self._spec.parts(item)
+                if self._parts > most:
+                    raise self._too_large(
+                        f"a page of {self.kind.plural} holds more than {most} devices, each "
+                        f"counted as {PART_BYTES} bytes of --max-response-bytes={self._limit}: "
+                        "read, they would not fit beside it"
+                    )
             placed = self._spec.shard_key(item) if self._spec.shard_key else None
             part = self._shard.part(placed)
             if part is Part.SKIP:
@@ -229,6 +261,13 @@ class KindReader:
         self.relisted = True
         """Objects may have gone without an event: :meth:`CollectionBuilder.snapshot` looks."""
 
+    def response(self) -> None:
+        """A new response's objects follow: what they become is bounded per response."""
+        self._parts = 0
+
+    def _too_large(self, why: str) -> ListError:
+        return ListError(self.kind.plural, Reason.TOO_LARGE, None, why, public=True)
+
     def apply(self, event: str, raw: msgspec.Raw) -> str:
         """One watch event: ``ADDED`` or ``MODIFIED`` reads the object again, ``DELETED`` drops it.
 
@@ -245,6 +284,7 @@ class KindReader:
             return key
         self._previous = {}
         entries, self.entries = self.entries, {}
+        self.response()  # an event is a response of its own
         try:
             self.page([raw])
         finally:
@@ -529,11 +569,14 @@ class CollectionBuilder:
         matcher: Matcher,
         store: Store | None = None,
         shard: Shard = Shard(),  # noqa: B008 - frozen
+        limit: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self._selection = selection
         self._matcher = matcher
         self._store = store if store is not None else Store()
         self._shard = shard
+        self._limit = limit
+        """``--max-response-bytes``: what a page becomes is bounded by it too."""
         self._classes = ClassIndex()
         self._context: Hashable = ()
         matcher.new_collection()
@@ -560,6 +603,7 @@ class CollectionBuilder:
             skipped,
             keep_sources=live and reads_classes,
             live=live,
+            limit=self._limit,
         )
         self._readers[kind.plural] = reader
         return reader

@@ -45,8 +45,12 @@ class Turns:
             self._since = clock.seconds()
 
 
+def _nothing() -> None:
+    pass
+
+
 async def feed(reader: Any, items: Sequence[Any], clock: IReactorTime) -> None:
-    """Hand *items* to ``reader.page``, without holding the reactor.
+    """Hand *items*, one response's, to ``reader.page``, without holding the reactor.
 
     They are read a few at a time, giving the reactor its turns; once the reader says so
     (``off_reactor``: one object's DeviceClass selectors may take seconds), the rest is read in
@@ -55,6 +59,7 @@ async def feed(reader: Any, items: Sequence[Any], clock: IReactorTime) -> None:
     pool = thread_pool(clock)
     turns = Turns(clock)
     chunk = getattr(reader, "chunk", CHUNK)
+    getattr(reader, "response", _nothing)()  # what the items become is bounded per response
     for start in range(0, len(items), chunk):
         if pool is not None and getattr(reader, "off_reactor", False):
             await deferToThreadPool(clock, pool(), reader.page, list(items[start:]))  # type: ignore[arg-type]
