@@ -63,4 +63,4 @@ def test_an_object_of_more_than_a_share_of_the_limit_is_too_large() -> None:
         _builder().reader(RESOURCE_CLAIMS).page(_page([fat]))
     assert raised.value.reason == Reason.TOO_LARGE
     assert "ResourceClaim fat is 65" in str(raised.value)
-    assert "more than a 16th of --max-response-bytes=1048576" in str(raised.value)
+    assert "more than 1/16 of --max-response-bytes=1048576" in str(raised.value)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.threads import deferToThread
 from twisted.python.failure import Failure
 
+from kdraexp.dra import wire
 from kdraexp.dra.listing import (
     DEFAULT_MAX_RESPONSE_BYTES,
     KINDS,
@@ -44,6 +46,12 @@ try:
 except AttributeError:  # PyYAML built without libyaml
     _Loader = yaml.SafeLoader
 
+YAML_SHARE = 32
+"""A YAML file may be at most this share of ``--max-response-bytes`` (2 MiB by default): parsed,
+YAML takes about 40 times its size (2 MB took 76 MiB, 8 MB 306 MiB); JSON, about 2.5 times."""
+_JSON = re.compile(rb"\s*\{")
+_LIST = msgspec.json.Decoder(wire.Page)
+"""A JSON file as a list, its objects left as their JSON (one object alone has no items)."""
 EXPANSION = 10_000_000
 """Values the parsed documents may hold once their aliases are followed (a "billion laughs"
 file is a few hundred bytes that expand to billions)."""
@@ -129,16 +137,28 @@ class FileSource:
         """Read, parse and sort the file (in a thread)."""
         try:
             content = read_regular(self.path, self.limit)
-            text = content.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as error:
+        except OSError as error:
             raise self._unreadable(error) from None
-        if text.lstrip().startswith("{"):
-            try:  # ``-o json``: a JSON parser is hundreds of times faster than a YAML one
-                documents = [msgspec.json.decode(content)]
+        if _JSON.match(content):
+            try:  # ``-o json``: its objects are kept as their JSON, decoded one at a time
+                listed = _LIST.decode(content)
             except (msgspec.DecodeError, RecursionError):
                 pass  # YAML in flow style, or broken JSON: the YAML parser says where
             else:
-                return _Parsed(stamp, self._sort(documents))
+                items = listed.items if listed.items is not None else [msgspec.Raw(content)]
+                return _Parsed(stamp, self._sort([{"items": _Decoded(items)}]))
+        if len(content) > self.limit // YAML_SHARE:
+            raise self._error(
+                None,
+                Reason.TOO_LARGE,
+                f"{self.path} is YAML of {len(content)} bytes, more than 1/{YAML_SHARE} of "
+                f"--max-response-bytes={self.limit}: parsed, YAML takes about 40 times its size "
+                "(write it with -o json, read within about 2.5 times its size)",
+            )
+        try:
+            text = content.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise self._unreadable(error) from None
         del content
         try:
             documents = list(yaml.load_all(text, Loader=_Loader))
@@ -198,6 +218,20 @@ class FileSource:
     def _error(self, kind: Kind | None, reason: str, message: str) -> ListError:
         resource = kind.plural if kind else f"file {self.path}"
         return ListError(resource, reason, None, message, public=True)
+
+
+class _Decoded:
+    """Objects kept as their JSON, each decoded as it is reached: one held at a time."""
+
+    def __init__(self, items: list[msgspec.Raw]) -> None:
+        self._items = items
+
+    def __iter__(self) -> Any:
+        for raw in self._items:
+            try:
+                yield msgspec.json.decode(raw)
+            except RecursionError:
+                yield None  # nested past what can be decoded: not a mapping
 
 
 def _versioned(item: dict[str, Any]) -> bytes:

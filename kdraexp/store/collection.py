@@ -191,8 +191,8 @@ class KindReader:
         for raw in items:
             if len(raw) > self._limit // OBJECT_SHARE:
                 raise self._too_large(
-                    f"{self.kind.kind} {_name(raw)} is {len(raw)} bytes, more than a "
-                    f"{OBJECT_SHARE}th of --max-response-bytes={self._limit} (the API server "
+                    f"{self.kind.kind} {_name(raw)} is {len(raw)} bytes, more than "
+                    f"1/{OBJECT_SHARE} of --max-response-bytes={self._limit} (the API server "
                     "stores objects of at most 1.5 MiB)"
                 )
             known = self._decode(_IDENTITY, raw)
