@@ -13,6 +13,7 @@ import pytest_twisted
 import yaml
 from twisted.internet.defer import Deferred, gatherResults
 
+from kdraexp.serve.site import WRITE_DEADLINE
 from tests.fakeapi import Fault
 from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_LINES, SEED_SLICE
 from tests.processes import free_port, get, kdraexp, start, stop, wait_for
@@ -397,6 +398,53 @@ async def test_clients_that_never_read_are_shed_and_a_burst_is_answered(tmp_path
         for reader in readers:
             reader.close()
         assert await stop(process) == 0
+
+
+async def test_a_reader_that_stops_reading_is_dropped_after_the_write_deadline(
+    tmp_path: Path,
+) -> None:
+    """20 clients ask for a 22 MB /metrics and never read it: each is dropped within the deadline.
+
+    Below the connection limit nothing is shed: only the write deadline ends them.  The kernel
+    takes part of the body into each client's buffers, so each connection resumes and pauses
+    again while it is answered; the resume used to cancel the deadline its pause had just set,
+    and the connections were held until the clients went.
+    """
+    import json
+    import socket
+
+    from benchmarks.cluster import cluster
+
+    dump = tmp_path / "dump.json"
+    objects = [item for items in cluster(1100).values() for item in items]
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    port = free_port()
+    process = start(["--listen", f"127.0.0.1:{port}", "--source", f"file:{dump}"], tmp_path)
+    readers: list[socket.socket] = []
+    try:
+        await wait_for(lambda: get(f"http://127.0.0.1:{port}/healthz"))
+        for _ in range(20):
+            reader = socket.create_connection(("127.0.0.1", port))
+            reader.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            readers.append(reader)
+        clients = {reader.getsockname()[1] for reader in readers}
+        await wait_for(lambda: _held(port, clients) == len(readers), 30)  # being answered
+        await wait_for(lambda: _held(port, clients) == 0, WRITE_DEADLINE + 30, step=1)
+        assert process.poll() is None
+    finally:
+        for reader in readers:
+            reader.close()
+        assert await stop(process) == 0
+
+
+def _held(port: int, clients: set[int]) -> int:
+    """How many of the *clients* (by port) the exporter holds open on *port* (/proc/net/tcp)."""
+    held = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        if state == "01" and int(local.split(":")[1], 16) == port:
+            held += int(remote.split(":")[1], 16) in clients
+    return held
 
 
 async def test_clients_that_hang_up_mid_answer_log_nothing_alarming(tmp_path: Path) -> None:
