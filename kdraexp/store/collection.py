@@ -187,14 +187,7 @@ class KindReader:
             :data:`OBJECT_SHARE` and :data:`PART_BYTES` allow of the response limit.
         """
         decoder = self.kind.decoder
-        most = self._limit // PART_BYTES
         for raw in items:
-            if len(raw) > self._limit // OBJECT_SHARE:
-                raise self._too_large(
-                    f"{self.kind.kind} {_name(raw)} is {len(raw)} bytes, more than "
-                    f"1/{OBJECT_SHARE} of --max-response-bytes={self._limit} (the API server "
-                    "stores objects of at most 1.5 MiB)"
-                )
             known = self._decode(_IDENTITY, raw)
             if known.kind is not None and known.kind != self.kind.kind:
                 raise ShapeError(
@@ -219,14 +212,21 @@ class KindReader:
             ):
                 self.entries[key] = old
                 continue
+            if len(raw) > self._limit // OBJECT_SHARE:  # only what is read: a calm list is not
+                raise self._too_large(
+                    f"{self.kind.kind} {_name(raw)} is {len(raw)} bytes, more than "
+                    f"1/{OBJECT_SHARE} of --max-response-bytes={self._limit} (the API server "
+                    "stores objects of at most 1.5 MiB)"
+                )
             item = self._decode(decoder, raw)
             if self._spec.parts is not None:
                 self._parts += self._spec.parts(item)
-                if self._parts > most:
+                if self._parts > self._limit // PART_BYTES:
                     raise self._too_large(
-                        f"a page of {self.kind.plural} holds more than {most} devices, each "
-                        f"counted as {PART_BYTES} bytes of --max-response-bytes={self._limit}: "
-                        "read, they would not fit beside it"
+                        f"a page of {self.kind.plural} holds more than "
+                        f"{self._limit // PART_BYTES} devices, each counted as {PART_BYTES} "
+                        f"bytes of --max-response-bytes={self._limit}: read, they would not fit "
+                        "beside it"
                     )
             placed = self._spec.shard_key(item) if self._spec.shard_key else None
             part = self._shard.part(placed)
