@@ -194,6 +194,8 @@ async def test_large_dump_parsed_aside(tmp_path: Path) -> None:
             "0.5",
             "--source",
             f"file:{dump}",
+            "--max-response-bytes",
+            "256Mi",  # a YAML file may be 1/32 of it: this one is 3 MB
         ],
         tmp_path,
     )
