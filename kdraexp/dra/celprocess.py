@@ -107,6 +107,8 @@ class Evaluator:
         """One request at a time: lists are read in threads (a cancelled one may still run)."""
         self._ending: weakref.finalize[Any, Any] | None = None
         """Kills the process if this object goes without being closed (and at exit)."""
+        self._used = _now()
+        """When the process last answered or was started: an idle one is ended (:meth:`idle`)."""
 
     @serialised
     def compile(self, expressions: Sequence[str]) -> list[str | OverBudget | None]:
@@ -169,6 +171,23 @@ class Evaluator:
         """
         with contextlib.suppress(EvaluationError):
             self._ready_process()
+
+    def idle(self, after: float) -> bool:
+        """End the process if it has had nothing to do for *after* seconds; whether it was.
+
+        It takes 23-27 MiB doing nothing: a calm cluster's answers are all kept.  The next
+        request starts another, with the same bounds.  Never waits: a process in use (a list
+        matching in a thread) is not idle.
+        """
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._process is None or _now() - self._used < after:
+                return False
+            self.close()
+            return True
+        finally:
+            self._lock.release()
 
     @serialised
     def close(self) -> None:
@@ -234,7 +253,7 @@ class Evaluator:
                 self.close()
                 self._why = "the evaluation process is not kdraexp's"
                 continue
-            self._ready = True
+            self._ready, self._used = True, _now()
             return process
         self._retry_at = time.monotonic() + RETRY
         raise EvaluationError(self._why)
@@ -247,6 +266,7 @@ class Evaluator:
         """
         process = self._ready_process()
         self._mark(READING)
+        self._used = _now()
         answers: list[Any] = []
         try:
             self._send(process, _ENCODER.encode(request))
@@ -364,6 +384,10 @@ class Evaluator:
             process.kill()
             return "not answering"
         return f"signal {-code}" if code < 0 else f"exit code {code}"
+
+
+def _now() -> float:
+    return time.monotonic()
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:

@@ -259,6 +259,10 @@ class Matcher:
         """End the evaluation process (the source stops)."""
         self.evaluator.close()
 
+    def idle(self, after: float) -> bool:
+        """End the evaluation process if idle for *after* seconds (started again on demand)."""
+        return self.evaluator.idle(after)
+
     @serialised
     def new_collection(self) -> None:
         """A new collection (a new list; in watch mode, a new object): a new budget."""

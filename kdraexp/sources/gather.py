@@ -18,6 +18,7 @@ from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import Kind, ListError, Reason, Source
 from kdraexp.families import KINDS
 from kdraexp.families.selection import Selection
+from kdraexp.sources.celidle import IdleEnding
 from kdraexp.sources.problemlog import ProblemLog
 from kdraexp.sources.protocol import CollectionFailed, Waiting
 from kdraexp.store.collection import Collection, CollectionBuilder, Store
@@ -53,6 +54,7 @@ class Gatherer:
         self._stats = stats
         self._selection = selection
         self._matcher = Matcher()
+        self._idle = IdleEnding(self._matcher, clock)
         self._store = Store()
         """What the last collection read: unchanged objects keep their rows."""
         self._problems = ProblemLog(stats)
@@ -81,6 +83,7 @@ class Gatherer:
         """Nothing runs between scrapes in list mode; the CEL process starts, if one is needed."""
         if self._selection.evaluates_selectors:
             self._matcher.start()
+            self._idle.start()
 
     @property
     def running(self) -> bool:
@@ -90,6 +93,7 @@ class Gatherer:
     def stop(self) -> None:
         """Cancel the collection in flight (the exporter is stopping); end the CEL process."""
         self._flight.cancel()
+        self._idle.stop()
         self._matcher.close()
 
     async def _collect(self) -> Collection:

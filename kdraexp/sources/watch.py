@@ -42,6 +42,7 @@ from kdraexp.dra.listing import (
 )
 from kdraexp.families import KINDS
 from kdraexp.families.selection import Selection
+from kdraexp.sources.celidle import IdleEnding
 from kdraexp.sources.gather import listed_first
 from kdraexp.sources.problemlog import ProblemLog, classes_of
 from kdraexp.sources.protocol import CollectionFailed, NotSynced, Waiting
@@ -472,6 +473,7 @@ class WatchGatherer:
         self._selection = selection
         self._max_staleness = max_staleness
         self._matcher = Matcher()
+        self._idle = IdleEnding(self._matcher, clock)
         self._builder = CollectionBuilder(selection, self._matcher, Store(), shard, client.limit)
         self._watches: dict[str, KindWatch] = {}
         self._problems = ProblemLog(stats.collections)
@@ -512,6 +514,7 @@ class WatchGatherer:
         """Synchronise the classes (and taint rules), then the rest."""
         if self._selection.evaluates_selectors:
             self._matcher.start()
+            self._idle.start()
         for kind in self._first():
             self._watches[kind.plural].start()
         if not self._first():
@@ -522,6 +525,7 @@ class WatchGatherer:
         for watch in self._watches.values():
             watch.stop()
         self._flight.cancel()
+        self._idle.stop()
         self._matcher.close()
 
     def gather(self) -> Deferred[Collection]:
