@@ -112,6 +112,7 @@ def test_without_cel_the_class_families_are_not_written(monkeypatch: pytest.Monk
     for name in (
         "kube_resourceslice_device_class",
         "kube_resourcepool_allocatable_devices",
+        "kube_resourcepool_idle_hourly_cost",
         "kube_resourceclaim_pending_reason",
         "kube_resourceclaim_request_matching_devices",
     ):

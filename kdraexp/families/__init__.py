@@ -58,6 +58,7 @@ CLAIM_DEVICE_INFO = resourceclaim.status_device_info
 NEED_CEL = (
     resourceslice.device_class,
     resourcepool.pool_allocatable,
+    resourcepool.pool_idle_cost,
     resourceclaim.pending_reason,
     resourceclaim.request_matching,
 )
