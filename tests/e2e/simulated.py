@@ -48,6 +48,11 @@ class Simulated:
     def kube(self) -> Kube:
         return self.plane.kube
 
+    def add_namespace(self, name: str) -> None:
+        """The Namespace *name*, unless it exists."""
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        ensure(self.kube, "/api/v1/namespaces", namespace)
+
     def add_node(self, name: str, cpu: str = "8") -> None:
         """A Ready Node, without the not-ready taint the admission plugin puts on new Nodes."""
         capacity = {"cpu": cpu, "memory": "32Gi", "pods": "110"}

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
 from tests.e2e.controlplane import APIError
-from tests.e2e.simulated import Simulated, ensure, start_simulated
+from tests.e2e.simulated import Simulated, start_simulated
 
 DRIVER = "gpu.sim.example"
 NAMESPACE = "sim"
@@ -170,11 +170,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     try:
         for node in ("sim-a", "sim-b"):
             simulated.add_node(node)
-        ensure(
-            kube,
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        )
+        simulated.add_namespace(NAMESPACE)
         for name, kind in (("sim-gpu", "gpu"), ("sim-mig", "mig"), ("sim-nic", "nic")):
             kube.create(f"{RESOURCE}/deviceclasses", device_class(name, kind))
         for made in SLICES:

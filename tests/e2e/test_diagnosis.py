@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e.conftest import wait_until
 from tests.e2e.controlplane import APIError
-from tests.e2e.simulated import Simulated, ensure, start_simulated
+from tests.e2e.simulated import Simulated, start_simulated
 from tests.e2e.test_allocator import (
     CLAIMS,
     DRIVER,
@@ -194,11 +194,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     try:
         for node in ("diag-a", "diag-b"):
             simulated.add_node(node)
-        ensure(
-            kube,
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        )
+        simulated.add_namespace(NAMESPACE)
         for kind in KINDS:
             kube.create(f"{RESOURCE}/deviceclasses", device_class(f"diag-{kind}", kind))
         for made in SLICES:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import wait_until
-from tests.e2e.simulated import Simulated, ensure, start_simulated
+from tests.e2e.simulated import Simulated, start_simulated
 from tests.e2e.test_allocator import (
     DRIVER,
     NAMESPACE,
@@ -82,11 +82,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     kube = simulated.kube
     try:
         simulated.add_node(NODE)
-        ensure(
-            kube,
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        )
+        simulated.add_namespace(NAMESPACE)
         kube.create(f"{RESOURCE}/deviceclasses", device_class("evict-gpu", "gpu"))
         devices = [gpu(NODE, f"gpu-{index}") for index in range(4)]
         kube.create(f"{RESOURCE}/resourceslices", pool_slice(NODE, NODE, NODE, devices=devices))

@@ -23,7 +23,7 @@ import pytest
 from tests import dashboard, tools
 from tests.e2e import prometheus
 from tests.e2e.conftest import wait_until
-from tests.e2e.simulated import Simulated, ensure, start_simulated
+from tests.e2e.simulated import Simulated, start_simulated
 from tests.e2e.test_allocator import (
     CLAIMS,
     DRIVER,
@@ -109,11 +109,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     kube = simulated.kube
     try:
         simulated.add_node(NODE)
-        ensure(
-            kube,
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        )
+        simulated.add_namespace(NAMESPACE)
         for name in PRICES:
             kube.create(f"{RESOURCE}/deviceclasses", priced_class(name))
         for made in SLICES:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
-from tests.e2e.simulated import Simulated, ensure, start_simulated
+from tests.e2e.simulated import Simulated, start_simulated
 from tests.e2e.test_allocator import (
     CLAIMS,
     DRIVER,
@@ -93,11 +93,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     kube = simulated.kube
     try:
         simulated.add_node(NODE)
-        ensure(
-            kube,
-            "/api/v1/namespaces",
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        )
+        simulated.add_namespace(NAMESPACE)
         serving = device_class("pods-gpu", "gpu")
         serving["spec"]["extendedResourceName"] = EXTENDED
         kube.create(f"{RESOURCE}/deviceclasses", serving)
