@@ -122,10 +122,7 @@ class Hostile:
                 self.closed.set()
 
     def _ok(self, connection: socket.socket) -> None:
-        connection.sendall(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(EMPTY), EMPTY)
-        )
+        self._body(connection, EMPTY)
 
     def _endless(self, connection: socket.socket) -> None:
         connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[")
