@@ -28,7 +28,7 @@ import msgspec
 from twisted.internet.defer import Deferred
 
 from benchmarks import cluster
-from kdraexp.dra.devicecel import Matcher
+from kdraexp.cel.matching import Matcher
 from kdraexp.families import BY_NAME
 from kdraexp.families.selection import select
 from kdraexp.sources.gather import listed_first

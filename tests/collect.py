@@ -9,8 +9,8 @@ import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet.defer import Deferred
 
-from kdraexp.dra.celprocess import Evaluator
-from kdraexp.dra.devicecel import Matcher
+from kdraexp.cel.matching import Matcher
+from kdraexp.cel.process import Evaluator
 from kdraexp.dra.listing import Kind, Source
 from kdraexp.exposition import text as exposition
 from kdraexp.families.selection import Selection, select

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from kdraexp.dra.celworker import ENGINE, engine
+from kdraexp.cel.worker import ENGINE, engine
 
 ROOT = Path(__file__).parent.parent
 CEL_CASES = [
-    "tests/test_devicecel.py",
-    "tests/test_celprocess.py",
+    "tests/test_cel_matching.py",
+    "tests/test_cel_process.py",
     "tests/test_deviceclass_families.py",
     "tests/test_pending.py",
     "tests/test_headroom.py",

@@ -7,25 +7,25 @@ import threading
 import pytest
 from twisted.internet.task import Clock
 
-from kdraexp.dra import celprocess, devicecel
-from kdraexp.dra.celprocess import Evaluator
+from kdraexp.cel import matching, process
+from kdraexp.cel.process import Evaluator
 from kdraexp.sources.celidle import IDLE, IdleEnding
 
 
-@pytest.mark.skipif(not devicecel.AVAILABLE, reason="no CEL engine on this platform")
+@pytest.mark.skipif(not matching.AVAILABLE, reason="no CEL engine on this platform")
 def test_an_idle_process_is_ended_and_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the idle time the process goes; the next request starts one, with its bounds.
 
     One in use (a list matching in a thread holds the evaluator) is never idle, nor waited for.
     """
     now = [1000.0]
-    monkeypatch.setattr(celprocess, "_now", lambda: now[0])
+    monkeypatch.setattr(process, "_now", lambda: now[0])
     evaluator = Evaluator()
     try:
         assert evaluator.idle(IDLE) is False  # none started yet
         evaluator.start()
-        process = evaluator._process
-        assert process is not None
+        child = evaluator._process
+        assert child is not None
         now[0] += IDLE - 1
         assert evaluator.idle(IDLE) is False
         now[0] += 2
@@ -43,7 +43,7 @@ def test_an_idle_process_is_ended_and_started_again(monkeypatch: pytest.MonkeyPa
         release.set()
         holder.join()
         assert evaluator.idle(IDLE) is True
-        assert evaluator._process is None and process.wait(10) is not None
+        assert evaluator._process is None and child.wait(10) is not None
         assert evaluator.compile(["1 == 1"]) == [None]  # another, on demand
         assert evaluator._process is not None and evaluator.kills == 0
     finally:

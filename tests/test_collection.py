@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from kdraexp.dra.devicecel import Matcher
+from kdraexp.cel.matching import Matcher
 from kdraexp.dra.listing import RESOURCE_CLAIMS, RESOURCE_SLICES, ListError, Reason
 from kdraexp.families.selection import select
 from kdraexp.store import collection

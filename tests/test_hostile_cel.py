@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 
-from kdraexp.dra import devicecel
+from kdraexp.cel import matching
 from tests.objects import classy, gpu, pool_slice
 from tests.processes import MemoryCgroup, free_port, get, memory_cgroup, start, stop, wait_for
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not devicecel.AVAILABLE, reason="no CEL runtime on this platform"),
+    pytest.mark.skipif(not matching.AVAILABLE, reason="no CEL runtime on this platform"),
 ]
 
 CHART_LIMIT = 192 * 2**20

@@ -17,8 +17,8 @@ import pytest_twisted
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock, LoopingCall, deferLater
 
-from kdraexp.dra import devicecel
-from kdraexp.dra.classindex import MANY_CLASSES, ClassIndex
+from kdraexp.cel import matching
+from kdraexp.cel.classindex import MANY_CLASSES, ClassIndex
 from kdraexp.families.selection import select
 from kdraexp.sources.watch import WatchGatherer
 from kdraexp.telemetry.selfmetrics import CollectionStats
@@ -142,7 +142,7 @@ async def test_a_watch_matches_costly_slices_off_the_reactor(
 
     At the sync, at an event, and when a class changes (every kept slice read again).
     """
-    if not devicecel.AVAILABLE:
+    if not matching.AVAILABLE:
         pytest.skip("no CEL runtime on this platform")
     reactor = _reactor()
     fake, client = pumped

@@ -20,16 +20,18 @@ MAY_IMPORT = {
         "store",
         "families",
         "kube",
+        "cel",
         "dra",
         "util",
     },
     "serve": {"sources", "exposition", "telemetry", "dra", "util"},
-    "sources": {"store", "families", "telemetry", "dra", "util"},
+    "sources": {"store", "families", "telemetry", "cel", "dra", "util"},
     "exposition": {"store", "families", "util"},
     "telemetry": {"store", "util"},
     "kube": {"dra", "util"},
-    "store": {"families", "dra", "util"},
-    "families": {"dra", "util"},
+    "store": {"families", "cel", "dra", "util"},
+    "families": {"cel", "dra", "util"},
+    "cel": {"dra", "util"},
     "dra": {"util"},
     "util": set[str](),
 }
@@ -78,6 +80,31 @@ def test_imports_point_down() -> None:
                 continue
             wrong.append(f"kdraexp/{relative}:{line} imports {module} ({own} → {target})")
     assert wrong == []
+
+
+PURE = {"dra"}
+"""Packages that start nothing and wait for nothing: plain functions and data over the API."""
+IMPURE = {"asyncio", "mmap", "multiprocessing", "select", "signal", "socket", "subprocess"}
+IMPURE |= {"threading", "twisted", "treq", "klein", "ctypes", "resource"}
+
+
+def test_the_model_is_pure() -> None:
+    """The DRA model starts no process or thread, maps no memory and knows no reactor."""
+    found = []
+    for package in PURE:
+        for path in sorted((PACKAGE / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = []
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                found += [
+                    f"{path.relative_to(PACKAGE)}:{node.lineno} imports {name}"
+                    for name in names
+                    if name.split(".")[0] in IMPURE
+                ]
+    assert found == []
 
 
 def test_the_check_sees_a_wrong_arrow(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kdraexp.dra.devicecel import Matcher
+from kdraexp.cel.matching import Matcher
 from kdraexp.families import pending, selectorread
 from kdraexp.families.pending import REASONS
 from kdraexp.store.collection import Collection, Store

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kdraexp.dra import devicecel
+from kdraexp.cel import matching
 from kdraexp.families import FAMILIES
 from kdraexp.families.selection import SelectionError, select
 
@@ -22,7 +22,7 @@ def test_default_writes_every_family_the_default_resources_allow() -> None:
         for f in FAMILIES
         if not f.opt_in
         and f.needs <= {"resourceclaims", "resourceslices", "deviceclasses"}
-        and (devicecel.AVAILABLE or f.name != "kube_resourceslice_device_class")
+        and (matching.AVAILABLE or f.name != "kube_resourceslice_device_class")
     }
     assert names() == expected
     assert "kube_devicetaintrule_info" not in expected
@@ -106,7 +106,7 @@ def test_device_attributes_extend_device_info() -> None:
 
 def test_without_cel_the_class_families_are_not_written(monkeypatch: pytest.MonkeyPatch) -> None:
     """On a platform with no CEL runtime, device classes cannot be matched: said, not faked."""
-    monkeypatch.setattr(devicecel, "AVAILABLE", False)
+    monkeypatch.setattr(matching, "AVAILABLE", False)
     chosen = select()
     written = {f.name for f in chosen.families}
     for name in (

@@ -1,5 +1,5 @@
-"""The DRA model: wire structs, the list contract, gated fields, quantities and CEL.
+"""The DRA model: wire structs, the list contract, gated fields, quantities and problems.
 
-Synchronous; CEL is evaluated in a bounded process of its own (:mod:`kdraexp.dra.celprocess`).
-Imports only :mod:`kdraexp.util`.
+Pure and synchronous: no process, thread, memory map or reactor.  Imports only
+:mod:`kdraexp.util`.
 """

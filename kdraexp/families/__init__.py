@@ -5,8 +5,8 @@ to that module's ``FAMILIES``; document it in docs/metrics.md (a test compares t
 Beside the kinds: the family declaration, the facts each kind contributes to the cluster index,
 and the selection by the command line's flags.
 
-Pure and synchronous. Imports :mod:`kdraexp.dra` and :mod:`kdraexp.util`; never the store, a
-source or the exposition.
+Synchronous. Imports :mod:`kdraexp.cel` (selectors matched), :mod:`kdraexp.dra` and
+:mod:`kdraexp.util`; never the store, a source or the exposition.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import re
 
 import attrs
 
-from kdraexp.dra.classindex import ClassIndex
+from kdraexp.cel.classindex import ClassIndex
 from kdraexp.dra.problems import Problems
 
 DEFAULT_DEVICE_CAPACITIES = r"(?!(.*/)?memorySlice[0-9]+$).*"

@@ -6,8 +6,8 @@ import math
 import re
 from collections.abc import Iterator
 
+from kdraexp.cel.classindex import ClassEntry
 from kdraexp.dra import gated, wire
-from kdraexp.dra.classindex import ClassEntry
 from kdraexp.dra.listing import DEVICE_CLASSES
 from kdraexp.families.context import Context
 from kdraexp.families.family import Row, Stability, family

@@ -49,7 +49,7 @@ class KindSpec:
     first: bool = False
     """Listed and synchronised before the kinds that are not: they are read with it."""
     classes: bool = False
-    """Its facts are the DeviceClasses (:class:`kdraexp.dra.classindex.ClassEntry`) the kinds
+    """Its facts are the DeviceClasses (:class:`kdraexp.cel.classindex.ClassEntry`) the kinds
     that ``read_classes`` are read with."""
     reads_classes: bool = False
     """Its entries depend on the classes: when they change, its objects are read again (from

@@ -21,8 +21,8 @@ from typing import Any
 
 import attrs
 
+from kdraexp.cel.matching import CompiledClass, Matcher, Path, union_paths
 from kdraexp.dra import gated
-from kdraexp.dra.devicecel import CompiledClass, Matcher, Path, union_paths
 from kdraexp.dra.listing import RESOURCE_CLAIMS
 from kdraexp.families.headroom import allocatable, capacity, most, shares
 from kdraexp.families.index import (

@@ -14,7 +14,8 @@ from typing import Any
 
 import msgspec
 
-from kdraexp.dra import celvalues, gated, wire
+from kdraexp.cel.values import ABSENT, attribute_value, quantity_value
+from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, LabelGroup, Row, Stability, family
@@ -223,20 +224,20 @@ class DeviceView:
         return keys_of(self.driver, domain, name)
 
     def attribute(self, domain: str, name: str) -> Any:
-        """The attribute as a CEL value, or celvalues.ABSENT."""
+        """The attribute as a CEL value, or ABSENT."""
         for key in self._key(domain, name):
             raw = self.attributes.get(key)
             if raw is not None:
                 return _cel_attribute(bytes(raw))
-        return celvalues.ABSENT
+        return ABSENT
 
     def capacity(self, domain: str, name: str) -> Any:
-        """The capacity as a CEL quantity, or celvalues.ABSENT."""
+        """The capacity as a CEL quantity, or ABSENT."""
         for key in self._key(domain, name):
             raw = self.capacity_raw.get(key)
             if raw is not None:
                 return _cel_capacity(bytes(raw))
-        return celvalues.ABSENT
+        return ABSENT
 
     def attribute_domain(self, domain: str) -> dict[str, Any]:
         """Every attribute of *domain*, by name."""
@@ -252,7 +253,7 @@ class DeviceView:
             key_domain, _, name = key.rpartition("/")
             if (key_domain or self.driver) == domain:
                 value = read(bytes(raw))
-                if value is not celvalues.ABSENT:
+                if value is not ABSENT:
                     found[name] = value
         return found
 
@@ -332,9 +333,9 @@ def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
 def _cel_attribute(raw: bytes) -> Any:
     value = _attribute(raw)
     if not value or len(value) != 1:
-        return celvalues.ABSENT
+        return ABSENT
     ((kind, inner),) = value.items()
-    return celvalues.attribute_value(kind, inner)
+    return attribute_value(kind, inner)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -342,14 +343,14 @@ def _cel_capacity(raw: bytes) -> Any:
     try:
         capacity = _CAPACITY.decode(raw)
     except msgspec.ValidationError:
-        return celvalues.ABSENT
+        return ABSENT
     value = capacity.value if capacity else None
     if not isinstance(value, str):
-        return celvalues.ABSENT
+        return ABSENT
     try:
-        return celvalues.quantity_value(value)
+        return quantity_value(value)
     except ValueError:
-        return celvalues.ABSENT
+        return ABSENT
 
 
 class SliceView:

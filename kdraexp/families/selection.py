@@ -12,7 +12,7 @@ import re
 
 import attrs
 
-from kdraexp.dra import devicecel
+from kdraexp.cel import matching
 from kdraexp.dra.listing import BY_PLURAL, DEFAULT_RESOURCES, DEVICE_CLASSES, KINDS, Kind
 from kdraexp.families import CLAIM_DEVICE_INFO, DEVICE_INFO, FAMILIES, NEED_CEL, NEED_WHOLE_CLUSTER
 from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES, DataKey, DeviceAttribute, Options
@@ -45,7 +45,7 @@ class Selection:
     @property
     def evaluates_selectors(self) -> bool:
         """Whether devices are matched against DeviceClass selectors (the classes are listed)."""
-        return devicecel.AVAILABLE and DEVICE_CLASSES.plural in self.resources
+        return matching.AVAILABLE and DEVICE_CLASSES.plural in self.resources
 
 
 def _items(value: str) -> list[str]:
@@ -158,7 +158,7 @@ def select(
     families = [family for family in FAMILIES if wanted(family)]
     warnings = []
     for needs_cel in NEED_CEL:
-        if needs_cel in families and not devicecel.AVAILABLE:
+        if needs_cel in families and not matching.AVAILABLE:
             families.remove(needs_cel)
             warnings.append(
                 f"{needs_cel.name} is not written: no CEL runtime is available for this platform"

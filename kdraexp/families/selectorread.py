@@ -19,8 +19,8 @@ from typing import Any
 import attrs
 import msgspec
 
+from kdraexp.cel.matching import Path
 from kdraexp.dra import wire
-from kdraexp.dra.devicecel import Path
 from kdraexp.families.resourceslice import DeviceView, keys_of
 
 _SLICE = msgspec.json.Decoder(wire.ResourceSlice)

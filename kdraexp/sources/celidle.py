@@ -12,7 +12,7 @@ from __future__ import annotations
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 
-from kdraexp.dra.devicecel import Matcher
+from kdraexp.cel.matching import Matcher
 
 IDLE = 90.0
 """Seconds without a request after which the evaluation process is ended."""

@@ -14,7 +14,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from kdraexp.dra.devicecel import Matcher
+from kdraexp.cel.matching import Matcher
 from kdraexp.dra.listing import Kind, ListError, Reason, Source
 from kdraexp.families import KINDS
 from kdraexp.families.selection import Selection

@@ -31,8 +31,8 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
+from kdraexp.cel.matching import Matcher
 from kdraexp.dra import wire
-from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import (
     Kind,
     ListError,

@@ -1,5 +1,5 @@
 """What is kept between scrapes: the collection, cross-object rows, blocks and shards.
 
-Imports :mod:`kdraexp.families`, :mod:`kdraexp.dra` and :mod:`kdraexp.util`; never a source,
-the Kubernetes client or the exposition.
+Imports :mod:`kdraexp.families`, :mod:`kdraexp.cel`, :mod:`kdraexp.dra` and :mod:`kdraexp.util`;
+never a source, the Kubernetes client or the exposition.
 """

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any
 
-from kdraexp.dra.classindex import ClassIndex
+from kdraexp.cel.classindex import ClassIndex
 from kdraexp.dra.listing import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,

@@ -23,9 +23,9 @@ from typing import Any
 
 import msgspec
 
+from kdraexp.cel.classindex import ClassEntry, ClassIndex
+from kdraexp.cel.matching import Matcher
 from kdraexp.dra import wire
-from kdraexp.dra.classindex import ClassEntry, ClassIndex
-from kdraexp.dra.devicecel import Matcher
 from kdraexp.dra.listing import (
     DEFAULT_MAX_RESPONSE_BYTES,
     Kind,

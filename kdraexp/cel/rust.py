@@ -1,8 +1,8 @@
 """The Kubernetes DRA CEL environment on the ``cel`` package (common-expression-language, Rust).
 
 Where Google's runtime has no wheel (ppc64le, s390x, riscv64), the evaluation process
-(:mod:`kdraexp.dra.celworker`) uses this engine instead: the same ``device`` variable, the
-Kubernetes libraries and the string extension from :mod:`kdraexp.dra.cellibrary`, registered by
+(:mod:`kdraexp.cel.worker`) uses this engine instead: the same ``device`` variable, the
+Kubernetes libraries and the string extension from :mod:`kdraexp.cel.library`, registered by
 name (a member function gets its receiver first).  The package's ``__init__`` imports its
 command line (typer, rich: 30 MiB); only its extension module is loaded here (3 MiB).
 """
@@ -15,7 +15,7 @@ import importlib.util
 import os
 from typing import Any
 
-from kdraexp.dra.cellibrary import FUNCTIONS, STRINGS, one_line
+from kdraexp.cel.library import FUNCTIONS, STRINGS, one_line
 
 
 def _extension() -> Any:

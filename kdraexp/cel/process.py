@@ -1,6 +1,6 @@
 """The exporter's end of the CEL evaluation process: every evaluation bounded in time and memory.
 
-The process (:mod:`kdraexp.dra.celworker`) is started with the exporter's first collection and
+The process (:mod:`kdraexp.cel.worker`) is started with the exporter's first collection and
 writes the index of the item it is evaluating into a word of memory both share.  While one item
 has had more than :data:`DEADLINE` seconds of the process's CPU (or :data:`WALL` seconds of
 waiting), the process is killed and that item is over budget: what Kubernetes' CEL cost limit
@@ -92,7 +92,7 @@ class Evaluator:
     """One evaluation process, started when first needed and again after each kill."""
 
     def __init__(self, command: Sequence[str] | None = None) -> None:
-        self._command = list(command or [sys.executable, "-m", "kdraexp.dra.celworker"])
+        self._command = list(command or [sys.executable, "-m", "kdraexp.cel.worker"])
         self._process: subprocess.Popen[bytes] | None = None
         self._progress: mmap.mmap | None = None
         self._ready = False

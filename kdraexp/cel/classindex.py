@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from kdraexp.dra.devicecel import (
+from kdraexp.cel.matching import (
     ANSWERS,
     EVALUATIONS,
     PER_DEVICE,

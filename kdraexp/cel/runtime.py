@@ -3,7 +3,7 @@
 ``device.driver``, ``device.attributes[domain].name``, ``device.capacity[domain].name`` as
 quantities, ``device.allowMultipleAllocations``, the ``quantity()`` and ``semver()`` libraries
 Kubernetes adds, and the string extension.  Imported by the evaluation process only
-(:mod:`kdraexp.dra.celworker`): the exporter itself never loads the runtime.
+(:mod:`kdraexp.cel.worker`): the exporter itself never loads the runtime.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import Any
 from cel_expr_python import cel as _cel
 from cel_expr_python.ext import ext_strings
 
-from kdraexp.dra.cellibrary import FUNCTIONS, one_line
+from kdraexp.cel.library import FUNCTIONS, one_line
 
 
 def _environment() -> Any:
     types = _cel.Type
     value = types.Map(types.STRING, types.DYN)
     s, b, i, d = types.STRING, types.BOOL, types.INT, types.DOUBLE
-    # name: [(overload id, result, parameters, member)]; implementations in cellibrary.
+    # name: [(overload id, result, parameters, member)]; implementations in library.
     declared: dict[str, list[tuple[str, Any, list[Any], bool]]] = {
         "quantity": [("quantity_string", value, [s], False)],
         "isQuantity": [("isQuantity_string", b, [s], False)],

@@ -3,9 +3,9 @@
 A selector of a DeviceClass or a claim is anyone's text, and one evaluation may run for minutes or
 allocate gigabytes (a few chained ``replace()`` calls do both).  The runtime has no cost limit, so
 the exporter evaluates in this process: it caps its own memory here, and the exporter's side
-(:mod:`kdraexp.dra.celprocess`) kills it when one evaluation has had its CPU budget.
+(:mod:`kdraexp.cel.process`) kills it when one evaluation has had its CPU budget.
 
-Run as ``python -m kdraexp.dra.celworker <memfd>``, the memfd holding the index of the item
+Run as ``python -m kdraexp.cel.worker <memfd>``, the memfd holding the index of the item
 being evaluated (see :class:`Progress`).  Frames on stdin and stdout are a 4-byte big-endian
 length and a msgpack body.  Once started, it says ``"ready"``; then it answers
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from kdraexp.dra.cellibrary import one_line
+from kdraexp.cel.library import one_line
 
 ENGINE = "KDRAEXP_CEL_ENGINE"
 """Set to ``common-expression-language`` to use that engine where Google's is installed too."""
@@ -54,14 +54,14 @@ def engine() -> Any:
     """Google's runtime where it has a wheel, else the Rust one (selected at import)."""
     if os.environ.get(ENGINE) != "common-expression-language":
         try:
-            from kdraexp.dra import celruntime
+            from kdraexp.cel import runtime
         except ImportError:
             pass
         else:
-            return celruntime
-    from kdraexp.dra import celrust
+            return runtime
+    from kdraexp.cel import rust
 
-    return celrust
+    return rust
 
 
 def _die_with_parent() -> None:

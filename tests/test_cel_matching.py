@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from kdraexp.dra import devicecel
-from kdraexp.dra.devicecel import device_paths
+from kdraexp.cel import matching
+from kdraexp.cel.matching import device_paths
 from tests.collect import EVALUATOR, collect, values
 from tests.objects import attributes, classy, device, gpu, pool_slice
 
-pytestmark = pytest.mark.skipif(not devicecel.AVAILABLE, reason="no CEL runtime on this platform")
+pytestmark = pytest.mark.skipif(not matching.AVAILABLE, reason="no CEL runtime on this platform")
 
 
 def matches(
@@ -131,7 +131,7 @@ def test_unevaluable_expressions_match_nothing(expression: str, error: str) -> N
 
 def test_devices_that_read_alike_are_evaluated_once() -> None:
     """A thousand GPUs of one type cost one evaluation per class, not a thousand."""
-    matcher = devicecel.Matcher(EVALUATOR)
+    matcher = matching.Matcher(EVALUATOR)
     selector = (
         "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
     )

@@ -11,23 +11,23 @@ from collections.abc import Iterator
 
 import pytest
 
-from kdraexp.dra import celprocess, classindex, devicecel
-from kdraexp.dra.celprocess import Evaluator
-from kdraexp.dra.classindex import MANY_CLASSES, ClassEntry, ClassIndex
+from kdraexp.cel import classindex, matching, process
+from kdraexp.cel.classindex import MANY_CLASSES, ClassEntry, ClassIndex
+from kdraexp.cel.process import Evaluator
 from kdraexp.dra.listing import RESOURCE_SLICES
 from kdraexp.families.selection import select
 from kdraexp.store.collection import CollectionBuilder, Store
 from tests.collect import collect, values
 from tests.objects import classy, device, gpu, pool_slice
 
-pytestmark = pytest.mark.skipif(not devicecel.AVAILABLE, reason="no CEL runtime on this platform")
+pytestmark = pytest.mark.skipif(not matching.AVAILABLE, reason="no CEL runtime on this platform")
 
 SLOW = "'a'" + ".replace('a', 'aaaaaaaaaa')" * 8 + ".size() > 0"
 """100 million characters: about 1.5 s of CPU and 100 MB, for each device."""
 HUGE = "'a'" + f".replace('a', '{'a' * 4096}')" * 3 + ".size() > 0"
 """68 GB asked for at once, in a few milliseconds."""
 FINE = "device.driver == 'gpu.nvidia.com'"
-OVER = {celprocess.TIME.reason, celprocess.MEMORY.reason}
+OVER = {process.TIME.reason, process.MEMORY.reason}
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_a_selector_over_its_budget_matches_nothing(evaluator: Evaluator, expres
     Which budget runs out first depends on the engine: Google's builds the slow string for
     seconds, the Rust one's ``replace`` (Python's) reaches the heap cap sooner.
     """
-    matcher = devicecel.Matcher(evaluator)
+    matcher = matching.Matcher(evaluator)
     written = collect(
         slices=[pool_slice("s", [gpu("a"), gpu("b"), gpu("c")])],
         classes=[classy("hostile", expression), classy("fine", FINE)],
@@ -73,7 +73,7 @@ def test_the_items_around_the_one_over_budget_are_answered(evaluator: Evaluator)
         [device],
         [(0, 0), (1, 0), (2, 0), (1, 0), (0, 0)],
     )
-    shown = [a if not isinstance(a, celprocess.OverBudget) else "over" for a in answers]
+    shown = [a if not isinstance(a, process.OverBudget) else "over" for a in answers]
     assert shown == [True, "over", False, "over", True]
     assert evaluator.kills <= 1
 
@@ -84,7 +84,7 @@ def test_a_process_that_cannot_start_is_said(tmp_path: object) -> None:
     written = collect(
         slices=[pool_slice("s", [gpu("a")])],
         classes=[classy("fine", FINE)],
-        matcher=devicecel.Matcher(broken),
+        matcher=matching.Matcher(broken),
     )
     assert written.class_errors == {"fine": 1}
     assert written.class_error_messages["fine"].startswith(
@@ -103,8 +103,8 @@ def test_classes_times_devices_past_the_budget_leave_classes_unmatched(
     with one error saying why, and every other class matches.  The next collection has a budget
     of its own and matches them all, the others' answers kept.
     """
-    monkeypatch.setattr(devicecel, "EVALUATIONS", 100)
-    matcher = devicecel.Matcher(evaluator)
+    monkeypatch.setattr(matching, "EVALUATIONS", 100)
+    matcher = matching.Matcher(evaluator)
     devices = [gpu(f"g{i}") for i in range(10)]
     classes = [
         classy(
@@ -134,7 +134,7 @@ def test_classes_left_unmatched_are_named_within_a_bound(
 
     Its devices count as undecided for every one (neither matched nor not).
     """
-    monkeypatch.setattr(devicecel, "EVALUATIONS", 100)
+    monkeypatch.setattr(matching, "EVALUATIONS", 100)
     monkeypatch.setattr(classindex, "UNMATCHED_LISTED", 1)
     devices = [gpu(f"g{i}") for i in range(10)]
     classes = [
@@ -142,7 +142,7 @@ def test_classes_left_unmatched_are_named_within_a_bound(
         for i in range(20)
     ]
     written = collect(
-        slices=[pool_slice("s", devices)], classes=classes, matcher=devicecel.Matcher(evaluator)
+        slices=[pool_slice("s", devices)], classes=classes, matcher=matching.Matcher(evaluator)
     )
     assert written.class_errors == {"c19": 1}
     assert written.class_error_messages["c19"].endswith(
@@ -158,9 +158,9 @@ def test_a_costly_class_costs_itself_not_the_cheap_ones(
     Five classes reading a GPU's type need one evaluation each; three reading its UUID need one
     a GPU.  With 20 evaluations, two UUID classes go and the type classes all match.
     """
-    monkeypatch.setattr(devicecel, "EVALUATIONS", 20)
-    monkeypatch.setattr(devicecel, "PER_DEVICE", 0)
-    matcher = devicecel.Matcher(evaluator)
+    monkeypatch.setattr(matching, "EVALUATIONS", 20)
+    monkeypatch.setattr(matching, "PER_DEVICE", 0)
+    matcher = matching.Matcher(evaluator)
     devices = [gpu(f"g{i}") for i in range(10)]
     cheap = [
         classy(f"type-{i}", f"device.attributes['gpu.nvidia.com'].type == 'gpu' && {i} >= 0")
@@ -181,8 +181,8 @@ def test_a_costly_class_costs_itself_not_the_cheap_ones(
 
 def test_the_caches_are_bounded(evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch) -> None:
     """The answers kept, over every expression, never pass ANSWERS (they start over)."""
-    monkeypatch.setattr(devicecel, "ANSWERS", 50)
-    matcher = devicecel.Matcher(evaluator)
+    monkeypatch.setattr(matching, "ANSWERS", 50)
+    matcher = matching.Matcher(evaluator)
     classes = [
         classy(f"c{i}", f"device.attributes['gpu.nvidia.com'].uuid == 'GPU-g{i}'") for i in range(8)
     ]
@@ -205,7 +205,7 @@ def test_costly_matching_sends_lists_off_the_reactor(evaluator: Evaluator) -> No
     square = "[" + ",".join(map(str, range(40))) + "]"
     uuid = "device.attributes['gpu.nvidia.com'].uuid"
     costly = f"{square}.all(a, {square}.all(b, a + b >= 0)) && {uuid} != ''"
-    matcher = devicecel.Matcher(evaluator)
+    matcher = matching.Matcher(evaluator)
     store = Store()
     slices = [pool_slice("s", [gpu(f"g{i}") for i in range(128)])]  # 0.2-1 ms each, 128 apart
     collect(slices=slices, classes=[classy("costly", costly)], matcher=matcher, store=store)
@@ -231,7 +231,7 @@ def test_an_int_beyond_int64_reads_as_absent(evaluator: Evaluator) -> None:
     written = collect(
         slices=[pool_slice("s", [odd])],
         classes=[classy("c", "!has(device.attributes['gpu.nvidia.com'].big)")],
-        matcher=devicecel.Matcher(evaluator),
+        matcher=matching.Matcher(evaluator),
     )
     assert written.class_errors == {}
     assert values(written, "kube_resourceslice_device_class", "device_name") == {("x",): 1}

@@ -2,7 +2,7 @@
 
 ``quantity()`` and ``semver()`` with their members (``compareTo``, ``isGreaterThan``, ``asInteger``,
 ``add``...), and the string extension's functions for an engine that has none of its own.
-Values are those of :mod:`kdraexp.dra.celvalues`.
+Values are those of :mod:`kdraexp.cel.values`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from kdraexp.dra.celvalues import QUANTITY, SEMVER, canonical, quantity_value, semver_value
+from kdraexp.cel.values import QUANTITY, SEMVER, canonical, quantity_value, semver_value
 from kdraexp.dra.quantity import QuantityError, parse_quantity_exact
 
 

@@ -3,7 +3,7 @@
 Quantities and versions are CEL maps with one key, the runtime having no opaque types:
 ``{QUANTITY: "<exact decimal>"}`` and ``{SEMVER: "<major.minor.patch[-pre]>"}``.  Equal values
 have equal maps, so ``==`` means what it means in Kubernetes.  Pure Python: the exporter builds
-these, the evaluation process (:mod:`kdraexp.dra.celworker`) reads them.
+these, the evaluation process (:mod:`kdraexp.cel.worker`) reads them.
 """
 
 from __future__ import annotations

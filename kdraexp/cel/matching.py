@@ -2,8 +2,8 @@
 
 Only claims name a DeviceClass; devices do not.  To say how many devices of a class are free, each
 class's ``spec.selectors[].cel.expression`` is evaluated against each device in the Kubernetes DRA
-environment (:mod:`kdraexp.dra.celruntime`), in a process of its own that bounds each evaluation
-in time and memory (:mod:`kdraexp.dra.celprocess`).
+environment (:mod:`kdraexp.cel.runtime`), in a process of its own that bounds each evaluation
+in time and memory (:mod:`kdraexp.cel.process`).
 
 Evaluations are cached by what they read.  Each expression is scanned for the device fields it
 reads (``device.attributes['gpu.nvidia.com'].type``...); a device's *projection* is the values of
@@ -36,8 +36,8 @@ from typing import Any, Protocol
 import attrs
 import msgspec
 
-from kdraexp.dra.celprocess import EvaluationError, Evaluator, OverBudget
-from kdraexp.dra.celvalues import ABSENT
+from kdraexp.cel.process import EvaluationError, Evaluator, OverBudget
+from kdraexp.cel.values import ABSENT
 from kdraexp.util.serial import serialised
 
 
@@ -52,7 +52,7 @@ def _engine_installed() -> bool:
 
 
 AVAILABLE = _engine_installed()
-"""Whether an engine is installed to evaluate selectors in (:mod:`kdraexp.dra.celworker`)."""
+"""Whether an engine is installed to evaluate selectors in (:mod:`kdraexp.cel.worker`)."""
 
 ANSWERS = 65536
 """Answers kept, over all expressions; when full, the cache starts over."""
@@ -90,7 +90,7 @@ class TooManyEvaluations(Exception):
 
 
 class DeviceFields(Protocol):
-    """What a device offers to selectors, in CEL values (see :mod:`kdraexp.dra.celvalues`)."""
+    """What a device offers to selectors, in CEL values (see :mod:`kdraexp.cel.values`)."""
 
     driver: str
     allow_multiple_allocations: bool

@@ -1,0 +1,7 @@
+"""DeviceClass and claim selectors evaluated: matched, cached and budgeted, in a process of its own.
+
+The evaluation process (:mod:`kdraexp.cel.process`, :mod:`kdraexp.cel.worker`) bounds each
+evaluation in time and memory; the Kubernetes CEL environment (:mod:`kdraexp.cel.runtime`, or
+:mod:`kdraexp.cel.rust`) is loaded in that process only.  Synchronous: a matcher is called from
+the lists' threads and guards itself.  Imports :mod:`kdraexp.dra` and :mod:`kdraexp.util`.
+"""
