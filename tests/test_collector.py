@@ -19,7 +19,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from kdraexp.dra.listing import KINDS
+from kdraexp.dra.listing import LIST_ORDER
 from kdraexp.exposition import text as exposition
 from kdraexp.exposition.collector import CollectionCollector
 from kdraexp.families.deviceclass import class_created
@@ -29,7 +29,7 @@ from tests.collect import collect
 from tests.objects import classy, counters, gpu, new_claim, pool_slice, result
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster.yaml"
-EVERYTHING = select(resources=",".join(k.plural for k in KINDS), opt_in=".*")
+EVERYTHING = select(resources=",".join(k.plural for k in LIST_ORDER), opt_in=".*")
 
 Sample = tuple[str, tuple[tuple[str, str], ...], float]
 

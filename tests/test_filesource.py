@@ -14,7 +14,13 @@ import yaml
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.task import Clock
 
-from kdraexp.dra.listing import DEFAULT_RESOURCES, DEVICE_CLASSES, KINDS, RESOURCE_SLICES, ListError
+from kdraexp.dra.listing import (
+    DEFAULT_RESOURCES,
+    DEVICE_CLASSES,
+    LIST_ORDER,
+    RESOURCE_SLICES,
+    ListError,
+)
 from kdraexp.families.selection import select
 from kdraexp.serve.web import failure_line
 from kdraexp.sources.file import FileSource
@@ -54,7 +60,7 @@ def test_forms(tmp_path: Path, form: str) -> None:
         path.write_text(yaml.safe_dump({"kind": "List", "items": SEED}, default_flow_style=True))
     else:
         path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": SEED}))
-    for kind in KINDS:
+    for kind in LIST_ORDER:
         expected = 1 if kind.plural in DEFAULT_RESOURCES else 0
         assert result_of(list_file(path, kind)).count == expected
 
@@ -65,7 +71,9 @@ def test_example_cluster() -> None:
     Its one problem is on purpose: a pending claim whose own selector is not valid CEL.
     """
     everything = select(
-        resources=",".join(kind.plural for kind in KINDS), opt_in=".*", device_attributes="profile"
+        resources=",".join(kind.plural for kind in LIST_ORDER),
+        opt_in=".*",
+        device_attributes="profile",
     )
     gatherer = Gatherer(
         FileSource(str(EXAMPLE), Clock(), run=maybeDeferred),
@@ -222,7 +230,7 @@ def test_changed_file_parsed_once(tmp_path: Path) -> None:
 
     source = FileSource(str(path), Clock(), run=counting)
     for _ in range(2):
-        for kind in KINDS:
+        for kind in LIST_ORDER:
             result_of(fetch(source, kind))
     assert len(runs) == 1
     path.write_text(yaml.safe_dump_all(SEED[:1]))
@@ -242,7 +250,7 @@ def test_malformed_file_parsed_once_until_it_changes(tmp_path: Path) -> None:
         return maybeDeferred(function, *args)
 
     source = FileSource(str(path), Clock(), run=counting)
-    errors = [failure_of(fetch(source, kind)).value for _ in range(3) for kind in KINDS]
+    errors = [failure_of(fetch(source, kind)).value for _ in range(3) for kind in LIST_ORDER]
     assert len(runs) == 1
     assert {str(error) for error in errors} == {str(errors[0])}
     assert "is not YAML or JSON" in str(errors[0])

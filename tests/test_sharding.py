@@ -11,7 +11,7 @@ import yaml
 
 from benchmarks.cluster import cluster, node_name
 from kdraexp.dra.listing import RESOURCE_SLICES
-from kdraexp.families import KINDS, NEED_WHOLE_CLUSTER
+from kdraexp.families import FAMILIES, KINDS
 from kdraexp.families.selection import select
 from kdraexp.store.collection import Collection
 from kdraexp.store.sharding import Part, Shard, ordinal
@@ -75,7 +75,7 @@ def test_union_of_shards_is_the_whole(objects: dict[str, Any], total: int) -> No
     chosen = select(resources=RESOURCES, sharded=True)
     assert {f.name for f in select(resources=RESOURCES).families} - {
         f.name for f in chosen.families
-    } == {f.name for f in NEED_WHOLE_CLUSTER}
+    } == {f.name for f in FAMILIES if f.whole_cluster}
     whole = written(collect(**objects, selection=chosen))
     union: Counter[tuple[str, tuple[tuple[str, str], ...], float]] = Counter()
     for index in range(total):

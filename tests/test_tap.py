@@ -14,7 +14,7 @@ from zope.interface.verify import verifyObject
 
 from kdraexp.app.service import KubeClientService, ListeningService, Settings, build_service
 from kdraexp.app.tap import Options
-from kdraexp.dra.listing import KINDS
+from kdraexp.dra.listing import LIST_ORDER
 from kdraexp.kube.kubeconfig import ClusterConfig
 from kdraexp.serve.site import BoundedSite
 from kdraexp.store.sharding import Shard
@@ -205,7 +205,7 @@ def test_help_names_every_resource() -> None:
     """--help lists every value --resources takes (pods too)."""
     text = " ".join(str(Options()).split())
     described = text[text.index("--resources=") :].split(" --")[0]
-    for kind in KINDS:
+    for kind in LIST_ORDER:
         assert kind.plural in described, described
 
 

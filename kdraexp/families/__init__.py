@@ -1,7 +1,9 @@
 """Every metric family, one module a kind, and the view each kind's families read.
 
-To add a family: declare it with ``@family(...)`` in the module of the kind it reads, and add it
-to that module's ``FAMILIES``; document it in docs/metrics.md (a test compares the two).
+To add a family: declare it with ``@family(...)`` in the module of the kind it reads, saying there
+whether it evaluates selectors and why a shard cannot write it, if it cannot (see
+:class:`.Family`), and add it to that module's ``FAMILIES``; document it in docs/metrics.md (a
+test compares the two).
 Beside the kinds: the family declaration, the facts each kind contributes to the cluster index,
 and the selection by the command line's flags.
 
@@ -55,20 +57,3 @@ KINDS: dict[Kind, KindSpec] = {
 DEVICE_INFO = resourceslice.device_info
 DEVICE_CLASS = resourceslice.device_class
 CLAIM_DEVICE_INFO = resourceclaim.status_device_info
-NEED_CEL = (
-    resourceslice.device_class,
-    resourcepool.pool_allocatable,
-    resourcepool.pool_idle_cost,
-    resourceclaim.pending_reason,
-    resourceclaim.request_matching,
-)
-"""The families that evaluate DeviceClass selectors."""
-_EVERY_POOL = "a shard does not see every pool a pending claim could be allocated from"
-_EVERY_CLAIM = "a shard does not see every claim a pod names"
-NEED_WHOLE_CLUSTER = {
-    resourceclaim.pending_reason: _EVERY_POOL,
-    resourceclaim.request_matching: _EVERY_POOL,
-    pod.unschedulable: _EVERY_CLAIM,
-    pod.device_health: _EVERY_CLAIM,
-}
-"""The families that join an object with every pool or claim, and why a shard cannot."""

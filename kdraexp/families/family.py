@@ -109,6 +109,10 @@ class Family:
     """One of the original's seven: labels written alphabetically and samples sorted, as it does."""
     current_generation: bool = False
     """Rows of a slice count only when it belongs to its pool's current generation."""
+    evaluates_selectors: bool = False
+    """Its rows match devices against DeviceClass selectors: not written without a CEL runtime."""
+    whole_cluster: str = ""
+    """Why a shard cannot write it, when its rows join an object with every pool or claim."""
     per: str = ""
     """For a cross-object family, what its rows come in sets of: ``pool`` (the rows function
     iterates ``index.pools``) or ``claim`` (``index.claims``); a change recomputes its sets.

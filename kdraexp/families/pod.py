@@ -181,6 +181,7 @@ def cause(reason: str, message: str) -> str:
 
 
 P = ("namespace", "pod", "uid")
+EVERY_CLAIM = "a shard does not see every claim a pod names"
 
 
 @family(
@@ -213,6 +214,7 @@ def extended_resource_request(index: ClusterIndex) -> Iterator[Row]:
     "ResourceClaim metadata.name",
     needs=(PODS, RESOURCE_CLAIMS, DEVICE_CLASSES),
     per="pod",
+    whole_cluster=EVERY_CLAIM,
 )
 def unschedulable(index: ClusterIndex) -> Iterator[Row]:
     """A pod not bound whose ``PodScheduled`` is False, or that names a missing claim.
@@ -242,6 +244,7 @@ def _served(index: ClusterIndex, pod: PodFacts) -> bool:
     ".{name,resources[].{resourceID,health}}, ResourceClaim status.allocation.devices.results",
     needs=(PODS, RESOURCE_CLAIMS),
     per="pod",
+    whole_cluster=EVERY_CLAIM,
 )
 def device_health(index: ClusterIndex) -> Iterator[Row]:
     """One row per device entry, resolved to the device it is.

@@ -19,6 +19,7 @@ C = LabelGroup(("namespace", "resourceclaim_name"))
 
 _RESOURCE = RESOURCE_CLAIMS.plural
 _SMALL = {float(n): float(n) for n in range(65)}
+EVERY_POOL = "a shard does not see every pool a pending claim could be allocated from"
 """Small counts as shared float objects: a claim's rows are kept as long as it is unchanged."""
 
 
@@ -413,6 +414,8 @@ def hourly_cost(index: ClusterIndex) -> Iterator[Row]:
     "DeviceClass selectors, ResourceSlices, allocations, DeviceTaintRules (when listed)",
     needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
     per="pending",
+    evaluates_selectors=True,
+    whole_cluster=EVERY_POOL,
 )
 def pending_reason(index: ClusterIndex) -> Iterator[Row]:
     """One reason per request or alternative of each pending claim (see pending.REASONS)."""
@@ -429,6 +432,8 @@ def pending_reason(index: ClusterIndex) -> Iterator[Row]:
     "allocations",
     needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
     per="pending",
+    evaluates_selectors=True,
+    whole_cluster=EVERY_POOL,
 )
 def request_matching(index: ClusterIndex) -> Iterator[Row]:
     """Per request of each pending claim, each device state with at least one device."""

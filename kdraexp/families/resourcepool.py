@@ -130,6 +130,7 @@ def pool_utilization(index: ClusterIndex) -> Iterator[Row]:
     "DeviceTaintRules (when listed)",
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS, DEVICE_CLASSES),
     per="pool",
+    evaluates_selectors=True,
 )
 def pool_allocatable(index: ClusterIndex) -> Iterator[Row]:
     """First fit in the allocator's order, counters deducted as it goes (see headroom)."""
@@ -147,6 +148,7 @@ def pool_allocatable(index: ClusterIndex) -> Iterator[Row]:
     "spec.devices[].{consumesCounters,capacity}, ResourceClaim status.allocation.devices.results[]",
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS, DEVICE_CLASSES),
     per="pool",
+    evaluates_selectors=True,
 )
 def pool_idle_cost(index: ClusterIndex) -> Iterator[Row]:
     """Per usable pool and node with a priced device (see idlecost)."""

@@ -587,6 +587,7 @@ def device_taint(index: ClusterIndex) -> Iterator[Row]:
     "DeviceClass spec.selectors[].cel.expression",
     needs=(DEVICE_CLASSES,),
     current_generation=True,
+    evaluates_selectors=True,
 )
 def device_class(view: SliceView) -> Iterator[Row]:
     """One row per (device, class) that matches."""

@@ -13,8 +13,8 @@ import re
 import attrs
 
 from kdraexp.cel import matching
-from kdraexp.dra.listing import BY_PLURAL, DEFAULT_RESOURCES, DEVICE_CLASSES, KINDS, Kind
-from kdraexp.families import CLAIM_DEVICE_INFO, DEVICE_INFO, FAMILIES, NEED_CEL, NEED_WHOLE_CLUSTER
+from kdraexp.dra.listing import BY_PLURAL, DEFAULT_RESOURCES, DEVICE_CLASSES, LIST_ORDER, Kind
+from kdraexp.families import CLAIM_DEVICE_INFO, DEVICE_INFO, FAMILIES
 from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES, DataKey, DeviceAttribute, Options
 from kdraexp.families.family import Family
 
@@ -40,7 +40,7 @@ class Selection:
     @property
     def kinds(self) -> tuple[Kind, ...]:
         """The kinds listed, in listing order."""
-        return tuple(kind for kind in KINDS if kind.plural in self.resources)
+        return tuple(kind for kind in LIST_ORDER if kind.plural in self.resources)
 
     @property
     def evaluates_selectors(self) -> bool:
@@ -157,21 +157,23 @@ def select(
 
     families = [family for family in FAMILIES if wanted(family)]
     warnings = []
-    for needs_cel in NEED_CEL:
-        if needs_cel in families and not matching.AVAILABLE:
-            families.remove(needs_cel)
-            warnings.append(
-                f"{needs_cel.name} is not written: no CEL runtime is available for this platform"
-            )
+    if not matching.AVAILABLE:
+        warnings += [
+            f"{f.name} is not written: no CEL runtime is available for this platform"
+            for f in families
+            if f.evaluates_selectors
+        ]
+        families = [f for f in families if not f.evaluates_selectors]
     if attributes and DEVICE_INFO in families:
         index = families.index(DEVICE_INFO)
         families[index] = attrs.evolve(
             DEVICE_INFO, labels=(*DEVICE_INFO.labels, *(a.label for a in attributes))
         )
-    for whole, why in NEED_WHOLE_CLUSTER.items():
-        if sharded and whole in families:
-            families.remove(whole)
-            warnings.append(f"{whole.name} is not written: {why}")
+    if sharded:
+        warnings += [
+            f"{f.name} is not written: {f.whole_cluster}" for f in families if f.whole_cluster
+        ]
+        families = [f for f in families if not f.whole_cluster]
     if data_keys and CLAIM_DEVICE_INFO in families:
         index = families.index(CLAIM_DEVICE_INFO)
         families[index] = attrs.evolve(

@@ -29,7 +29,7 @@ from twisted.python.failure import Failure
 from kdraexp.dra import wire
 from kdraexp.dra.listing import (
     DEFAULT_MAX_RESPONSE_BYTES,
-    KINDS,
+    LIST_ORDER,
     Kind,
     ListError,
     Reader,
@@ -179,7 +179,7 @@ class FileSource:
         return _Parsed(stamp, self._sort(documents))
 
     def _sort(self, documents: list[Any]) -> dict[str, list[msgspec.Raw]]:
-        wanted = {kind.kind: kind for kind in KINDS}
+        wanted = {kind.kind: kind for kind in LIST_ORDER}
         items: dict[str, list[msgspec.Raw]] = {name: [] for name in wanted}
         seen: set[tuple[str, str, str]] = set()
         for document in documents:

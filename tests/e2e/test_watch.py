@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kdraexp.families import NEED_WHOLE_CLUSTER
+from kdraexp.families import FAMILIES
 from tests.e2e import controlplane, dataset
 from tests.e2e.conftest import (
     CHART_NAMESPACE,
@@ -284,7 +284,7 @@ def test_two_shards_write_what_one_writes(kube: Kube, listing: Exporter, tmp_pat
     try:
         wait_until(lambda: all(ready(s) for s in shards), 60, "both shards ready")
         parts = [wait_until(lambda s=s: metrics(s), 30) for s in shards]  # type: ignore[misc]
-        every_pool = tuple(f"{family.name}{{" for family in NEED_WHOLE_CLUSTER)
+        every_pool = tuple(f"{family.name}{{" for family in FAMILIES if family.whole_cluster)
         unsharded = metrics(listing)
         assert unsharded is not None
         whole = {line for line in unsharded if not line.startswith(every_pool)}
