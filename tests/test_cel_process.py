@@ -235,3 +235,22 @@ def test_an_int_beyond_int64_reads_as_absent(evaluator: Evaluator) -> None:
     )
     assert written.class_errors == {}
     assert values(written, "kube_resourceslice_device_class", "device_name") == {("x",): 1}
+
+
+def test_no_process_while_no_family_written_reads_the_matches(evaluator: Evaluator) -> None:
+    """With none of the families that read the matches written, no selector is evaluated.
+
+    The classes are still listed and priced: the cost families read them by name.  Before, the
+    process started with the first collection and held 23-27 MiB for answers nobody read.
+    """
+    slices = [pool_slice("s", [gpu("a"), gpu("b")])]
+    classes = [classy("gpu", FINE, cost="2.5")]
+    priced = select(allowlist="kube_deviceclass_hourly_cost|kube_resourceslice_info")
+    assert not priced.evaluates_selectors
+    matcher = matching.Matcher(evaluator)
+    written = collect(slices=slices, classes=classes, selection=priced, matcher=matcher)
+    assert values(written, "kube_deviceclass_hourly_cost", "deviceclass_name") == {("gpu",): 2.5}
+    assert matcher.evaluations == 0 and evaluator._process is None
+    matched = collect(slices=slices, classes=classes, matcher=matcher)  # read: evaluated
+    assert len(values(matched, "kube_resourceslice_device_class", "device_name")) == 2
+    assert matcher.evaluations > 0 and evaluator._process is not None

@@ -94,14 +94,15 @@ def test_the_model_is_pure() -> None:
     for package in PURE:
         for path in sorted((PACKAGE / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                names = []
                 if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names = [node.module]
+                    names = [(node.lineno, node.module)]
                 elif isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
+                    names = [(node.lineno, alias.name) for alias in node.names]
+                else:
+                    continue
                 found += [
-                    f"{path.relative_to(PACKAGE)}:{node.lineno} imports {name}"
-                    for name in names
+                    f"{path.relative_to(PACKAGE)}:{line} imports {name}"
+                    for line, name in names
                     if name.split(".")[0] in IMPURE
                 ]
     assert found == []

@@ -44,8 +44,16 @@ class Selection:
 
     @property
     def evaluates_selectors(self) -> bool:
-        """Whether devices are matched against DeviceClass selectors (the classes are listed)."""
-        return matching.AVAILABLE and DEVICE_CLASSES.plural in self.resources
+        """Whether devices are matched against DeviceClass selectors.
+
+        Only when the classes are listed and a family written reads the matches: otherwise the
+        CEL evaluation process is never started (23-27 MiB for nothing).
+        """
+        return (
+            matching.AVAILABLE
+            and DEVICE_CLASSES.plural in self.resources
+            and any(family.evaluates_selectors for family in self.families)
+        )
 
 
 def _items(value: str) -> list[str]:

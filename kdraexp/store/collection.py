@@ -620,7 +620,8 @@ class CollectionBuilder:
             if KINDS[reader.kind].classes
             for entry in reader.entries.values()
         ]
-        self._classes = ClassIndex(entries, self._matcher)
+        matcher = self._matcher if self._selection.evaluates_selectors else None
+        self._classes = ClassIndex(entries, matcher)
         context = tuple((e.name, e.expressions) for e in entries)
         changed = context != self._context
         self._context = context
