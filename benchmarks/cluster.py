@@ -436,9 +436,12 @@ def pods(nodes: int) -> list[dict[str, Any]]:
 
 
 def cluster(
-    nodes: int, pending: int = 0, with_pods: bool = False
+    nodes: int, pending: int = 0, with_pods: bool = False, renewed: int = 0
 ) -> dict[str, list[dict[str, Any]]]:
-    """The lists of a cluster of *nodes* nodes, *pending* pending claims more; pods if asked."""
+    """The lists of a cluster of *nodes* nodes, *pending* pending claims more; pods if asked.
+
+    *renewed* (from 1) makes every object new (see :func:`renew`).
+    """
     lists = {
         "resourceclaims": resource_claims(nodes) + pending_claims(pending),
         "resourceslices": resource_slices(nodes),
@@ -446,4 +449,29 @@ def cluster(
     }
     if with_pods:
         lists["pods"] = pods(nodes)
+    if renewed:
+        renew(lists, renewed)
     return lists
+
+
+def renew(lists: dict[str, list[dict[str, Any]]], turn: int) -> None:
+    """Make every object of *lists* new, as on turn *turn* of a cluster replaced whole.
+
+    No object carries a ``resourceVersion`` (an exporter can tell nothing unchanged by it), each
+    has a uid of the turn, and each device a UUID and a PCI bus id of its own: devices no longer
+    read alike, as after every node was replaced.
+    """
+    for items in lists.values():
+        for item in items:
+            metadata = item["metadata"]
+            metadata.pop("resourceVersion", None)
+            metadata["uid"] = str(uuid.UUID(int=hash((turn, metadata["name"])) & (2**128 - 1)))
+    for number, made in enumerate(lists["resourceslices"]):
+        for place, device in enumerate(made["spec"]["devices"]):
+            attributes = device["attributes"]
+            kind = "MIG" if "parentUUID" in attributes else "GPU"
+            attributes["uuid"] = {"string": _uuid(kind, turn, number, place)}
+            bus = attributes["resource.kubernetes.io/pciBusID"]["string"]
+            attributes["resource.kubernetes.io/pciBusID"] = {
+                "string": f"{number % 2**16:04x}{bus[4:]}"
+            }

@@ -11,7 +11,8 @@ and end after ``timeoutSeconds`` (or close at once for ``/close``).
 ``GET /delay?seconds=S`` makes every list answer S seconds late (0 restores), to hold a
 collection open while a burst of scrapes arrives; ``GET /churn?rate=R`` releases or allocates
 R claims a second (0 stops); ``GET /probe?name=N`` adds a claim named N now and answers the
-time it was sent; ``GET /compact`` and ``GET /close`` act on the watches.
+time it was sent; ``GET /compact`` and ``GET /close`` act on the watches; ``GET /renew?nodes=N``
+serves a cluster of N nodes whose every object is new, for lists (``cluster.renew``).
 """
 
 from __future__ import annotations
@@ -42,20 +43,12 @@ class Pages:
     """Every list's pages, encoded once per (resource, offset, limit); and the watches."""
 
     def __init__(self, nodes: int, pending: int = 0, with_pods: bool = False) -> None:
-        self.objects = {
-            plural: sorted(items, key=_listed)
-            for plural, items in cluster(nodes, pending, with_pods).items()
-        }
-        self.items = {
-            plural: [json.dumps(item, separators=(",", ":")).encode() for item in items]
-            for plural, items in self.objects.items()
-        }
-        self.encoded: dict[tuple[str, int, int], bytes] = {}
         self.lock = threading.Lock()
-        self.requests: Counter[str] = Counter()
-        self.delay = 0.0
         self.version = 10**6
         """The resourceVersion of the last change (the lists' items are older)."""
+        self._load(cluster(nodes, pending, with_pods))
+        self.requests: Counter[str] = Counter()
+        self.delay = 0.0
         self.compacted = 0
         self.changed = threading.Condition(self.lock)
         self.events: list[tuple[int, str, bytes]] = []
@@ -66,6 +59,19 @@ class Pages:
         """Claims changed a second by :meth:`churn`."""
         self.released: dict[int, dict[str, Any]] = {}
         """The status of each claim :meth:`churn` released, by its place."""
+        self.renewed = 0
+        """How many times the cluster was replaced whole (:meth:`renew`)."""
+
+    def _load(self, lists: dict[str, list[dict[str, Any]]]) -> None:
+        """Serve *lists* from now on, their pages encoded ahead."""
+        objects = {plural: sorted(items, key=_listed) for plural, items in lists.items()}
+        items = {
+            plural: [json.dumps(item, separators=(",", ":")).encode() for item in listed]
+            for plural, listed in objects.items()
+        }
+        encoded: dict[tuple[str, int, int], bytes] = {}
+        with self.lock:
+            self.objects, self.items, self.encoded = objects, items, encoded
         self.index = {
             plural: {
                 (o["metadata"].get("namespace"), o["metadata"].get("name")): i
@@ -77,6 +83,11 @@ class Pages:
         for plural in self.items:
             for offset in range(0, max(1, len(self.items[plural])), DEFAULT_LIMIT):
                 self.page(plural, offset, DEFAULT_LIMIT)
+
+    def renew(self, nodes: int) -> None:
+        """Serve a cluster of *nodes* nodes whose every object is new (see ``cluster.renew``)."""
+        self.renewed += 1
+        self._load(cluster(nodes, renewed=self.renewed))
 
     def page(self, plural: str, offset: int, limit: int) -> bytes:
         """The page of *plural* starting at *offset*, encoded on first use."""
@@ -196,6 +207,10 @@ def serve(nodes: int, port: int, pending: int = 0, with_pods: bool = False) -> N
                 meta = {**claim["metadata"], "name": name, "uid": f"probe-{name}"}
                 sent = pages.change("resourceclaims", "ADDED", {**claim, "metadata": meta})
                 self._send(200, json.dumps({"sent": sent}).encode())
+                return
+            if url.path == "/renew":
+                pages.renew(int(query["nodes"][0]))
+                self._send(200, b"{}")
                 return
             if url.path == "/compact":
                 with pages.lock:
