@@ -60,8 +60,8 @@ def actionlint() -> str:
 STAGES = ("core", "prometheus3", "scheduler")
 """The slow builds, in the order they are made, one at a time: ``core`` (kube-apiserver, etcd,
 the CRDs), ``prometheus3`` (Prometheus 3 and its promtool), then ``scheduler`` (kube-scheduler,
-kube-controller-manager and publish-slices). ``make prebuild`` makes them in the same order, so the two never
-build at once: each waits on the other's lock and then finds the cache."""
+kube-controller-manager and publish-slices). ``make prebuild`` makes them in the same order, so
+the two never build at once: each waits on the other's lock and then finds the cache."""
 _builds: dict[str, concurrent.futures.Future[Path]] = {}
 _builder: list[concurrent.futures.ThreadPoolExecutor] = []
 
@@ -113,8 +113,10 @@ def control_plane() -> Path:
 
 
 def scheduler_plane() -> Path:
-    """The directory of :func:`control_plane` with kube-scheduler, kube-controller-manager and
-    publish-slices (tools/control-plane/publish-slices: slices as a DRA driver publishes them).
+    """The directory of :func:`control_plane`, with the simulated cluster's binaries too.
+
+    kube-scheduler, kube-controller-manager and publish-slices (tools/control-plane/publish-slices:
+    slices published as a DRA driver publishes them).
 
     :raises ToolUnavailable: when they cannot be built.
     """
