@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"k8s.io/client-go/kubernetes"
@@ -63,34 +62,39 @@ func say(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "publish-slices: "+format+"\n", args...)
 }
 
+// published is the version of the description the controllers were last given. It is raised
+// under the lock with the Update calls, so the version a worker reads once it has a pool is the
+// one its sync reads, or an older one while Update queues the pool again.
+type published struct {
+	sync.RWMutex
+	version int64
+}
+
 // reporting is the controller's queue, saying when a pool's sync has succeeded (the controller
-// forgets a pool only then) and which published version it saw: the version is read once the
-// worker has the pool, and raised only once Update has returned.
+// forgets a pool only then) and which published version it saw. The controller has one worker.
 type reporting struct {
 	workqueue.TypedRateLimitingInterface[string]
-	node    string
-	version *atomic.Int64
-	mutex   sync.Mutex
-	seen    map[string]int64
+	node      string
+	published *published
+	seen      map[string]int64
 }
 
 func (q *reporting) Get() (string, bool) {
 	pool, shutdown := q.TypedRateLimitingInterface.Get()
-	q.mutex.Lock()
-	q.seen[pool] = q.version.Load()
-	q.mutex.Unlock()
+	q.published.RLock()
+	version := q.published.version
+	q.published.RUnlock()
+	q.seen[pool] = version
 	return pool, shutdown
 }
 
 func (q *reporting) Forget(pool string) {
-	q.mutex.Lock()
-	version := q.seen[pool]
-	q.mutex.Unlock()
-	say("synced node=%s pool=%s version=%d", q.node, pool, version)
+	say("synced node=%s pool=%s version=%d", q.node, pool, q.seen[pool])
 	q.TypedRateLimitingInterface.Forget(pool)
 }
 
-// holding makes every write wait for a line on stdin (reads go through at once).
+// holding makes every write wait for a line on stdin, one write at a time: the next is held
+// only once the last has been answered. Reads go through at once.
 type holding struct {
 	next     http.RoundTripper
 	releases <-chan struct{}
@@ -100,14 +104,13 @@ type holding struct {
 func (h holding) RoundTrip(request *http.Request) (*http.Response, error) {
 	if request.Method != http.MethodGet {
 		h.mutex.Lock()
+		defer h.mutex.Unlock()
 		say("holding %s %s", request.Method, request.URL.Path)
 		select {
 		case <-h.releases:
 		case <-request.Context().Done():
-			h.mutex.Unlock()
 			return nil, request.Context().Err()
 		}
-		h.mutex.Unlock()
 	}
 	return h.next.RoundTrip(request)
 }
@@ -141,7 +144,7 @@ func run(ctx context.Context, kubeconfig, path string, hold bool) error {
 	driver := wanted.Driver
 	hangup := make(chan os.Signal, 1)
 	signal.Notify(hangup, syscall.SIGHUP)
-	var version atomic.Int64
+	var current published
 	controllers := map[string]*resourceslice.Controller{}
 	defer func() {
 		for _, controller := range controllers {
@@ -161,7 +164,7 @@ func run(ctx context.Context, kubeconfig, path string, hold bool) error {
 				DriverName: driver,
 				KubeClient: client,
 				Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: node},
-				Queue:      &reporting{TypedRateLimitingInterface: queue, node: node, version: &version, seen: map[string]int64{}},
+				Queue:      &reporting{TypedRateLimitingInterface: queue, node: node, published: &current, seen: map[string]int64{}},
 				ErrorHandler: func(_ context.Context, err error, msg string) {
 					say("error node=%s: %s: %v", node, msg, err)
 				},
@@ -171,11 +174,15 @@ func run(ctx context.Context, kubeconfig, path string, hold bool) error {
 			}
 			controllers[node] = controller
 		}
+		current.Lock()
 		for node, controller := range controllers {
 			resources := wanted.Nodes[node] // a Node left out: its pools are removed
 			controller.Update(&resources)
 		}
-		say("published version=%d", version.Add(1))
+		current.version++
+		version := current.version
+		current.Unlock()
+		say("published version=%d", version)
 		for wanted = nil; wanted == nil; {
 			select {
 			case <-ctx.Done():
@@ -183,9 +190,9 @@ func run(ctx context.Context, kubeconfig, path string, hold bool) error {
 				return nil
 			case <-hangup:
 				if wanted, err = read(path); err != nil {
-					say("error: %v; still publishing version=%d", err, version.Load())
+					say("error: %v; still publishing version=%d", err, version)
 				} else if wanted.Driver != driver {
-					say("error: driver %s is not %s; still publishing version=%d", wanted.Driver, driver, version.Load())
+					say("error: driver %s is not %s; still publishing version=%d", wanted.Driver, driver, version)
 					wanted = nil
 				}
 			}
