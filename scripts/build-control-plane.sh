@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build kube-apiserver, etcd, kube-scheduler and kube-controller-manager for the end-to-end and
-# simulated-cluster tests from the Go module proxy, and fetch
+# simulated-cluster tests from the Go module proxy, with publish-slices (tools/control-plane:
+# slices published by the controller DRA drivers use), and fetch
 # the ServiceMonitor, PodMonitor and PrometheusRule CRDs from the prometheus-operator module,
 # into a cache outside the repository keyed by version, and reuse it when present.
 # Prints the directory holding them on the last line of stdout.
@@ -17,11 +18,14 @@ etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' "$module
 operator_version=v0.90.1
 sum=$(cat "$module/go.sum" "$0" | sha256sum | cut -c1-12)
 out="$cache_root/control-plane-$k8s_version-etcd-$etcd_version-$sum"
+# publish-slices is the project's own source: its hash names a stamp beside it, so a changed
+# publisher is rebuilt alone (a relink) instead of the whole control plane.
+publisher_sum=$(cat "$module"/publish-slices/*.go | sha256sum | cut -c1-12)
 
 # Two stages, one build of each at a time: kube-apiserver, etcd and the CRDs first (most of the
-# end-to-end tests need nothing else), then kube-scheduler and kube-controller-manager (the
-# simulated cluster's). `make test` begins both early; the tests' calls then wait for the
-# stage they need. With `core`, only the first stage is built.
+# end-to-end tests need nothing else), then kube-scheduler, kube-controller-manager and
+# publish-slices (the simulated cluster's). `make test` begins both early; the tests' calls then
+# wait for the stage they need. With `core`, only the first stage is built.
 mkdir -p "$cache_root"
 minor=${k8s_version#v1.}; minor=${minor%%.*}
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version"
@@ -55,13 +59,18 @@ fi
 
 exec 9>"$cache_root/control-plane-scheduler.lock"
 flock 9
-if ! cache_hit "$out" kube-scheduler kube-controller-manager; then
-  cache_begin "$out" "kube-scheduler and kube-controller-manager"
+if ! cache_hit "$out" kube-scheduler kube-controller-manager "publish-slices.$publisher_sum"; then
+  cache_begin "$out" "kube-scheduler, kube-controller-manager and publish-slices"
   cd "$module"
   for command in kube-scheduler kube-controller-manager; do
+    [ -e "$out/$command" ] && continue
     echo "building $command $k8s_version ..." >&2
     CGO_ENABLED=0 go build -trimpath -gcflags "$gcflags" -ldflags "$ldflags" -o "$tmp/$command" "k8s.io/kubernetes/cmd/$command"
   done
+  echo "building publish-slices ..." >&2
+  CGO_ENABLED=0 go build -trimpath -gcflags "$gcflags" -ldflags "$ldflags" -o "$tmp/publish-slices" ./publish-slices
+  rm -f "$out"/publish-slices.*
+  touch "$tmp/publish-slices.$publisher_sum"
   cache_add
 fi
 echo "$out"

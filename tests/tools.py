@@ -59,9 +59,9 @@ def actionlint() -> str:
 
 STAGES = ("core", "prometheus3", "scheduler")
 """The slow builds, in the order they are made, one at a time: ``core`` (kube-apiserver, etcd,
-the CRDs), ``prometheus3`` (Prometheus 3 and its promtool), then ``scheduler`` (kube-scheduler
-and kube-controller-manager). ``make prebuild`` makes them in the same order, so the two never
-build at once: each waits on the other's lock and then finds the cache."""
+the CRDs), ``prometheus3`` (Prometheus 3 and its promtool), then ``scheduler`` (kube-scheduler,
+kube-controller-manager and publish-slices). ``make prebuild`` makes them in the same order, so
+the two never build at once: each waits on the other's lock and then finds the cache."""
 _builds: dict[str, concurrent.futures.Future[Path]] = {}
 _builder: list[concurrent.futures.ThreadPoolExecutor] = []
 
@@ -113,7 +113,10 @@ def control_plane() -> Path:
 
 
 def scheduler_plane() -> Path:
-    """The directory of :func:`control_plane` with kube-scheduler and kube-controller-manager.
+    """The directory of :func:`control_plane`, with the simulated cluster's binaries too.
+
+    kube-scheduler, kube-controller-manager and publish-slices (tools/control-plane/publish-slices:
+    slices published as a DRA driver publishes them).
 
     :raises ToolUnavailable: when they cannot be built.
     """
@@ -152,9 +155,10 @@ SCHEDULED = (
     "test_idle_cost.py",
     "test_judges.py",
     "test_pods.py",
+    "test_publisher.py",
 )
 """The end-to-end tests of the simulated cluster: they need kube-scheduler and the controller
-manager."""
+manager (and one of them publish-slices, built with them)."""
 PROMETHEUS: dict[str, Callable[[], Path]] = {"2.42": prometheus, "3.16": prometheus3}
 """The Prometheus releases the rules and the dashboard are checked on: Debian's package (2.42 in
 bookworm) and the one built from its Go module (the release kube-prometheus-stack users run is a
