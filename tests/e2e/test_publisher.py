@@ -321,6 +321,8 @@ def test_allocations_from_published_pools(cluster: Simulated, shapes: None, tmp_
 
     def shown() -> tuple[dict[tuple[str, str, str], str], dict[tuple[str, ...], float]] | None:
         code, body = running.scrape()
+        if code != 200:  # not synchronised yet: the body says what it waits for
+            return None
         states = {
             (row["driver"], row["pool"], row["device_name"]): row["state"]
             for row in samples(body, "kube_resourceslice_device_state")
@@ -331,7 +333,7 @@ def test_allocations_from_published_pools(cluster: Simulated, shapes: None, tmp_
             if row["device_name"] in {device for _, _, device in results}
         }
         in_use = {key for key, state in states.items() if state == "allocated"}
-        return (states, available) if code == 200 and in_use == set(results) else None
+        return (states, available) if in_use == set(results) else None
 
     try:
         states, available = wait_until(shown, AGREE, "the allocations in the exporter")
