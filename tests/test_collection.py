@@ -1,4 +1,4 @@
-"""The collection core: what a page of objects may become, bounded by the response limit."""
+"""The collection core: what a page of objects may become, and which entries are kept."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ from typing import Any
 
 import msgspec
 import pytest
+from twisted.internet.defer import Deferred
 
 from kdraexp.cel.matching import Matcher
 from kdraexp.dra.listing import RESOURCE_CLAIMS, RESOURCE_SLICES, ListError, Reason
 from kdraexp.families.selection import select
 from kdraexp.store import collection
 from kdraexp.store.collection import CollectionBuilder
+from tests.conftest import result_of
 from tests.objects import new_claim, pool_slice
 
 LIMIT = 1024 * 1024
@@ -64,3 +66,30 @@ def test_an_object_of_more_than_a_share_of_the_limit_is_too_large() -> None:
     assert raised.value.reason == Reason.TOO_LARGE
     assert "ResourceClaim fat is 65" in str(raised.value)
     assert "more than 1/16 of --max-response-bytes=1048576" in str(raised.value)
+
+
+def test_objects_without_a_resource_version_are_kept_while_their_json_is_the_same() -> None:
+    """A file, or an API that sends no ``resourceVersion``: the JSON itself is the version.
+
+    Listed again alike, an object keeps its entry (not read again: 64,000 devices took 5 s and
+    580 MiB a scrape); a changed one is read again.
+    """
+    store = collection.Store()
+    claims = [new_claim("a"), new_claim("b")]
+    for claim in claims:
+        claim["metadata"].pop("resourceVersion", None)
+
+    def listed(objects: list[dict[str, Any]]) -> dict[str, collection.Entry]:
+        builder = CollectionBuilder(select(), Matcher(), store)
+        builder.reader(RESOURCE_CLAIMS).page(_page(objects))
+        builder.classes_listed()
+        result_of(Deferred.fromCoroutine(builder.finish()))
+        return dict(store.entries[RESOURCE_CLAIMS.plural])
+
+    first = listed(claims)
+    assert len(first) == 2
+    claims[1]["metadata"]["labels"] = {"team": "b"}
+    again = listed(claims)
+    (same, changed) = (key for key in first)
+    assert again[same] is first[same]
+    assert again[changed] is not first[changed]

