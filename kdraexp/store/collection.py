@@ -41,7 +41,7 @@ from kdraexp.families.family import CLUSTER, Family, Row
 from kdraexp.families.index import ClusterIndex
 from kdraexp.families.selection import Selection
 from kdraexp.store.clusterrows import CLUSTER_NEEDS, ClusterRows, Laid
-from kdraexp.store.keptblocks import Change, KindBlocks, touched_between
+from kdraexp.store.keptblocks import Change, KindBlocks, change, touched_between
 from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, expand, flatten
 from kdraexp.store.sharding import Part, Shard
 from kdraexp.util.text import printable
@@ -348,6 +348,14 @@ class KindReader:
         return self.changed or self.entries.keys() != previous.keys()
 
 
+def _record(changes: dict[str, Change], plural: str, made: Change | None) -> None:
+    """Keep *made* as the kind's change, or none (its followers then look for themselves)."""
+    if made is None:
+        changes.pop(plural, None)
+    else:
+        changes[plural] = made
+
+
 def _content_version(raw: msgspec.Raw) -> str:
     """A version for an object that carries no ``resourceVersion``: a digest of its JSON.
 
@@ -419,7 +427,7 @@ class Store:
         """Each entry's facts, by its key, in the entries' order (a new dict when they change)."""
         facts, before, touched = self._follow(self._facts, plural, _FACTS)
         if before is not None:
-            self.fact_changes[plural] = (before, facts, touched)
+            _record(self.fact_changes, plural, change(before, facts, touched))
         return facts
 
     def _follow(
@@ -654,7 +662,7 @@ class CollectionBuilder:
                 store.versions[plural] = store.versions.get(plural, 0) + 1
                 # Compared once here for the blocks, facts and problems that follow the entries.
                 touched = touched_between(previous, reader.entries)
-                store.changes[plural] = (previous, reader.entries, touched)
+                _record(store.changes, plural, change(previous, reader.entries, touched))
             store.entries[plural] = reader.entries
             store.skipped[plural] = reader.skipped
             store.warm.pop(plural, None)
@@ -677,7 +685,8 @@ class CollectionBuilder:
                 if reader.relisted:  # objects may have gone without an event
                     store.changes.pop(plural, None)
                 else:
-                    store.changes[plural] = (previous, store.entries[plural], reader.touched)
+                    made = change(previous, store.entries[plural], reader.touched)
+                    _record(store.changes, plural, made)
             reader.changed = reader.relisted = False
             reader.touched = set()
 

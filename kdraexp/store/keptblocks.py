@@ -243,6 +243,20 @@ Change = tuple[Mapping[Any, Any], Mapping[Any, Any], Collection[Any]]
 """Two mappings, one after the other, and the keys whose values differ between them."""
 
 
+def change(
+    old: Mapping[Any, Any], new: Mapping[Any, Any], touched: Collection[Any]
+) -> Change | None:
+    """What changed from *old* to *new*; None when a follower starts again anyway.
+
+    That is, past one in :data:`REBUILT` touched.  Kept until the kind changes again, a record
+    keeps *old* alive: after a change of every object, a whole collection's objects beside the
+    new ones (at 64,000 devices, half the exporter's memory, while the cluster then stays calm).
+    """
+    if len(touched) * REBUILT > max(len(new), 1):
+        return None
+    return (old, new, touched)
+
+
 def touched_between(
     old: Mapping[Any, Any], new: Mapping[Any, Any], known: Change | None = None
 ) -> Collection[Any]:
