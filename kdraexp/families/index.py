@@ -158,45 +158,33 @@ class RuleFacts(msgspec.Struct, gc=False):
         return self.selector and self.driver in ("", driver) and self.pool in ("", pool)
 
 
-class Pool:
-    """One pool's current generation: its slices, devices, counters and how much is used."""
+class Pool(msgspec.Struct, gc=False, eq=False):
+    """One pool's current generation: its slices, devices, counters and how much is used.
 
-    __slots__ = (
-        "consumed",
-        "current",
-        "devices",
-        "driver",
-        "expected",
-        "generation",
-        "most",
-        "name",
-        "published",
-        "sets",
-        "slices",
-        "stale",
-        "state",
-        "totals",
-    )
+    Kept out of the cyclic garbage collector, as the facts are (it refers to nothing that
+    refers back): a 64,000-device index pairs each device with its pool, and a tracked pool
+    kept those 64,000 pairs tracked too, walked by every full collector pass.  Equal by
+    identity only.
+    """
 
-    def __init__(self, driver: str, name: str) -> None:
-        self.driver = driver
-        self.name = name
-        self.slices: list[SliceFacts] = []
-        self.current: list[SliceFacts] = []
-        """The slices of the current generation."""
-        self.generation = 0
-        self.expected: int | None = None
-        self.published = 0
-        self.stale = 0
-        self.devices: list[DeviceFacts] = []
-        self.totals: dict[tuple[str, str], float] = {}
-        self.sets: dict[str, tuple[tuple[str, float], ...]] = {}
-        """Per counter set, its counters with a positive total: (counter, total)."""
-        self.consumed: dict[tuple[str, str], float] = {}
-        self.state = USABLE
-        self.most: tuple[tuple[str, str, float], ...] | None = None
-        """Per node and class, how many devices fit together with nothing in use (see
-        :func:`kdraexp.families.headroom.capacity`): kept while the slices do not change."""
+    driver: str
+    name: str
+    slices: list[SliceFacts] = msgspec.field(default_factory=list)
+    current: list[SliceFacts] = msgspec.field(default_factory=list)
+    """The slices of the current generation."""
+    generation: int = 0
+    expected: int | None = None
+    published: int = 0
+    stale: int = 0
+    devices: list[DeviceFacts] = msgspec.field(default_factory=list)
+    totals: dict[tuple[str, str], float] = msgspec.field(default_factory=dict)
+    sets: dict[str, tuple[tuple[str, float], ...]] = msgspec.field(default_factory=dict)
+    """Per counter set, its counters with a positive total: (counter, total)."""
+    consumed: dict[tuple[str, str], float] = msgspec.field(default_factory=dict)
+    state: str = USABLE
+    most: tuple[tuple[str, str, float], ...] | None = None
+    """Per node and class, how many devices fit together with nothing in use (see
+    :func:`kdraexp.families.headroom.capacity`): kept while the slices do not change."""
 
     def settle(self) -> None:
         """Keep the current generation only; add up its counters."""
