@@ -15,7 +15,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from kdraexp.exposition import text as exposition
 from kdraexp.exposition.text import format_value
-from kdraexp.families.family import CLUSTER, family
+from kdraexp.families.family import CLUSTER, Per, family
 from kdraexp.store.collection import Collection
 
 TWO_LABELS = family(
@@ -24,7 +24,7 @@ TWO_LABELS = family(
     ("namespace", "class"),
     CLUSTER,
     "",
-    per="pool",
+    per=Per.POOL,
 )(lambda _: ())
 
 

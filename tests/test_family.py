@@ -13,6 +13,7 @@ from kdraexp.families.family import (
     Family,
     LabelArityError,
     LabelGroup,
+    Per,
     Row,
     Stability,
     family,
@@ -33,7 +34,7 @@ def grouped(view: object) -> Iterator[Row]:
     CLUSTER,
     "x",
     original=True,
-    per="pool",
+    per=Per.POOL,
 )
 def original(index: object) -> Iterator[Row]:
     yield ("last", "first", 2.0)
@@ -53,7 +54,7 @@ def test_declaration_carries_type_labels_and_needs() -> None:
         CLUSTER,
         "x",
         needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
-        per="pool",
+        per=Per.POOL,
     )(lambda _: ())
     assert declared.needs == {"resourceslices", "resourceclaims"}
 
@@ -110,7 +111,7 @@ def test_declarations_refuse_mistakes() -> None:
         Family("kube_x", "h", (GROUP, "namespace"), lambda _: (), CLUSTER, frozenset(), "")
     with pytest.raises(ValueError, match="no label groups"):
         Family("kube_x", "h", (GROUP,), lambda _: (), CLUSTER, frozenset(), "", original=True)
-    with pytest.raises(ValueError, match="per pool or per claim"):
+    with pytest.raises(ValueError, match="says what its sets are per"):
         Family("kube_x", "h", ("a",), lambda _: (), CLUSTER, frozenset(), "")
 
 

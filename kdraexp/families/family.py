@@ -30,6 +30,23 @@ class Stability(StrEnum):
     """New families: may still change."""
 
 
+class Per(StrEnum):
+    """What a cross-object family's rows come in sets of; a change makes some sets again."""
+
+    NONE = ""
+    """Not a cross-object family: its rows come from one object each."""
+    POOL = "pool"
+    """One set a pool (the rows function iterates ``index.pools``)."""
+    CLAIM = "claim"
+    """One set a claim (``index.claims``)."""
+    PENDING = "pending"
+    """One set a pending claim: every change of a pool's use may change any of them, so all of
+    them are made again when a pool's sets are."""
+    POD = "pod"
+    """One set a pod that matters (``index.pods``), all made again when pods, claims or classes
+    change."""
+
+
 class LabelArityError(ValueError):
     """A row with a wrong number (or kind) of label values: a bug in a family's rows."""
 
@@ -113,12 +130,8 @@ class Family:
     """Its rows match devices against DeviceClass selectors: not written without a CEL runtime."""
     whole_cluster: str = ""
     """Why a shard cannot write it, when its rows join an object with every pool or claim."""
-    per: str = ""
-    """For a cross-object family, what its rows come in sets of: ``pool`` (the rows function
-    iterates ``index.pools``) or ``claim`` (``index.claims``); a change recomputes its sets.
-    ``pending`` is per claim, for the rows of pending claims, which every change of a pool's
-    use may change: all pending claims' sets are made again when a pool's are. ``pod``: per
-    pod that matters (``index.pods``), all made again when pods, claims or classes change."""
+    per: Per = Per.NONE
+    """For a cross-object family, what its rows come in sets of."""
     label_names: tuple[str, ...] = attrs.field(init=False)
     line_prefix: Callable[[Row], str] = attrs.field(init=False, repr=False)
     """``name{labels} `` for a row, to which the writer appends the value.
@@ -133,8 +146,8 @@ class Family:
             raise ValueError(f"{self.name}: a label is declared twice")
         if self.original and any(isinstance(label, LabelGroup) for label in self.labels):
             raise ValueError(f"{self.name}: the original's families take no label groups")
-        if (self.reads is CLUSTER) != (self.per in ("pool", "claim", "pending", "pod")):
-            raise ValueError(f"{self.name}: a cross-object family says per pool or per claim")
+        if (self.reads is CLUSTER) != (self.per is not Per.NONE):
+            raise ValueError(f"{self.name}: a cross-object family says what its sets are per")
         object.__setattr__(self, "label_names", tuple(names))
         object.__setattr__(self, "line_prefix", _renderer(self))
 

@@ -23,7 +23,7 @@ from kdraexp.dra import wire
 from kdraexp.dra.listing import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
 from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.families.context import Context
-from kdraexp.families.family import CLUSTER, Row, family
+from kdraexp.families.family import CLUSTER, Per, Row, family
 from kdraexp.families.index import ClusterIndex
 from kdraexp.families.kind import KindSpec, ShardKey
 
@@ -192,7 +192,7 @@ EVERY_CLAIM = "a shard does not see every claim a pod names"
     "spec.nodeName, spec.{containers,initContainers}[].resources.{requests,limits}, "
     "DeviceClass spec.extendedResourceName",
     needs=(PODS, DEVICE_CLASSES),
-    per="pod",
+    per=Per.POD,
 )
 def extended_resource_request(index: ClusterIndex) -> Iterator[Row]:
     """One row per (pod, extended resource) until the pod is bound; then its claim shows it."""
@@ -213,7 +213,7 @@ def extended_resource_request(index: ClusterIndex) -> Iterator[Row]:
     "spec.nodeName, spec.resourceClaims[].resourceClaimName, status.conditions[PodScheduled], "
     "ResourceClaim metadata.name",
     needs=(PODS, RESOURCE_CLAIMS, DEVICE_CLASSES),
-    per="pod",
+    per=Per.POD,
     whole_cluster=EVERY_CLAIM,
 )
 def unschedulable(index: ClusterIndex) -> Iterator[Row]:
@@ -243,7 +243,7 @@ def _served(index: ClusterIndex, pod: PodFacts) -> bool:
     "status.{containerStatuses,initContainerStatuses}[].allocatedResourcesStatus[]"
     ".{name,resources[].{resourceID,health}}, ResourceClaim status.allocation.devices.results",
     needs=(PODS, RESOURCE_CLAIMS),
-    per="pod",
+    per=Per.POD,
     whole_cluster=EVERY_CLAIM,
 )
 def device_health(index: ClusterIndex) -> Iterator[Row]:

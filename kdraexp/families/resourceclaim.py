@@ -10,7 +10,7 @@ from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families import pending
 from kdraexp.families.context import Context
-from kdraexp.families.family import CLUSTER, LabelGroup, Row, Stability, family
+from kdraexp.families.family import CLUSTER, LabelGroup, Per, Row, Stability, family
 from kdraexp.families.index import NOTHING, ClaimFacts, ClusterIndex, RequestFacts, ResultFacts
 from kdraexp.families.kind import KindSpec, ShardKey
 
@@ -398,7 +398,7 @@ def device_condition(view: ClaimView) -> Iterator[Row]:
     "status.allocation.devices.results[].{adminAccess,consumedCapacity}, the class's "
     "hourly-cost annotation, the device's capacity (shareable devices)",
     needs=(RESOURCE_CLAIMS, DEVICE_CLASSES, RESOURCE_SLICES),
-    per="claim",
+    per=Per.CLAIM,
 )
 def hourly_cost(index: ClusterIndex) -> Iterator[Row]:
     """The class's cost times the share used, summed over the claim's non-admin results."""
@@ -413,7 +413,7 @@ def hourly_cost(index: ClusterIndex) -> Iterator[Row]:
     "spec.devices.requests[] (class, selectors, allocationMode, count, tolerations, capacity), "
     "DeviceClass selectors, ResourceSlices, allocations, DeviceTaintRules (when listed)",
     needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
-    per="pending",
+    per=Per.PENDING,
     evaluates_selectors=True,
     whole_cluster=EVERY_POOL,
 )
@@ -431,7 +431,7 @@ def pending_reason(index: ClusterIndex) -> Iterator[Row]:
     "spec.devices.requests[].{deviceClassName,selectors}, DeviceClass selectors, ResourceSlices, "
     "allocations",
     needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
-    per="pending",
+    per=Per.PENDING,
     evaluates_selectors=True,
     whole_cluster=EVERY_POOL,
 )
@@ -450,7 +450,7 @@ def request_matching(index: ClusterIndex) -> Iterator[Row]:
     "status.allocation.devices.results[].{driver,pool,device,adminAccess}, the current "
     "generation of each pool's ResourceSlices",
     needs=(RESOURCE_CLAIMS, RESOURCE_SLICES),
-    per="claim",
+    per=Per.CLAIM,
 )
 def allocation_orphaned(index: ClusterIndex) -> Iterator[Row]:
     """Each non-admin result naming a device the current generation of its pool lacks.
@@ -483,7 +483,7 @@ def allocation_orphaned(index: ClusterIndex) -> Iterator[Row]:
     "status.allocation.devices.results[].{request,driver,pool,device,adminAccess,tolerations}, "
     "spec.devices[].taints of the current generation, DeviceTaintRules (when listed)",
     needs=(RESOURCE_CLAIMS, RESOURCE_SLICES),
-    per="claim",
+    per=Per.CLAIM,
 )
 def allocation_tainted(index: ClusterIndex) -> Iterator[Row]:
     """One row per (non-admin result, taint on its device): own ("") or a rule's.

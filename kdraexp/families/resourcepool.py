@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from kdraexp.families.family import CLUSTER, Row, family
+from kdraexp.families.family import CLUSTER, Per, Row, family
 from kdraexp.families.headroom import allocatable
 from kdraexp.families.idlecost import idle_costs
 from kdraexp.families.index import ClusterIndex
@@ -25,7 +25,7 @@ _POOL = ("driver", "pool")
     CLUSTER,
     "spec.driver, spec.pool.{name,generation}",
     needs=(RESOURCE_SLICES,),
-    per="pool",
+    per=Per.POOL,
 )
 def pool_generation(index: ClusterIndex) -> Iterator[Row]:
     """One row per pool."""
@@ -40,7 +40,7 @@ def pool_generation(index: ClusterIndex) -> Iterator[Row]:
     CLUSTER,
     "spec.pool.{generation,resourceSliceCount}",
     needs=(RESOURCE_SLICES,),
-    per="pool",
+    per=Per.POOL,
 )
 def pool_slices(index: ClusterIndex) -> Iterator[Row]:
     """expected (resourceSliceCount), published, stale (slices of older generations)."""
@@ -58,7 +58,7 @@ def pool_slices(index: ClusterIndex) -> Iterator[Row]:
     CLUSTER,
     "spec.pool.{generation,resourceSliceCount}",
     needs=(RESOURCE_SLICES,),
-    per="pool",
+    per=Per.POOL,
 )
 def pool_complete(index: ClusterIndex) -> Iterator[Row]:
     """Incomplete pools are skipped by the scheduler's view of capacity and by the autoscaler."""
@@ -75,7 +75,7 @@ def pool_complete(index: ClusterIndex) -> Iterator[Row]:
     "spec.pool.{generation,resourceSliceCount}, spec.devices[].{name,consumesCounters}, "
     "spec.sharedCounters",
     needs=(RESOURCE_SLICES,),
-    per="pool",
+    per=Per.POOL,
 )
 def pool_state(index: ClusterIndex) -> Iterator[Row]:
     """The allocator allocates from usable pools only; it skips incomplete and invalid ones."""
@@ -91,7 +91,7 @@ def pool_state(index: ClusterIndex) -> Iterator[Row]:
     "spec.sharedCounters, spec.devices[].consumesCounters, "
     "ResourceClaim status.allocation.devices.results[]",
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
-    per="pool",
+    per=Per.POOL,
 )
 def pool_shared_quantity(index: ClusterIndex) -> Iterator[Row]:
     """total from sharedCounters; consumed by the devices allocated (adminAccess aside)."""
@@ -110,7 +110,7 @@ def pool_shared_quantity(index: ClusterIndex) -> Iterator[Row]:
     "spec.sharedCounters, spec.devices[].consumesCounters, "
     "ResourceClaim status.allocation.devices.results[]",
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
-    per="pool",
+    per=Per.POOL,
 )
 def pool_utilization(index: ClusterIndex) -> Iterator[Row]:
     """The mean use of the pool's units (see :meth:`ClusterIndex.utilization`)."""
@@ -129,7 +129,7 @@ def pool_utilization(index: ClusterIndex) -> Iterator[Row]:
     "capacity.requestPolicy}, spec.sharedCounters, ResourceClaim status.allocation, "
     "DeviceTaintRules (when listed)",
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS, DEVICE_CLASSES),
-    per="pool",
+    per=Per.POOL,
     evaluates_selectors=True,
 )
 def pool_allocatable(index: ClusterIndex) -> Iterator[Row]:
@@ -147,7 +147,7 @@ def pool_allocatable(index: ClusterIndex) -> Iterator[Row]:
     "DeviceClass hourly-cost annotation and selectors, spec.sharedCounters, "
     "spec.devices[].{consumesCounters,capacity}, ResourceClaim status.allocation.devices.results[]",
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS, DEVICE_CLASSES),
-    per="pool",
+    per=Per.POOL,
     evaluates_selectors=True,
 )
 def pool_idle_cost(index: ClusterIndex) -> Iterator[Row]:

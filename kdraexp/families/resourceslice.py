@@ -18,7 +18,7 @@ from kdraexp.cel.values import ABSENT, attribute_value, quantity_value
 from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
-from kdraexp.families.family import CLUSTER, LabelGroup, Row, Stability, family
+from kdraexp.families.family import CLUSTER, LabelGroup, Per, Row, Stability, family
 from kdraexp.families.index import ClusterIndex, DeviceFacts, SliceFacts
 from kdraexp.families.kind import KindSpec, ShardKey
 
@@ -566,7 +566,7 @@ def device_capacity(view: SliceView) -> Iterator[Row]:
     "spec.devices[].taints[].{key,value,effect}, DeviceTaintRule spec.deviceSelector and "
     "spec.taint.{key,value,effect} (when listed)",
     needs=(RESOURCE_SLICES,),
-    per="pool",
+    per=Per.POOL,
 )
 def device_taint(index: ClusterIndex) -> Iterator[Row]:
     """One row per taint of a known effect (None, NoSchedule, NoExecute) of a current device.
@@ -619,7 +619,7 @@ def shared_quantity(view: SliceView) -> Iterator[Row]:
     "spec.devices[].{allowMultipleAllocations,capacity}, "
     "ResourceClaim status.allocation.devices.results[].consumedCapacity",
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
-    per="pool",
+    per=Per.POOL,
 )
 def device_capacity_available(index: ClusterIndex) -> Iterator[Row]:
     """The capacity minus what every non-admin result naming the device consumes of it."""
@@ -634,7 +634,7 @@ def device_capacity_available(index: ClusterIndex) -> Iterator[Row]:
     "spec.devices[].{taints,consumesCounters}, spec.sharedCounters, "
     "ResourceClaim status.allocation.devices.results[], DeviceTaintRules (when listed)",
     needs=(RESOURCE_SLICES, RESOURCE_CLAIMS),
-    per="pool",
+    per=Per.POOL,
 )
 def device_state(index: ClusterIndex) -> Iterator[Row]:
     """One row per device of a current generation, in its one state."""
@@ -649,7 +649,7 @@ def device_state(index: ClusterIndex) -> Iterator[Row]:
     CLUSTER,
     "spec.devices[].taints[].timeAdded, DeviceTaintRule spec.taint.timeAdded (when listed)",
     needs=(RESOURCE_SLICES,),
-    per="pool",
+    per=Per.POOL,
 )
 def device_taint_added(index: ClusterIndex) -> Iterator[Row]:
     """The device's own taints, then those of the DeviceTaintRules that select it."""

@@ -26,7 +26,7 @@ from kdraexp.dra.listing import (
     RESOURCE_SLICES,
 )
 from kdraexp.dra.problems import Problem, Problems
-from kdraexp.families.family import Family
+from kdraexp.families.family import Family, Per
 from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
 from kdraexp.families.pending import SelectorAnswers
 from kdraexp.families.resourceslice import pool_key
@@ -174,7 +174,7 @@ class ClusterRows:
         index.selectors = self._selectors
         index.owns = _owner(shard)
         index.judged = {}  # what is allocated may have changed
-        if any(family.per == "pod" for family in changed):
+        if any(family.per is Per.POD for family in changed):
             index.pods = [pod for pod in facts.get(PODS.plural, {}).values() if pod is not None]
             self._pods = {(pod.namespace, pod.name): pod for pod in index.pods}
             index.claims_by_name = {
@@ -223,18 +223,18 @@ class ClusterRows:
         """The family's sets: all made (*pools* and *moved* None), or those of the ones given."""
         view = index.view()
         view.problems = Problems()
-        everyone: Mapping[Any, Any] = index.pools if family.per == "pool" else claims
+        everyone: Mapping[Any, Any] = index.pools if family.per is Per.POOL else claims
         old = self.laid.get(family.name)
-        given: Iterable[Any] | None = pools if family.per == "pool" else moved
-        if family.per == "pod":  # few pods matter, and their rows join claims: all made again
+        given: Iterable[Any] | None = pools if family.per is Per.POOL else moved
+        if family.per is Per.POD:  # few pods matter, and their rows join claims: all made again
             everyone, given = self._pods, None
-        if family.per == "pending" and pools and moved is not None and old is not None:
+        if family.per is Per.PENDING and pools and moved is not None and old is not None:
             given = {*moved, *old.owners}  # the pending read the pools that changed
         size: int | None = None
         touched: Iterable[Any]
         if given is None or old is None:  # every set made again
             touched, owners, problems = list(everyone), {}, {}
-            if family.per == "pending":  # the others have no rows
+            if family.per is Per.PENDING:  # the others have no rows
                 touched = [key for key, claim in claims.items() if claim.pending]
         else:
             touched, owners, problems = given, dict(old.owners), dict(old.problems)
@@ -249,9 +249,9 @@ class ClusterRows:
                     remade.add(owner)
                 problems.pop(owner, None)
                 continue
-            if family.per == "pool":
+            if family.per is Per.POOL:
                 view.pools = {owner: one}
-            elif family.per == "pod":
+            elif family.per is Per.POD:
                 view.pods = [one]
             else:
                 view.claims = [one]
