@@ -246,4 +246,4 @@ def test_pods_using_nothing_cost_no_entry() -> None:
     pods = [pod("web", {}), pod("gpu", {"containers": [container(limits={"nvidia.com/gpu": "1"})]})]
     collect(pods=pods, selection=EVERYTHING, store=store)
     assert [e.facts.name for e in store.entries[PODS.plural].values()] == ["gpu"]
-    assert len(store.skipped[PODS.plural]) == 0  # no version to remember them by here
+    assert list(store.skipped[PODS.plural]) == ["uid-web"]  # by its JSON: it has no version
