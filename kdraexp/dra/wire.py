@@ -413,6 +413,10 @@ class Identity(Wire):
     metadata: IdentityMeta | None = None
 
 
+IDENTITY = msgspec.json.Decoder(Identity)
+"""Decodes an object's :class:`Identity`, once an object (and once a watch event)."""
+
+
 class Bookmark(Wire):
     """A watch's ``BOOKMARK`` object: its version, and what ends a streaming list's first events."""
 

@@ -73,7 +73,6 @@ cannot keep up fails visibly instead of falling further behind in memory."""
 REFUSALS = 3
 """Watches from one resourceVersion the server refuses in a row before the kind is listed
 again: a version it will never accept (a bookmark gone bad) must not be retried forever."""
-_IDENTITY = msgspec.json.Decoder(wire.Identity)
 _BOOKMARK = msgspec.json.Decoder(wire.Bookmark)
 
 
@@ -283,7 +282,7 @@ class KindWatch:
             if self._dropping:
                 return  # not even a bookmark: it would move the version past what was dropped
             if kind == "BOOKMARK":
-                self._bookmark(_IDENTITY.decode(raw).metadata, False)
+                self._bookmark(wire.IDENTITY.decode(raw).metadata, False)
                 return
             self._apply(kind, raw)
 
@@ -378,14 +377,15 @@ class KindWatch:
             )
             return
         arrived = self._clock.seconds()
-        applied: list[str] = []
+        applied: list[tuple[str, str | None]] = []
 
         def then() -> None:
-            self._version = _version_of(raw) or self._version
+            key, version = applied[0]
+            self._version = version or self._version
             self._current()
             self._stats.event(self.kind.plural, kind, arrived)
             self._stats.holding(self.kind.plural, self._held())
-            self._read(applied[0])
+            self._read(key)
             if self._reader.changed:
                 self._changed(self.kind)
 
@@ -609,11 +609,3 @@ def _as_list_error(kind: Kind, raised: Exception) -> ListError:
     if isinstance(raised, ListError):
         return raised
     return ListError(kind.plural, Reason.DECODE, None, str(raised), verb="watch")
-
-
-def _version_of(raw: msgspec.Raw) -> str | None:
-    try:
-        meta = _IDENTITY.decode(raw).metadata
-    except msgspec.DecodeError:
-        return None
-    return meta.resource_version if meta else None

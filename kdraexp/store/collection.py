@@ -92,9 +92,6 @@ def row_families(selection: Selection, kind: Kind) -> list[Family]:
     ]
 
 
-_IDENTITY = msgspec.json.Decoder(wire.Identity)
-
-
 def identity(meta: wire.ObjectMeta | wire.IdentityMeta | None) -> str:
     """An object's identity: its uid, else namespace/name."""
     if meta is None:
@@ -187,73 +184,67 @@ class KindReader:
         :raises ListError: ``TooLarge``, for an object or a page that would become more than
             :data:`OBJECT_SHARE` and :data:`PART_BYTES` allow of the response limit.
         """
-        decoder = self.kind.decoder
         for raw in items:
-            known = self._decode(_IDENTITY, raw)
-            if known.kind is not None and known.kind != self.kind.kind:
-                raise ShapeError(
-                    f"a {printable(known.kind, 64)} {_name(raw)} among the {self.kind.plural}"
-                )
-            meta = known.metadata
-            key = identity(meta)
-            if self._live:
-                self.touched.add(key)
-            if key in self.entries or key in self.skipped:
-                continue  # the same object twice in one list: the first one counts
-            version = (meta.resource_version if meta else None) or _content_version(raw)
-            if version and self._previous_skipped.get(key) == version:
-                self.skipped[key] = version
-                continue
-            old = self._previous.get(key) or (self._warm or {}).get(key)
-            if (
-                old is not None
-                and version
-                and old.version == version
-                and old.context == self._context
-            ):
-                self.entries[key] = old
-                continue
-            if len(raw) > self._limit // OBJECT_SHARE:  # only what is read: a calm list is not
+            self._one(raw, self._decode(wire.IDENTITY, raw))
+
+    def _one(self, raw: msgspec.Raw, known: wire.Identity) -> None:
+        """Read one object, whose identity *known* is decoded already."""
+        decoder = self.kind.decoder
+        if known.kind is not None and known.kind != self.kind.kind:
+            raise ShapeError(
+                f"a {printable(known.kind, 64)} {_name(raw)} among the {self.kind.plural}"
+            )
+        meta = known.metadata
+        key = identity(meta)
+        if self._live:
+            self.touched.add(key)
+        if key in self.entries or key in self.skipped:
+            return  # the same object twice in one list: the first one counts
+        version = (meta.resource_version if meta else None) or _content_version(raw)
+        if self._previous_skipped.get(key) == version:
+            self.skipped[key] = version
+            return
+        old = self._previous.get(key) or (self._warm or {}).get(key)
+        if old is not None and old.version == version and old.context == self._context:
+            self.entries[key] = old
+            return
+        if len(raw) > self._limit // OBJECT_SHARE:  # only what is read: a calm list is not
+            raise self._too_large(
+                f"{self.kind.kind} {_name(raw)} is {len(raw)} bytes, more than "
+                f"1/{OBJECT_SHARE} of --max-response-bytes={self._limit} (the API server "
+                "stores objects of at most 1.5 MiB)"
+            )
+        item = self._decode(decoder, raw)
+        if self._spec.parts is not None:
+            self._parts += self._spec.parts(item)
+            if self._parts > self._limit // PART_BYTES:
                 raise self._too_large(
-                    f"{self.kind.kind} {_name(raw)} is {len(raw)} bytes, more than "
-                    f"1/{OBJECT_SHARE} of --max-response-bytes={self._limit} (the API server "
-                    "stores objects of at most 1.5 MiB)"
+                    f"a page of {self.kind.plural} holds more than "
+                    f"{self._limit // PART_BYTES} devices, each counted as {PART_BYTES} "
+                    f"bytes of --max-response-bytes={self._limit}: read, they would not fit "
+                    "beside it"
                 )
-            item = self._decode(decoder, raw)
-            if self._spec.parts is not None:
-                self._parts += self._spec.parts(item)
-                if self._parts > self._limit // PART_BYTES:
-                    raise self._too_large(
-                        f"a page of {self.kind.plural} holds more than "
-                        f"{self._limit // PART_BYTES} devices, each counted as {PART_BYTES} "
-                        f"bytes of --max-response-bytes={self._limit}: read, they would not fit "
-                        "beside it"
-                    )
-            placed = self._spec.shard_key(item) if self._spec.shard_key else None
-            part = self._shard.part(placed)
-            if part is Part.SKIP:
-                if version:
-                    self.skipped[key] = version
-                continue
-            if item.metadata is not None and item.metadata.uid == key:
-                item.metadata.uid = key  # one string for the identity and the rows
-            if self._live and self._spec.reads_classes and self._classes.matcher is not None:
-                self._classes.matcher.new_collection()  # an event is a collection of its own
-            entry = self._read(item, version, part is Part.WRITE)
-            if entry.facts is None and not (
-                entry.problems or entry.class_errors or any(entry.rows)
-            ):
-                if version:  # it gives nothing (a pod using no device): its version will do
-                    self.skipped[key] = version
-                continue
-            self.entries[key] = entry
-            if self._keep_sources or self._spec.keeps_source:
-                entry.source = zlib.compress(raw, 1)
-                if self._spec.keeps_source:
-                    entry.facts.source = entry.source
-            if self._warm is not None:
-                self._warm[key] = entry  # kept even if this collection fails (a deadline)
-            self.changed = True
+        placed = self._spec.shard_key(item) if self._spec.shard_key else None
+        part = self._shard.part(placed)
+        if part is Part.SKIP:
+            self.skipped[key] = version
+            return
+        if item.metadata is not None and item.metadata.uid == key:
+            item.metadata.uid = key  # one string for the identity and the rows
+        if self._live and self._spec.reads_classes and self._classes.matcher is not None:
+            self._classes.matcher.new_collection()  # an event is a collection of its own
+        entry = self._read(item, version, part is Part.WRITE)
+        if entry.facts is None and not (entry.problems or entry.class_errors or any(entry.rows)):
+            self.skipped[key] = version  # it gives nothing (a pod using no device)
+            return
+        self.entries[key] = entry
+        if self._keep_sources or self._spec.keeps_source:
+            entry.source = zlib.compress(raw, 1)
+            if self._spec.keeps_source:
+                entry.facts.source = entry.source
+        if self._warm is not None:
+            self._warm[key] = entry  # kept even if this collection fails (a deadline)
+        self.changed = True
 
     def resync(self) -> None:
         """Start listing again while keeping what is known: unchanged objects keep their entry."""
@@ -269,32 +260,34 @@ class KindReader:
     def _too_large(self, why: str) -> ListError:
         return ListError(self.kind.plural, Reason.TOO_LARGE, None, why, public=True)
 
-    def apply(self, event: str, raw: msgspec.Raw) -> str:
+    def apply(self, event: str, raw: msgspec.Raw) -> tuple[str, str | None]:
         """One watch event: ``ADDED`` or ``MODIFIED`` reads the object again, ``DELETED`` drops it.
 
-        Return the object's key.
+        Return the object's key and its ``resourceVersion`` (its identity decoded once).
 
         :raises ShapeError: for an object not of the kind's shape.
         """
-        key = identity(self._decode(_IDENTITY, raw).metadata)
+        known = self._decode(wire.IDENTITY, raw)
+        key = identity(known.metadata)
+        version = known.metadata.resource_version if known.metadata else None
         self.skipped.pop(key, None)
         self.touched.add(key)
         if event == "DELETED":
             dropped = self.entries.pop(key, None) is not None  # whatever changed before
             self.changed = self.changed or dropped
-            return key
+            return key, version
         self._previous = {}
         entries, self.entries = self.entries, {}
         self.response()  # an event is a response of its own
         try:
-            self.page([raw])
+            self._one(raw, known)
         finally:
             read, self.entries = self.entries, entries
         if key in read:
             entries[key] = read[key]  # a changed object keeps its place (and its block's)
         elif entries.pop(key, None) is not None:
             self.changed = True  # it moved to another shard
-        return key
+        return key, version
 
     def reread(self, key: str) -> None:
         """Read an object again from its kept source, with the classes now configured.
@@ -370,7 +363,7 @@ def _content_version(raw: msgspec.Raw) -> str:
 def _name(raw: msgspec.Raw) -> str:
     """The object's name, if its metadata can be read at all."""
     try:
-        meta = _IDENTITY.decode(raw).metadata
+        meta = wire.IDENTITY.decode(raw).metadata
     except (msgspec.DecodeError, RecursionError):
         return "(unreadable)"
     return (meta.name if meta else None) or "(no name)"
