@@ -16,7 +16,7 @@ from kdraexp.families import FAMILIES
 from tests.collect import collect, samples
 from tests.fakeapi import FakeKubeAPI
 from tests.objects import attributes, classy, counters, device, gpu, new_claim, pool_slice, result
-from tests.test_watching import Watched
+from tests.test_watch import Watched
 
 MIG = counters(memory_slice_0="1", memory_slice_1="1")
 PER_SLICE = {"kube_resourceslice_info", "kube_resourcepool_slices"}

@@ -9,7 +9,7 @@ import yaml
 
 from kdraexp.families.selection import select
 from tests.collect import collect, text
-from tests.test_filesource import EXAMPLE
+from tests.test_file import EXAMPLE
 
 
 def test_demo_exposition_lints_clean_but_for_the_original(prometheus_release: Path) -> None:

@@ -254,7 +254,7 @@ def test_plain_requests_judged_from_summaries_as_in_full(monkeypatch: pytest.Mon
     """
     import yaml
 
-    from tests.test_filesource import EXAMPLE
+    from tests.test_file import EXAMPLE
 
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for item in yaml.safe_load(EXAMPLE.read_text())["items"]:
@@ -516,7 +516,7 @@ def test_the_example_cluster_shows_every_reason() -> None:
     """``make demo`` serves a pending claim for each reason."""
     import yaml
 
-    from tests.test_filesource import EXAMPLE
+    from tests.test_file import EXAMPLE
 
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for item in yaml.safe_load(EXAMPLE.read_text())["items"]:

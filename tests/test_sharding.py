@@ -16,7 +16,7 @@ from kdraexp.families.selection import select
 from kdraexp.store.collection import Collection
 from kdraexp.store.sharding import Part, Shard, ordinal
 from tests.collect import collect, samples
-from tests.test_filesource import EXAMPLE
+from tests.test_file import EXAMPLE
 
 RESOURCES = "resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods"
 
