@@ -67,8 +67,36 @@ BY_PLURAL = {kind.plural: kind for kind in LIST_ORDER}
 DEFAULT_RESOURCES = ("resourceclaims", "resourceslices", "deviceclasses")
 
 
+class StatusReason(StrEnum):
+    """The reasons a Kubernetes Status may give (``metav1.StatusReason``).
+
+    Any other string a server sends is not trusted as a label value or in the 500 body.
+    """
+
+    BAD_REQUEST = "BadRequest"
+    CONFLICT = "Conflict"
+    EXPIRED = "Expired"
+    """A list's continue token or a watch's version is older than the server keeps."""
+    FORBIDDEN = "Forbidden"
+    GONE = "Gone"
+    """As Expired, for a watch (HTTP 410)."""
+    INTERNAL_ERROR = "InternalError"
+    INVALID = "Invalid"
+    METHOD_NOT_ALLOWED = "MethodNotAllowed"
+    NOT_ACCEPTABLE = "NotAcceptable"
+    NOT_FOUND = "NotFound"
+    REQUEST_ENTITY_TOO_LARGE = "RequestEntityTooLarge"
+    SERVER_TIMEOUT = "ServerTimeout"
+    SERVICE_UNAVAILABLE = "ServiceUnavailable"
+    STORE_READ_ERROR = "StoreReadError"
+    TIMEOUT = "Timeout"
+    TOO_MANY_REQUESTS = "TooManyRequests"
+    UNAUTHORIZED = "Unauthorized"
+    UNSUPPORTED_MEDIA_TYPE = "UnsupportedMediaType"
+
+
 class Reason(StrEnum):
-    """Why a list failed, when it is not a Kubernetes Status reason (``Forbidden``...)."""
+    """Why a list failed, when it is not a Kubernetes Status reason (:class:`StatusReason`)."""
 
     TIMEOUT = "Timeout"
     TRANSPORT = "Transport"

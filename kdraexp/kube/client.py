@@ -30,7 +30,7 @@ from twisted.web.iweb import IAgent, IResponse
 
 from kdraexp import __version__
 from kdraexp.dra import wire
-from kdraexp.dra.listing import PAGE, Kind, ListError, Reader, Reason, ShapeError
+from kdraexp.dra.listing import PAGE, Kind, ListError, Reader, Reason, ShapeError, StatusReason
 from kdraexp.kube import tls
 from kdraexp.kube.credentials import CredentialError, Credentials
 from kdraexp.kube.inflate import NotInflated, ResponseTooLarge, decoding_agent
@@ -39,30 +39,8 @@ from kdraexp.util.text import printable
 from kdraexp.util.turns import feed
 
 USER_AGENT = f"kdraexp/{__version__} (python {platform.python_version()})".encode()
-STATUS_REASONS = frozenset(
-    {
-        "BadRequest",
-        "Conflict",
-        "Expired",
-        "Forbidden",
-        "Gone",
-        "InternalError",
-        "Invalid",
-        "MethodNotAllowed",
-        "NotAcceptable",
-        "NotFound",
-        "RequestEntityTooLarge",
-        "ServerTimeout",
-        "ServiceUnavailable",
-        "StoreReadError",
-        "Timeout",
-        "TooManyRequests",
-        "Unauthorized",
-        "UnsupportedMediaType",
-    }
-)
-"""The reasons a Kubernetes Status may give (metav1.StatusReason); any other string the server
-sends is not trusted as a label value or in the 500 body."""
+STATUS_REASONS = frozenset(StatusReason)
+"""The reasons a Kubernetes Status may give: any other is not trusted (see StatusReason)."""
 
 WATCH_EVENTS = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
 """The event types a watch sends besides ERROR: any other is a broken stream."""
@@ -162,7 +140,7 @@ class KubeListClient:
             code, body = await self._get(kind, version, limit, token)
             if code != 200:
                 error = status_error(kind.plural, code, body)
-                if error.reason == "Expired" and token:
+                if error.reason == StatusReason.EXPIRED and token:
                     raise _ContinueExpired()
                 raise error
             try:

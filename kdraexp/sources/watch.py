@@ -38,6 +38,7 @@ from kdraexp.dra.listing import (
     ListError,
     Reason,
     ShapeError,
+    StatusReason,
     Watcher,
 )
 from kdraexp.families import KINDS
@@ -186,7 +187,10 @@ class KindWatch:
                 raised = caught
             self._broken = None
             failure = _as_list_error(self.kind, raised)
-            expired = failure.code == 410 or failure.reason in ("Expired", "Gone")
+            expired = failure.code == 410 or failure.reason in (
+                StatusReason.EXPIRED,
+                StatusReason.GONE,
+            )
             if expired and self._resync is None:
                 self._resync = "expired"  # compacted while following: list again at once
                 continue
@@ -214,7 +218,7 @@ class KindWatch:
             try:
                 await self._stream_initial()
             except ListError as error:
-                if error.code not in (400, 403, 422) or error.reason == "Forbidden":
+                if error.code not in (400, 403, 422) or error.reason == StatusReason.FORBIDDEN:
                     raise
                 log.info(
                     "The API server offers no streaming list of {resource} ({error}): "
