@@ -10,7 +10,7 @@ no cookie is kept.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 from twisted.internet.defer import CancelledError, Deferred
@@ -29,6 +29,7 @@ from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES
 from kdraexp.kube.inflate import ResponseTooLarge, too_large
 from kdraexp.util.reactor import IKdraReactor
 
+T = TypeVar("T")
 HEADER_LIMIT = 256 * 1024
 """Bytes of status line and headers a response may have."""
 
@@ -42,47 +43,79 @@ class Limits:
     headers: int = HEADER_LIMIT
 
 
-class _Body(Protocol):
-    """Collects one response body within the limit (inflated already, if it came gzipped)."""
+class _Bounded(Protocol, Generic[T]):
+    """Reads one response body within a bound, as treq's collectors do, into :attr:`done`.
 
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._data = bytearray()
+    A failure (past the bound, a handler's refusal) or a cancellation drops the connection and
+    what was held at once; the end of the body fires :attr:`done` with :meth:`result`.
+    """
+
+    def __init__(self) -> None:
         self._stopped = False
-        self.done: Deferred[bytearray] = Deferred(canceller=self._cancel)
+        self.done: Deferred[T] = Deferred(canceller=self._cancel)
+
+    def received(self, data: bytes) -> None:
+        """Take a piece of the body (not called once stopped)."""
+        raise NotImplementedError
+
+    def result(self) -> T:
+        """What the body gave, once it has ended."""
+        raise NotImplementedError
+
+    def drop(self) -> None:
+        """Forget what is held."""
+        raise NotImplementedError
 
     def dataReceived(self, data: bytes) -> None:
-        if self._stopped:
-            return
-        self._data += data
-        if len(self._data) > self._limit:
-            self._fail(too_large(self._limit))
+        if not self._stopped:
+            self.received(data)
 
     def connectionLost(self, reason: Failure = Failure(ResponseDone())) -> None:  # noqa: B008
         if self._stopped:
             return
         self._stopped = True
         if reason.check(ResponseDone, PotentialDataLoss):
-            self.done.callback(self._data)  # not copied: a list page may be tens of MiB
+            self.done.callback(self.result())
         else:
             self.done.errback(reason)
-        self._data = bytearray()
+        self.drop()
 
-    def _fail(self, error: Exception) -> None:
+    def fail(self, error: Exception) -> None:
+        """End the body with *error*: the connection is dropped."""
         self._stopped = True
-        self._data = bytearray()
+        self.drop()
         self._abort()
         self.done.errback(error)
 
-    def _cancel(self, _: Deferred[bytearray]) -> None:
+    def _cancel(self, _: Deferred[T]) -> None:
         self._stopped = True
-        self._data = bytearray()
+        self.drop()
         self._abort()
 
     def _abort(self) -> None:
         if self.transport is not None:
             # The client's body transport (an IPushProducer): stopping it drops the connection.
             self.transport.stopProducing()  # type: ignore[attr-defined]
+
+
+class _Body(_Bounded[bytearray]):
+    """Collects one response body within the limit (inflated already, if it came gzipped)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self._limit = limit
+        self._data = bytearray()
+
+    def received(self, data: bytes) -> None:
+        self._data += data
+        if len(self._data) > self._limit:
+            self.fail(too_large(self._limit))
+
+    def result(self) -> bytearray:
+        return self._data  # not copied: a list page may be tens of MiB
+
+    def drop(self) -> None:
+        self._data = bytearray()
 
 
 def read_body(response: IResponse, limit: int) -> Deferred[bytearray]:
@@ -95,7 +128,7 @@ def read_body(response: IResponse, limit: int) -> Deferred[bytearray]:
     body = _Body(limit)
     response.deliverBody(body)
     if isinstance(response.length, int) and response.length > limit:
-        body._fail(too_large(limit))  # said so before sending it: read none of it
+        body.fail(too_large(limit))  # said so before sending it: read none of it
     return body.done
 
 
@@ -220,19 +253,16 @@ def cancelled(failure: Failure) -> bool:
     return any(isinstance(reason, Failure) and cancelled(reason) for reason in reasons)
 
 
-class _Lines(Protocol):
+class _Lines(_Bounded[None]):
     """Delivers a streamed body (a watch) line by line, each line at most *limit* bytes."""
 
     def __init__(self, limit: int, on_line: Callable[[bytes], None]) -> None:
+        super().__init__()
         self._limit = limit
         self._on_line = on_line
         self._partial = bytearray()
-        self._stopped = False
-        self.done: Deferred[None] = Deferred(canceller=self._cancel)
 
-    def dataReceived(self, data: bytes) -> None:
-        if self._stopped:
-            return
+    def received(self, data: bytes) -> None:
         start = 0
         while not self._stopped:
             end = data.find(b"\n", start)
@@ -249,38 +279,19 @@ class _Lines(Protocol):
                 try:
                     self._on_line(line)
                 except Exception as error:  # the handler refused the line: end the stream
-                    self._fail(error)
+                    self.fail(error)
                     return
         self._partial += data[start:]
         if len(self._partial) > self._limit:
-            self._fail(
+            self.fail(
                 ResponseTooLarge(f"a watch event is larger than --max-response-bytes={self._limit}")
             )
 
-    def connectionLost(self, reason: Failure = Failure(ResponseDone())) -> None:  # noqa: B008
-        if self._stopped:
-            return
-        self._stopped = True
-        self._partial = bytearray()
-        if reason.check(ResponseDone, PotentialDataLoss):
-            self.done.callback(None)
-        else:
-            self.done.errback(reason)
+    def result(self) -> None:
+        return None
 
-    def _fail(self, error: Exception) -> None:
-        self._stopped = True
+    def drop(self) -> None:
         self._partial = bytearray()
-        self._abort()
-        self.done.errback(error)
-
-    def _cancel(self, _: Deferred[None]) -> None:
-        self._stopped = True
-        self._partial = bytearray()
-        self._abort()
-
-    def _abort(self) -> None:
-        if self.transport is not None:
-            self.transport.stopProducing()  # type: ignore[attr-defined]
 
 
 def read_lines(response: IResponse, limit: int, on_line: Callable[[bytes], None]) -> Deferred[None]:
