@@ -55,8 +55,9 @@ e2e: install
 operator-e2e: install
 	$(BIN)/python -m pytest tests/e2e/operator_check.py
 
-# The scale benchmark (about ten minutes: watch mode, shards, pending claims and the Pod view
-# at 64,000 devices included): tables on stdout, benchmarks/results.{json,png}.
+# The scale benchmark (about ten minutes: watch mode, shards, pending claims, the Pod view and
+# scrapes of objects all new at 64,000 devices included): tables on stdout,
+# benchmarks/results.{json,png}.
 bench: install
 	$(BIN)/python -m benchmarks.run --check
 
