@@ -9,6 +9,7 @@ are complete.  A pool is ``(driver, pool)``; its current generation is the highe
 from __future__ import annotations
 
 import copy
+import itertools
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -74,7 +75,7 @@ class SliceFacts(msgspec.Struct, gc=False):
     slice_count: int | None
     shared: Counters
     devices: tuple[DeviceFacts, ...]
-    rows: list[tuple[str, tuple[Any, ...]]] = msgspec.field(default_factory=list)
+    rows: tuple[tuple[str, tuple[Any, ...]], ...] = ()
     """(family, flattened rows) of the families that count only the current generation."""
     source: bytes | None = None
     """The slice's JSON, deflated: read again when a claim's own selectors must be judged."""
@@ -169,14 +170,15 @@ class Pool(msgspec.Struct, gc=False, eq=False):
 
     driver: str
     name: str
-    slices: list[SliceFacts] = msgspec.field(default_factory=list)
-    current: list[SliceFacts] = msgspec.field(default_factory=list)
+    slices: tuple[SliceFacts, ...] = ()
+    """Tuples, not lists, here and below: what holds only untracked objects is untracked too."""
+    current: tuple[SliceFacts, ...] = ()
     """The slices of the current generation."""
     generation: int = 0
     expected: int | None = None
     published: int = 0
     stale: int = 0
-    devices: list[DeviceFacts] = msgspec.field(default_factory=list)
+    devices: tuple[DeviceFacts, ...] = ()
     totals: dict[tuple[str, str], float] = msgspec.field(default_factory=dict)
     sets: dict[str, tuple[tuple[str, float], ...]] = msgspec.field(default_factory=dict)
     """Per counter set, its counters with a positive total: (counter, total)."""
@@ -189,16 +191,17 @@ class Pool(msgspec.Struct, gc=False, eq=False):
     def settle(self) -> None:
         """Keep the current generation only; add up its counters."""
         self.generation = max(s.generation for s in self.slices)
-        current = [s for s in self.slices if s.generation == self.generation]
-        current.sort(key=_NAME)  # the allocator walks a pool's slices by name
-        self.current = current
+        current = sorted(  # the allocator walks a pool's slices by name
+            [s for s in self.slices if s.generation == self.generation], key=_NAME
+        )
+        self.current = tuple(current)
         self.published = len(current)
         self.stale = len(self.slices) - len(current)
         counts = [s.slice_count for s in current if s.slice_count is not None]
         self.expected = max(counts) if counts else None
         sets: list[str] = []
+        self.devices = tuple(itertools.chain.from_iterable(facts.devices for facts in current))
         for facts in current:
-            self.devices.extend(facts.devices)
             for counter_set, counters in facts.shared:
                 sets.append(counter_set)
                 for counter, value in counters.items():
@@ -244,12 +247,11 @@ class Pools:
     async def build(cls, slices: list[SliceFacts], turns: Turns) -> Pools:
         """Group *slices* by pool, keeping each pool's current generation."""
         made = cls()
+        grouped: dict[tuple[str, str], list[SliceFacts]] = {}
         for facts in slices:
-            key = (facts.driver, facts.pool)
-            pool = made.pools.get(key)
-            if pool is None:
-                pool = made.pools[key] = Pool(*key)
-            pool.slices.append(facts)
+            grouped.setdefault((facts.driver, facts.pool), []).append(facts)
+        made.pools = {key: Pool(*key, slices=tuple(found)) for key, found in grouped.items()}
+        del grouped
         await turns.take()
         for count, pool in enumerate(made.pools.values()):
             pool.settle()

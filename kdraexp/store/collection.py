@@ -323,10 +323,14 @@ class KindReader:
             context.class_errors.extend(self._classes.unmatched_errors())
         if not write:
             return Entry(version, self._context, self._unwritten, facts, (), ())
-        for family in self._generation_families:
-            found = flatten(family.rows(view))
-            if found:
-                facts.rows.append((family.name, found))
+        if self._generation_families:  # a slice's: untracked by the collector, as its facts
+            facts.rows = tuple(
+                [
+                    (family.name, found)
+                    for family in self._generation_families
+                    if (found := flatten(family.rows(view)))
+                ]
+            )
         return Entry(
             version,
             self._context,
