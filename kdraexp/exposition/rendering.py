@@ -257,8 +257,9 @@ class Renderer:
             else:
                 crc = crc32_combine(crc, segment.crc, segment.size)
             size += segment.size
-            await self._turns.take()  # blocks read again alike are compared in full: 64,000
-            # devices' take a few hundred milliseconds
+            # Blocks read again alike were compared in full: 64,000 devices' take a few hundred
+            # milliseconds, which the reactor would wait for.
+            await self._turns.take()
         self._blocks[family.name] = (kept, kept_content, kept_objects)
         return Segment(key, tuple(parts), crc, size)
 
