@@ -127,6 +127,8 @@ def test_self_metrics(exporter: Exporter) -> None:
     assert any(name.startswith("process_") for name in names)
     assert 'kube_dra_exporter_list_objects{resource="resourceclaims"} 1.0' in body.decode()
     assert exporter.get("/healthz", telemetry=True)[::2] == (200, b"ok\n")
+    code, _, page = exporter.get("/", telemetry=True)
+    assert code == 200 and b'href="metrics"' in page and b"readyz" not in page
 
 
 def test_head_does_not_collect(exporter: Exporter) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import gzip
 import html
 import re
-from collections.abc import Iterable, Iterator
-from typing import cast
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
 
 from klein import Klein
 from prometheus_client.registry import CollectorRegistry
@@ -67,6 +67,22 @@ def _ok(request: IRequest) -> bytes:
     return b"ok\n"
 
 
+def _front(app: Klein, links: Callable[[Any, IRequest], str]) -> None:
+    """Route ``/`` and ``/healthz`` on *app*, alike on both listeners.
+
+    ``/`` is a small page linking the endpoints, with *links* (of the listener and the request)
+    after them; ``/healthz`` says the process answers, and never touches the API server.
+    """
+
+    @app.route("/", methods=["GET"])
+    def index(self: Any, request: IRequest) -> bytes:
+        return _landing(request, links(self, request))
+
+    @app.route("/healthz", methods=["GET"])
+    def healthz(self: Any, request: IRequest) -> bytes:
+        return _ok(request)
+
+
 class ExporterApp:
     """The main listener: the DRA families, over one gatherer."""
 
@@ -81,15 +97,7 @@ class ExporterApp:
         self._renderer = rendering.Renderer(clock)
         """Keeps each family's text compressed, shared by every scrape until the family changes."""
 
-    @app.route("/", methods=["GET"])
-    def index(self, request: IRequest) -> bytes:
-        """A small page linking the endpoints and the telemetry listener."""
-        return _landing(request, _main_links(request, self._telemetry))
-
-    @app.route("/healthz", methods=["GET"])
-    def healthz(self, request: IRequest) -> bytes:
-        """Liveness: the process answers.  Never touches the API server."""
-        return _ok(request)
+    _front(app, lambda self, request: _main_links(request, self._telemetry))
 
     @app.route("/readyz", methods=["GET"])
     def readyz(self, request: IRequest) -> bytes:
@@ -151,15 +159,7 @@ class TelemetryApp:
     def __init__(self, registry: CollectorRegistry) -> None:
         self._registry = registry
 
-    @app.route("/", methods=["GET"])
-    def index(self, request: IRequest) -> bytes:
-        """A small page linking the two endpoints."""
-        return _landing(request)
-
-    @app.route("/healthz", methods=["GET"])
-    def healthz(self, request: IRequest) -> bytes:
-        """Liveness: the process answers."""
-        return _ok(request)
+    _front(app, lambda self, request: "")
 
     @app.route("/metrics", methods=["GET"])
     def metrics(self, request: IRequest) -> bytes:
