@@ -166,12 +166,19 @@ def consumed_capacity(
             f"{where} consumedCapacity: expected a map, got {_short(value)}",
         )
         return {}
+    return _quantities(value, problems, resource, "consumedCapacity", where)
+
+
+def _quantities(
+    value: dict[str, Any], problems: Problems, resource: str, field: str, where: str
+) -> dict[str, float]:
+    """Each name's quantity in *value*; a bad one is left out and reported under *field*."""
     found = {}
     for name, amount in value.items():
         try:
             found[name] = quantity(amount)
         except Unreadable as error:
-            problems.add(resource, "consumedCapacity", f"{where} consumedCapacity {name}: {error}")
+            problems.add(resource, field, f"{where} {field} {name}: {error}")
     return found
 
 
@@ -384,13 +391,7 @@ def capacity_requests(
     requests = value.get("requests")
     if not isinstance(requests, dict):
         return {}
-    found = {}
-    for name, amount in requests.items():
-        try:
-            found[name] = quantity(amount)
-        except Unreadable as error:
-            problems.add(resource, "capacity", f"{where} capacity {name}: {error}")
-    return found
+    return _quantities(requests, problems, resource, "capacity", where)
 
 
 def conditions(
