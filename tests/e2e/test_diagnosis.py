@@ -20,7 +20,7 @@ import pytest
 from tests.e2e.conftest import wait_until
 from tests.e2e.controlplane import APIError
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.test_allocator import (
+from tests.e2e.simworld import (
     CLAIMS,
     DRIVER,
     NAMESPACE,

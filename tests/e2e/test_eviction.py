@@ -24,7 +24,7 @@ import pytest
 
 from tests.e2e.conftest import wait_until
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.test_allocator import (
+from tests.e2e.simworld import (
     DRIVER,
     NAMESPACE,
     PODS,

@@ -24,7 +24,7 @@ from tests import dashboard, tools
 from tests.e2e import prometheus
 from tests.e2e.conftest import wait_until
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.test_allocator import (
+from tests.e2e.simworld import (
     CLAIMS,
     DRIVER,
     NAMESPACE,

@@ -56,7 +56,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
 from tests.e2e.simulated import Simulated, ensure, start_simulated
-from tests.e2e.test_allocator import (
+from tests.e2e.simworld import (
     RESOURCE,
     RESOURCES,
     SCHEDULED,

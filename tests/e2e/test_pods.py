@@ -17,7 +17,7 @@ import pytest
 
 from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.test_allocator import (
+from tests.e2e.simworld import (
     CLAIMS,
     DRIVER,
     NAMESPACE,

@@ -31,7 +31,7 @@ from tests.e2e import driver_shapes
 from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
 from tests.e2e.publisher import Publisher
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.test_allocator import samples, values
+from tests.e2e.simworld import samples, values
 
 pytestmark = pytest.mark.slow
 RESOURCE = "/apis/resource.k8s.io/v1"

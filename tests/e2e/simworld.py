@@ -1,0 +1,137 @@
+"""The simulated cluster's objects and readings, shared by the tests that run on it.
+
+What a test makes there (a driver's slices, classes, claims, pods) and reads back (where the
+scheduler bound a pod, its conditions, the exporter's samples), and the exporter it starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.conftest import Exporter, write_kubeconfig
+from tests.e2e.simulated import Simulated
+
+DRIVER = "gpu.sim.example"
+NAMESPACE = "sim"
+RESOURCE = "/apis/resource.k8s.io/v1"
+CLAIMS = f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
+PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
+RESOURCES = "resourceclaims,resourceslices,deviceclasses,devicetaintrules"
+SCHEDULED = 30.0
+"""Seconds the scheduler (and the controller manager) get to act: they take tens of ms."""
+
+
+def gpu(pool: str, name: str, kind: str = "gpu", **extra: Any) -> dict[str, Any]:
+    """A device with a unique uuid, by which a claim can ask for it alone."""
+    return {
+        "name": name,
+        "attributes": {"type": {"string": kind}, "uuid": {"string": f"{pool}/{name}"}},
+        "capacity": {"memory": {"value": "40Gi" if kind == "gpu" else "10Gi"}},
+        **extra,
+    }
+
+
+def pool_slice(name: str, node: str, pool: str, count: int = 1, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": pool, "generation": 1, "resourceSliceCount": count},
+            **spec,
+        },
+    }
+
+
+def counters(**values: str) -> dict[str, dict[str, str]]:
+    return {name.replace("_", "-"): {"value": value} for name, value in values.items()}
+
+
+def device_class(name: str, kind: str) -> dict[str, Any]:
+    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{kind}"'
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def claim_spec(device_class_name: str, uuid: str | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class_name, "count": 1}
+    if uuid is not None:
+        exactly["selectors"] = [
+            {"cel": {"expression": f'device.attributes["{DRIVER}"].uuid == "{uuid}"'}}
+        ]
+    return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
+
+
+def pod(name: str, claim: dict[str, str], node: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "c",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"claims": [{"name": "gpu"}]},
+            }
+        ],
+        "resourceClaims": [{"name": "gpu", **claim}],
+    }
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def bound(simulated: Simulated, name: str) -> str | None:
+    """The node the scheduler bound pod *name* to, if it has."""
+    node: str | None = simulated.kube.get(f"{PODS}/{name}")["spec"].get("nodeName")
+    return node
+
+
+def claims(simulated: Simulated) -> list[dict[str, Any]]:
+    return list(simulated.kube.get(CLAIMS)["items"])
+
+
+def samples(body: str, family: str) -> list[dict[str, str]]:
+    return [
+        dict(sample.labels)
+        for parsed in text_string_to_metric_families(body)
+        if parsed.name == family
+        for sample in parsed.samples
+        if sample.value == 1
+    ]
+
+
+def values(body: str, family: str) -> list[tuple[dict[str, str], float]]:
+    return [
+        (dict(sample.labels), sample.value)
+        for parsed in text_string_to_metric_families(body)
+        if parsed.name == family
+        for sample in parsed.samples
+    ]
+
+
+def exporter(simulated: Simulated, directory: Path, mode: str) -> Exporter:
+    config = write_kubeconfig(directory / "kubeconfig", simulated.kube, simulated.kube.token)
+    return Exporter(
+        directory / "run",
+        ["--resources", RESOURCES, "--mode", mode],
+        {"KUBECONFIG": str(config)},
+    )
+
+
+def ok(answer: tuple[int, str]) -> tuple[int, str] | None:
+    return answer if answer[0] == 200 else None
+
+
+def unschedulable(simulated: Simulated, name: str) -> dict[str, Any] | None:
+    """The pod's PodScheduled=False condition, once the scheduler has given one."""
+    for condition in simulated.kube.get(f"{PODS}/{name}").get("status", {}).get("conditions", []):
+        if condition["type"] == "PodScheduled" and condition["status"] == "False":
+            return dict(condition)
+    return None
