@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kdraexp.store.keptblocks import LOGGED, KeptBlocks, KindBlocks, touched_between
+from kdraexp.store.keptblocks import LOGGED, KeptBlocks, KindBlocks
 from kdraexp.store.rows import Flat
 
 SIZE = 4
@@ -74,13 +74,6 @@ def test_followed_blocks_hold_the_rows_in_order(size: int, changes: list[tuple[s
         # in a block that its flats do not tell: that block is made again.
         unseen = change == "insert" or not keys or not previous.get(key)
         assert len(remade) <= unseen, "an untouched block was cut again"
-
-
-def test_touched_between_finds_changed_new_and_gone() -> None:
-    same, other = object(), object()
-    old = {"a": same, "b": object(), "c": object()}
-    new = {"a": same, "b": other, "d": object()}
-    assert touched_between(old, new) == {"b", "c", "d"}
 
 
 class Entry:

@@ -14,12 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kdraexp.families.family import Row
+from kdraexp.store.changes import many
 from kdraexp.store.rows import BLOCK_SIZE, Block
 
 LONGEST = 2 * BLOCK_SIZE
 """A chunk longer than this is cut in two halves."""
-FOLLOWED = 8
-"""Past one row in this many come or gone, the rows are sorted again (cheaper)."""
 
 
 class SortedRows:
@@ -56,7 +55,7 @@ class SortedRows:
         }
         added = [flat for number, flat in came.items() if number not in went]
         removed = [flat for number, flat in went.items() if number not in came]
-        if (len(added) + len(removed)) * FOLLOWED > sum(map(len, source)) or not accepted(added):
+        if many(len(added) + len(removed), sum(map(len, source))) or not accepted(added):
             return None
         for row in removed:
             if not self._remove(row):

@@ -30,7 +30,8 @@ from kdraexp.families.family import Family, Per
 from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
 from kdraexp.families.pending import SelectorAnswers
 from kdraexp.families.resourceslice import pool_key
-from kdraexp.store.keptblocks import Change, KeptBlocks, touched_between
+from kdraexp.store.changes import Change, touched_between
+from kdraexp.store.keptblocks import KeptBlocks
 from kdraexp.store.rows import Flat, flatten, size_for
 from kdraexp.store.sharding import Shard
 from kdraexp.util.turns import Turns

@@ -40,8 +40,9 @@ from kdraexp.families.context import Context, Options
 from kdraexp.families.family import CLUSTER, Family, Row
 from kdraexp.families.index import ClusterIndex
 from kdraexp.families.selection import Selection
+from kdraexp.store.changes import Change, change, many, touched_between
 from kdraexp.store.clusterrows import CLUSTER_NEEDS, ClusterRows, Laid
-from kdraexp.store.keptblocks import Change, KindBlocks, change, touched_between
+from kdraexp.store.keptblocks import KindBlocks
 from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, expand, flatten
 from kdraexp.store.sharding import Part, Shard
 from kdraexp.util.text import printable
@@ -451,7 +452,7 @@ class Store:
         )
         if (
             found is None
-            or len(touched) * 8 > len(entries)
+            or many(len(touched), len(entries))
             or any(key in entries and key not in found[0] for key in touched)
         ):  # many changed, or new ones (they go where the entries have them)
             if wanted is None:

@@ -13,12 +13,11 @@ import operator
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
+from kdraexp.store.changes import Change, many, touched_between
 from kdraexp.store.rows import BLOCK_SIZE, Block, Flat
 
 Flats = Callable[[Iterable[Any]], Iterable[Flat]]
 """Owners' rows, in their order (made in C where it can: a block may hold a thousand)."""
-REBUILT = 8
-"""Past one owner in this many changed, every block is cut again (cheaper than following)."""
 LOGGED = 4
 """A layout logs at most this many changed blocks per block, then starts a new shape (each
 family then looks at every block once)."""
@@ -70,7 +69,7 @@ class Layout:
         *order* holds every owner, in the order written.  Without *layout* or *touched*, or
         when many changed, every block is cut again.
         """
-        if layout is None or touched is None or len(touched) * REBUILT > max(len(order), 1):
+        if layout is None or touched is None or many(len(touched), len(order)):
             return cls(order, size)
         layout._update(order, touched)
         return layout
@@ -237,40 +236,6 @@ class KeptBlocks:
 
 
 _ROWS = operator.attrgetter("rows")
-
-
-Change = tuple[Mapping[Any, Any], Mapping[Any, Any], Collection[Any]]
-"""Two mappings, one after the other, and the keys whose values differ between them."""
-
-
-def change(
-    old: Mapping[Any, Any], new: Mapping[Any, Any], touched: Collection[Any]
-) -> Change | None:
-    """What changed from *old* to *new*; None when a follower starts again anyway.
-
-    That is, past one in :data:`REBUILT` touched.  Kept until the kind changes again, a record
-    keeps *old* alive: after a change of every object, a whole collection's objects beside the
-    new ones (at 64,000 devices, half the exporter's memory, while the cluster then stays calm).
-    """
-    if len(touched) * REBUILT > max(len(new), 1):
-        return None
-    return (old, new, touched)
-
-
-def touched_between(
-    old: Mapping[Any, Any], new: Mapping[Any, Any], known: Change | None = None
-) -> Collection[Any]:
-    """The keys whose values are not the same objects in *old* and *new*.
-
-    What *known* says, when it is about these two (a watch knows what its events touched);
-    else looked for, in C.
-    """
-    if known is not None and known[0] is old and known[1] is new:
-        return known[2]
-    differs = map(operator.is_not, map(old.get, new), new.values())
-    touched = set(itertools.compress(new, differs))
-    touched.update(old.keys() - new.keys())
-    return touched
 
 
 class KindBlocks:
