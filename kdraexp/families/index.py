@@ -20,7 +20,7 @@ import msgspec
 
 from kdraexp.dra.gated import TimedToleration, kept
 from kdraexp.dra.problems import Problems
-from kdraexp.families.family import GroupValues
+from kdraexp.families.family import GroupValues, Per
 from kdraexp.util.turns import Turns
 
 Counters = tuple[tuple[str, dict[str, float]], ...]
@@ -397,8 +397,21 @@ class ClusterIndex:
                         pool.consumed[key] = pool.consumed.get(key, 0.0) + value
 
     def view(self) -> ClusterIndex:
-        """A copy sharing everything, whose pools or claims may be narrowed to one at a time."""
+        """A copy sharing everything, to be narrowed to one owner at a time (:meth:`narrow`)."""
         return copy.copy(self)
+
+    def narrow(self, per: Per, key: Any, owner: Any) -> None:
+        """Make this view one *owner*'s (a pool, a claim or a pod, as *per* says).
+
+        A cross-object family's rows function iterates ``pools``, ``claims`` or ``pods``: given
+        a view narrowed so, it makes that owner's set of rows alone.
+        """
+        if per is Per.POOL:
+            self.pools = {key: owner}
+        elif per is Per.POD:
+            self.pods = [owner]
+        else:
+            self.claims = [owner]
 
     @staticmethod
     def current(slices: list[SliceFacts]) -> Iterator[SliceFacts]:

@@ -250,12 +250,7 @@ class ClusterRows:
                     remade.add(owner)
                 problems.pop(owner, None)
                 continue
-            if family.per is Per.POOL:
-                view.pools = {owner: one}
-            elif family.per is Per.POD:
-                view.pods = [one]
-            else:
-                view.claims = [one]
+            view.narrow(family.per, owner, one)
             found = len(view.problems.found)
             flat = flatten(family.rows(view))
             was = owners.get(owner)
