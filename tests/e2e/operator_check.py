@@ -7,7 +7,8 @@ module by scripts/build-prometheus-operator.sh) costs minutes cold, which would 
 A control plane of its own (kube-apiserver and etcd, no kubelet, no controller manager) with the
 operator's CRDs; the operator runs against it with the admin's kubeconfig. The chart is installed
 by helm with ``kube-prometheus-stack-values.yaml`` beside a Prometheus resource shaped as
-kube-prometheus-stack renders it (selectors on ``release``). The operator's generated
+kube-prometheus-stack renders it (selectors on ``release``): as shipped, and again with
+``nameOverride`` and kube-prometheus-stack's release named otherwise (:data:`SETUPS`). The operator's generated
 configuration (the Secret ``prometheus-<name>``) and rule files (the ConfigMaps
 ``prometheus-<name>-rulefiles-<n>``) are then run by a real Prometheus 3, as its config reloader
 would, with what only a pod would give filled in: ``$(SHARD)``, ``$(POD_NAME)``, a kubeconfig for
@@ -30,6 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import yaml
 
@@ -41,58 +43,110 @@ from tests.helm import CHART
 from tests.processes import free_port
 
 pytestmark = pytest.mark.slow
-RELEASE = "kube-prometheus-stack"
 NAMESPACE = "monitoring"
-NAME = "kube-prometheus-stack-prometheus"
 EXPORTER = "kube-dra-exporter"
+VALUES = CHART / "kube-prometheus-stack-values.yaml"
 PUBLISHED = "192.0.2.10"
 """The address the exporter's endpoints publish: TEST-NET-1, rewritten to 127.0.0.1."""
 MONITORING = "/apis/monitoring.coreos.com/v1"
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-SELECT = {"matchLabels": {"release": RELEASE}}
-PROMETHEUS_CR = {
-    "apiVersion": "monitoring.coreos.com/v1",
-    "kind": "Prometheus",
-    "metadata": {
-        "name": NAME,
-        "namespace": NAMESPACE,
-        "labels": {"app": NAME, "release": RELEASE},
-    },
-    # As kube-prometheus-stack renders it with its defaults (its *SelectorNilUsesHelmValues:
-    # true): monitors and rules of its release, from every namespace.
-    "spec": {
+
+
+@attrs.frozen
+class Setup:
+    """One install: the chart's helm release, and kube-prometheus-stack's release it joins."""
+
+    release: str
+    """kube-prometheus-stack's release: its Prometheus selects monitors and rules labelled so."""
+    helm_release: str = EXPORTER
+    name_override: str = ""
+
+    @property
+    def prometheus(self) -> str:
+        """The Prometheus resource kube-prometheus-stack names after its release."""
+        return f"{self.release}-prometheus"
+
+    @property
+    def job(self) -> str:
+        """The job the chart's monitors give, and its alerts select: the chart's name."""
+        return self.name_override or EXPORTER
+
+    @property
+    def fullname(self) -> str:
+        """The chart's objects' name: the release when it holds the name, else both."""
+        if self.job in self.helm_release:
+            return self.helm_release
+        return f"{self.helm_release}-{self.job}"
+
+    def values(self) -> list[str]:
+        """helm's values: kube-prometheus-stack-values.yaml as shipped, then this install's."""
+        found = ["-f", str(VALUES)]
+        if self.release != "kube-prometheus-stack":
+            for where in ("prometheus.servicemonitor", "prometheusRule", "dashboards"):
+                found += ["--set", f"{where}.labels.release={self.release}"]
+        if self.name_override:
+            found += ["--set", f"nameOverride={self.name_override}"]
+        return found
+
+
+SETUPS = [
+    Setup("kube-prometheus-stack"),
+    Setup("monitoring", helm_release="dra", name_override="gpu-exporter"),
+]
+"""As shipped; and with nameOverride, a release of kube-prometheus-stack's named otherwise."""
+
+
+def prometheus_cr(setup: Setup) -> dict[str, Any]:
+    """The Prometheus resource as kube-prometheus-stack renders it for *setup*'s release."""
+    select = {"matchLabels": {"release": setup.release}}
+    name = setup.prometheus
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "Prometheus",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {"app": name, "release": setup.release},
+        },
+        # With kube-prometheus-stack's defaults (its *SelectorNilUsesHelmValues: true):
+        # monitors and rules of its release, from every namespace.
+        "spec": _spec(name, select),
+    }
+
+
+def _spec(name: str, select: dict[str, Any]) -> dict[str, Any]:
+    return {
         "version": "v3.16.0",
         "image": "quay.io/prometheus/prometheus:v3.16.0",
         "replicas": 1,
         "shards": 1,
-        "serviceAccountName": NAME,
-        "externalUrl": f"http://{NAME}.{NAMESPACE}:9090",
+        "serviceAccountName": name,
+        "externalUrl": f"http://{name}.{NAMESPACE}:9090",
         "portName": "http-web",
         "retention": "10d",
         "routePrefix": "/",
-        "serviceMonitorSelector": SELECT,
+        "serviceMonitorSelector": select,
         "serviceMonitorNamespaceSelector": {},
-        "podMonitorSelector": SELECT,
+        "podMonitorSelector": select,
         "podMonitorNamespaceSelector": {},
-        "probeSelector": SELECT,
+        "probeSelector": select,
         "probeNamespaceSelector": {},
-        "ruleSelector": SELECT,
+        "ruleSelector": select,
         "ruleNamespaceSelector": {},
-        "scrapeConfigSelector": SELECT,
+        "scrapeConfigSelector": select,
         "scrapeConfigNamespaceSelector": {},
         "alerting": {
             "alertmanagers": [
                 {
                     "namespace": NAMESPACE,
-                    "name": "kube-prometheus-stack-alertmanager",
+                    "name": f"{name.removesuffix('-prometheus')}-alertmanager",
                     "port": "http-web",
                     "pathPrefix": "/",
                     "apiVersion": "v2",
                 }
             ]
         },
-    },
-}
+    }
 
 
 @pytest.fixture(scope="module")
@@ -150,36 +204,34 @@ def operator(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> I
         running.wait(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def installed(plane: ControlPlane, operator: Path) -> dict[str, Any]:
+@pytest.fixture(scope="module", params=SETUPS, ids=["as-shipped", "name-and-release"])
+def installed(plane: ControlPlane, operator: Path, request: pytest.FixtureRequest) -> Setup:
     """The chart installed by helm for kube-prometheus-stack, and the Prometheus resource."""
+    setup: Setup = request.param
     subprocess.run(
         [
             tools.helm(),
             "install",
-            EXPORTER,
+            setup.helm_release,
             str(CHART),
             "--namespace",
             NAMESPACE,
             "--kubeconfig",
             str(operator),
-            "-f",
-            str(CHART / "kube-prometheus-stack-values.yaml"),
+            *setup.values(),
         ],
         check=True,
         capture_output=True,
         timeout=120,
     )
-    made: dict[str, Any] = plane.kube.create(
-        f"{MONITORING}/namespaces/{NAMESPACE}/prometheuses", PROMETHEUS_CR
-    )
-    return made
+    plane.kube.create(f"{MONITORING}/namespaces/{NAMESPACE}/prometheuses", prometheus_cr(setup))
+    return setup
 
 
-def _generated(kube: Kube) -> str | None:
+def _generated(kube: Kube, setup: Setup) -> str | None:
     """The operator's configuration once it scrapes the chart's ServiceMonitor."""
     try:
-        secret = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/prometheus-{NAME}")
+        secret = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/prometheus-{setup.prometheus}")
     except APIError as error:
         if error.code == 404:  # not written yet
             return None
@@ -188,33 +240,33 @@ def _generated(kube: Kube) -> str | None:
     if not packed:
         return None
     text = gzip.decompress(base64.b64decode(packed)).decode()
-    return text if f"serviceMonitor/{NAMESPACE}/{EXPORTER}/" in text else None
+    return text if f"serviceMonitor/{NAMESPACE}/{setup.fullname}/" in text else None
 
 
-def _rule_files(kube: Kube) -> dict[str, str] | None:
+def _rule_files(kube: Kube, setup: Setup) -> dict[str, str] | None:
     maps = kube.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps")["items"]
     files = {
         key: value
         for config_map in maps
-        if config_map["metadata"]["name"].startswith(f"prometheus-{NAME}-rulefiles-")
+        if config_map["metadata"]["name"].startswith(f"prometheus-{setup.prometheus}-rulefiles-")
         for key, value in (config_map.get("data") or {}).items()
     }
-    return files if any(EXPORTER in key for key in files) else None
+    return files if any(setup.fullname in key for key in files) else None
 
 
-def _bindings(kube: Kube, kind: str) -> list[dict[str, Any]] | None:
-    got = kube.get(f"{MONITORING}/namespaces/{NAMESPACE}/{kind}/{EXPORTER}")
+def _bindings(kube: Kube, kind: str, setup: Setup) -> list[dict[str, Any]] | None:
+    got = kube.get(f"{MONITORING}/namespaces/{NAMESPACE}/{kind}/{setup.fullname}")
     bindings: list[dict[str, Any]] = (got.get("status") or {}).get("bindings") or []
     return bindings or None
 
 
-def _publish(kube: Kube, exporter: Exporter) -> None:
+def _publish(kube: Kube, exporter: Exporter, setup: Setup) -> None:
     """A Pod object naming the exporter's ports, and its Service's Endpoints and EndpointSlice.
 
     Nothing runs the Pod (no kubelet): it carries the Deployment's labels and the container
     ports by name, which service discovery joins to the endpoints' ports.
     """
-    service = kube.get(f"/api/v1/namespaces/{NAMESPACE}/services/{EXPORTER}")
+    service = kube.get(f"/api/v1/namespaces/{NAMESPACE}/services/{setup.fullname}")
     labels = service["spec"]["selector"]
     ports = {"http": exporter.port, "telemetry": exporter.telemetry_port}
     pod = kube.create(
@@ -222,7 +274,7 @@ def _publish(kube: Kube, exporter: Exporter) -> None:
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"{EXPORTER}-0", "labels": labels},
+            "metadata": {"name": f"{setup.fullname}-0", "labels": labels},
             "spec": {
                 "containers": [
                     {
@@ -247,7 +299,7 @@ def _publish(kube: Kube, exporter: Exporter) -> None:
         {
             "apiVersion": "v1",
             "kind": "Endpoints",
-            "metadata": {"name": EXPORTER, "labels": service["metadata"]["labels"]},
+            "metadata": {"name": setup.fullname, "labels": service["metadata"]["labels"]},
             "subsets": [
                 {
                     "addresses": [{"ip": PUBLISHED, "targetRef": target}],
@@ -262,10 +314,10 @@ def _publish(kube: Kube, exporter: Exporter) -> None:
             "apiVersion": "discovery.k8s.io/v1",
             "kind": "EndpointSlice",
             "metadata": {
-                "name": f"{EXPORTER}-published",
+                "name": f"{setup.fullname}-published",
                 "labels": {
                     **service["metadata"]["labels"],
-                    "kubernetes.io/service-name": EXPORTER,
+                    "kubernetes.io/service-name": setup.fullname,
                     "endpointslice.kubernetes.io/managed-by": "tests.kdraexp",
                 },
             },
@@ -278,7 +330,7 @@ def _publish(kube: Kube, exporter: Exporter) -> None:
     )
 
 
-def runnable(text: str, kubeconfig: Path, rules: Path) -> dict[str, Any]:
+def runnable(text: str, kubeconfig: Path, rules: Path, setup: Setup) -> dict[str, Any]:
     """The operator's configuration as a Prometheus outside a pod can run it.
 
     ``$(SHARD)`` and ``$(POD_NAME)`` filled in (shard 0 of 1, the StatefulSet's first pod), a
@@ -287,7 +339,7 @@ def runnable(text: str, kubeconfig: Path, rules: Path) -> dict[str, Any]:
     configuration the relabeling to loopback that keeps loopback targets only.
     """
     config: dict[str, Any] = yaml.safe_load(
-        text.replace("$(SHARD)", "0").replace("$(POD_NAME)", f"prometheus-{NAME}-0")
+        text.replace("$(SHARD)", "0").replace("$(POD_NAME)", f"prometheus-{setup.prometheus}-0")
     )
     config["rule_files"] = [str(rules / "*.yaml")]
     config.pop("alerting", None)
@@ -313,20 +365,23 @@ def runnable(text: str, kubeconfig: Path, rules: Path) -> dict[str, Any]:
 
 
 def test_the_operator_scrapes_the_chart(
-    plane: ControlPlane, operator: Path, installed: dict[str, Any], tmp_path: Path
+    plane: ControlPlane, operator: Path, installed: Setup, tmp_path: Path
 ) -> None:
     """The chart's monitor and rules are accepted; Prometheus 3 scrapes and evaluates them.
 
     Both objects are bound to the Prometheus resource and Accepted; Prometheus 3 on the
     operator's configuration scrapes both of the exporter's endpoints with the job the alerts
-    and the dashboard use, and loads every rule the operator wrote.
+    and the dashboard use, and loads every rule the operator wrote.  As shipped, and with
+    nameOverride and kube-prometheus-stack's release named otherwise (the job is then the name,
+    which the alerts select and the dashboard's job variable offers).
     """
-    kube = plane.kube
-    text = wait_until(partial(_generated, kube), 60, "the operator's configuration")
-    files = wait_until(partial(_rule_files, kube), 60, "the operator's rule files")
+    kube, setup = plane.kube, installed
+    text = wait_until(partial(_generated, kube, setup), 60, "the operator's configuration")
+    files = wait_until(partial(_rule_files, kube, setup), 60, "the operator's rule files")
     for kind in ("servicemonitors", "prometheusrules"):
-        bindings = wait_until(partial(_bindings, kube, kind), 60, f"{kind} bound")
-        assert [(b["resource"], b["name"]) for b in bindings] == [("prometheuses", NAME)], bindings
+        bindings = wait_until(partial(_bindings, kube, kind, setup), 60, f"{kind} bound")
+        bound = [(b["resource"], b["name"]) for b in bindings]
+        assert bound == [("prometheuses", setup.prometheus)], bindings
         conditions = {c["type"]: c["status"] for c in bindings[0]["conditions"]}
         assert conditions == {"Accepted": "True"}, bindings
     rules_dir = tmp_path / "rules"
@@ -339,19 +394,19 @@ def test_the_operator_scrapes_the_chart(
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "DeviceClass",
-            "metadata": {"name": "operator-gpu"},
+            "metadata": {"name": f"operator-gpu-{setup.job}"},
             "spec": {},
         },
     )
     token = kube.create(
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{EXPORTER}/token",
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{setup.fullname}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     )["status"]["token"]
     exporter_config = write_kubeconfig(tmp_path / "exporter.kubeconfig", kube, token)
     exporter = Exporter(tmp_path / "exporter", [], {"KUBECONFIG": str(exporter_config)})
     try:
-        _publish(kube, exporter)
-        config = runnable(text, operator, rules_dir)
+        _publish(kube, exporter, setup)
+        config = runnable(text, operator, rules_dir, setup)
         server = tmp_path / "prometheus"
         server.mkdir()
         (server / "check.yml").write_text(yaml.safe_dump(config))
@@ -365,26 +420,29 @@ def test_the_operator_scrapes_the_chart(
         assert checked.returncode == 0, checked.stdout + checked.stderr
         inputs = dashboard.load()["__inputs"]
         (default_job,) = [i["value"] for i in inputs if i["name"] == "VAR_JOB"]
-        chart_rules = "".join(v for k, v in files.items() if EXPORTER in k)
-        assert f'job="{default_job}"' in chart_rules
+        assert default_job == EXPORTER  # the dashboard's default; its variable offers every job
+        job = setup.job
+        chart_rules = "".join(v for k, v in files.items() if setup.fullname in k)
+        assert f'job="{job}"' in chart_rules
         with prometheus.serve(tools.prometheus3(), config, server) as port:
 
             def up() -> list[dict[str, Any]] | None:
                 try:
-                    found = prometheus.query(port, f'up{{job="{default_job}"}} == 1')
+                    found = prometheus.query(port, f'up{{job="{job}"}} == 1')
                 except OSError:
                     return None
                 return found if len(found) == 2 else None
 
             targets = wait_until(up, 120, "both of the exporter's endpoints up")
             assert {t["metric"]["endpoint"] for t in targets} == {"http", "telemetry"}
-            classes = prometheus.query(port, f'kube_deviceclass_info{{job="{default_job}"}}')
-            assert [c["metric"]["deviceclass_name"] for c in classes] == ["operator-gpu"]
+            classes = prometheus.query(port, f'kube_deviceclass_info{{job="{job}"}}')
+            names = {c["metric"]["deviceclass_name"] for c in classes}
+            assert f"operator-gpu-{job}" in names
 
             expected = sum(
                 len(group["rules"])
                 for key, value in files.items()
-                if EXPORTER in key
+                if setup.fullname in key
                 for group in yaml.safe_load(value)["groups"]
             )
 
