@@ -5,19 +5,19 @@ module by scripts/build-prometheus-operator.sh) costs minutes cold, which would 
 ``make test`` past its budget (README, "The end-to-end tier").
 
 A control plane of its own (kube-apiserver and etcd, no kubelet, no controller manager) with the
-operator's CRDs; the operator runs against it with the admin's kubeconfig. The chart is installed
-by helm with ``kube-prometheus-stack-values.yaml`` beside a Prometheus resource shaped as
-kube-prometheus-stack renders it (selectors on ``release``): as shipped, and again with
-``nameOverride`` and kube-prometheus-stack's release named otherwise (:data:`SETUPS`). The operator's generated
-configuration (the Secret ``prometheus-<name>``) and rule files (the ConfigMaps
-``prometheus-<name>-rulefiles-<n>``) are then run by a real Prometheus 3, as its config reloader
-would, with what only a pod would give filled in: ``$(SHARD)``, ``$(POD_NAME)``, a kubeconfig for
-service discovery. The exporter runs here, not in a pod: a Pod object of the Deployment's labels
-names its ports, and the Endpoints and EndpointSlice of its Service (as a cluster's controllers
-would publish both; the operator's default discovery role, kube-prometheus-stack's too, reads
-Endpoints) publish a documentation-range address (Kubernetes refuses loopback there) that an
-appended relabeling rewrites to 127.0.0.1, keeping loopback targets only, so nothing else is ever
-dialled.
+operator's CRDs; the operator runs against it with the admin's kubeconfig. The chart is
+installed by helm with ``kube-prometheus-stack-values.yaml`` beside a Prometheus resource shaped
+as kube-prometheus-stack renders it (selectors on ``release``): as shipped, and again with
+``nameOverride`` and kube-prometheus-stack's release named otherwise (:data:`SETUPS`). The
+operator's generated configuration (the Secret ``prometheus-<name>``) and rule files (the
+ConfigMaps ``prometheus-<name>-rulefiles-<n>``) are then run by a real Prometheus 3, as its
+config reloader would, with what only a pod would give filled in: ``$(SHARD)``, ``$(POD_NAME)``,
+a kubeconfig for service discovery. The exporter runs here, not in a pod: a Pod object of the
+Deployment's labels names its ports, and the Endpoints and EndpointSlice of its Service (as a
+cluster's controllers would publish both; the operator's default discovery role,
+kube-prometheus-stack's too, reads Endpoints) publish a documentation-range address (Kubernetes
+refuses loopback there) that an appended relabeling rewrites to 127.0.0.1, keeping loopback
+targets only, so nothing else is ever dialled.
 """
 
 from __future__ import annotations
