@@ -41,11 +41,24 @@ def kdraexp(*args: str, via_twistd: bool = False) -> list[str]:
     return [str(path), *args]
 
 
+_GIVEN: set[int] = set()
+"""The ports this process has handed out."""
+
+
 def free_port() -> int:
-    """A port free on 127.0.0.1 right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """A port free on 127.0.0.1 right now, and never one handed out before in this process.
+
+    The kernel may give the port just closed again: two calls in a row once gave kube-scheduler
+    and kube-controller-manager the same port, and the simulated cluster ran without one of
+    them.
+    """
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 class MemoryCgroup:
