@@ -48,20 +48,30 @@ def device(
 
 def resource_slice(
     name: str,
-    devices: list[dict[str, Any]],
+    devices: list[dict[str, Any]] | None = None,
     driver: str = "gpu.example",
     pool: str = "pool",
+    generation: int = 1,
+    count: int = 1,
     **spec: Any,
 ) -> dict[str, Any]:
-    """A ResourceSlice; *spec* adds nodeName, allNodes, nodeSelector, perDeviceNodeSelection."""
+    """A ResourceSlice as the API takes it, the one builder of every test's slices.
+
+    *spec* adds nodeName, allNodes, nodeSelector, perDeviceNodeSelection, sharedCounters...;
+    without *devices* the slice has none (a slice of shared counters).
+    """
+    body: dict[str, Any] = {
+        "driver": driver,
+        "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
+        **spec,
+    }
+    if devices is not None:
+        body["devices"] = devices
     return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
         "metadata": {"name": name},
-        "spec": {
-            "driver": driver,
-            "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-            **spec,
-        },
+        "spec": body,
     }
 
 
@@ -201,16 +211,10 @@ def pool_slice(
     driver: str = NVIDIA,
     **spec: Any,
 ) -> dict[str, Any]:
-    """A ResourceSlice of a pool at a generation, with devices or shared counters."""
-    body: dict[str, Any] = {
-        "driver": driver,
-        "nodeName": pool,
-        "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
-        **spec,
-    }
-    if devices is not None:
-        body["devices"] = devices
-    return {"metadata": {"name": name, "resourceVersion": "1"}, "spec": body}
+    """A ResourceSlice of a pool at a generation on the node of its name, with a version."""
+    made = resource_slice(name, devices, driver, pool, generation, count, nodeName=pool, **spec)
+    made["metadata"]["resourceVersion"] = "1"
+    return made
 
 
 def classy(name: str, expression: str | None = None, cost: str | None = None) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.e2e.controlplane import Kube
+from tests.objects import resource_slice
 
 V1 = "/apis/resource.k8s.io/v1"
 NAMESPACE = "team-a"
@@ -42,33 +43,19 @@ MIG: dict[str, Any] = {
 }
 
 
-def resource_slice(
-    name: str, driver: str, pool: str, devices: list[dict[str, Any]], **placement: Any
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": driver,
-            "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-            **placement,
-        },
-    }
-
-
 SLICES = [
     resource_slice(
-        "node-a-gpu", "gpu.nvidia.com", "node-a", [gpu("gpu-0"), gpu("gpu-1")], nodeName="node-a"
+        "node-a-gpu",
+        [gpu("gpu-0"), gpu("gpu-1")],
+        driver="gpu.nvidia.com",
+        pool="node-a",
+        nodeName="node-a",
     ),
     resource_slice(
-        "node-b-gpu", "gpu.nvidia.com", "node-b", [gpu("gpu-0"), MIG], nodeName="node-b"
+        "node-b-gpu", [gpu("gpu-0"), MIG], driver="gpu.nvidia.com", pool="node-b", nodeName="node-b"
     ),
     resource_slice(
         "fabric-fpga",
-        "fpga.example.com",
-        "fabric",
         [
             {
                 "name": "fpga-0",
@@ -79,13 +66,15 @@ SLICES = [
                 "capacity": {"memory": {"value": "16Gi"}},
             }
         ],
+        driver="fpga.example.com",
+        pool="fabric",
         allNodes=True,
     ),
     resource_slice(
         "node-c-partitions",
-        "gpu.nvidia.com",
-        "node-c",
         [gpu("part-0", "40Gi", nodeName="node-c"), gpu("part-1", "40Gi", allNodes=True)],
+        driver="gpu.nvidia.com",
+        pool="node-c",
         perDeviceNodeSelection=True,
     ),
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.e2e.controlplane import Kube
+from tests.objects import resource_slice
 
 V1 = "/apis/resource.k8s.io/v1"
 DRIVER = "gpu.e2e.example"
@@ -37,17 +38,9 @@ def device(name: str, kind: str, **extra: Any) -> dict[str, Any]:
 
 
 def slice_of(name: str, pool: str, generation: int, count: int, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": pool,
-            "pool": {"name": pool, "generation": generation, "resourceSliceCount": count},
-            **spec,
-        },
-    }
+    return resource_slice(
+        name, driver=DRIVER, pool=pool, generation=generation, count=count, nodeName=pool, **spec
+    )
 
 
 EVERY = counters(memory="80Gi", slice_0="1", slice_1="1")

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import Exporter, write_kubeconfig
 from tests.e2e.simulated import Simulated
+from tests.objects import resource_slice
 
 DRIVER = "gpu.sim.example"
 NAMESPACE = "sim"
@@ -35,17 +36,7 @@ def gpu(pool: str, name: str, kind: str = "gpu", **extra: Any) -> dict[str, Any]
 
 
 def pool_slice(name: str, node: str, pool: str, count: int = 1, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": name},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": {"name": pool, "generation": 1, "resourceSliceCount": count},
-            **spec,
-        },
-    }
+    return resource_slice(name, driver=DRIVER, pool=pool, count=count, nodeName=node, **spec)
 
 
 def counters(**values: str) -> dict[str, dict[str, str]]:
