@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from operator import attrgetter
 from types import MappingProxyType
 
 from kdraexp.families.index import USABLE, ClusterIndex, DeviceFacts, Pool, blocked, take
 
 _NOTHING: Mapping[tuple[str, str], float] = MappingProxyType({})
+_SHAREABLE = attrgetter("shareable")
+"""Whether a device allows multiple allocations (it has capacities then)."""
+_CONSUMES = attrgetter("consumes")
 
 
 def allocatable(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float], ...]:
@@ -124,9 +128,9 @@ def most(pool: Pool, devices: list[DeviceFacts]) -> float:
     smallest needs first) fit together, whatever the others do.  So a whole GPU and its own
     partition are one.  A device that allows multiple allocations bounds nothing (+Inf).
     """
-    if any(device.capacities is not None for device in devices):
+    if any(map(_SHAREABLE, devices)):
         return math.inf
-    if not any(device.consumes for device in devices):
+    if not any(map(_CONSUMES, devices)):
         return float(len(devices))  # no counter to share: none blocks another
     fitting = [device for device in devices if not blocked(device, pool, _NOTHING)]
     needs: dict[tuple[str, str], list[float]] = {}

@@ -64,6 +64,7 @@ KEPT = 32
 BATCH = 64
 """Slices whose devices are evaluated together: the devices of 64 slices held at once."""
 _NONE: Answers = {}
+_NO_SLICES: dict[int, tuple[SliceFacts, Answers]] = {}
 NOT_JUDGED = "not_judged"
 """No reason yet: the collection's budget for claims' own selectors ran out first."""
 
@@ -165,22 +166,27 @@ class SelectorAnswers:
 
         The answers for the other pending selectors not yet known on this slice are made in the
         same reading, and kept for when they are asked for.  They are filled in when the batch
-        the slice joined is evaluated.
+        the slice joined is evaluated.  The slice's facts have a device for each of its JSON's,
+        in the same order: devices are found in what is read again by their place.
         """
-        keys = [asked] + [
-            key
-            for key in self._pending
-            if key != asked and self._kept.get(key, {}).get(id(facts), (None,))[0] is not facts
-        ]
-        of_class = {
-            deviceclass: {device.name for device in facts.devices if deviceclass in device.classes}
+        kept, mine, devices = self._kept, id(facts), facts.devices
+        keys = [asked]
+        for key in self._pending:
+            if key != asked:
+                known = kept.get(key, _NO_SLICES).get(mine)
+                if known is None or known[0] is not facts:
+                    keys.append(key)
+        places = {  # where the class's devices are in the slice, as in its JSON
+            deviceclass: [at for at, device in enumerate(devices) if deviceclass in device.classes]
             for deviceclass in {key[0] for key in keys}
         }
-        keys = [key for key in keys if of_class[key[0]]]
+        keys = [key for key in keys if places[key[0]]]
         made: dict[tuple[str, tuple[str, ...]], Answers] = {key: {} for key in keys}
         if facts.source is None:  # facts made without a list (every listed slice keeps it)
             made = {
-                key: dict.fromkeys(of_class[key[0]], "the slice's JSON was not kept")
+                key: dict.fromkeys(
+                    [devices[at].name for at in places[key[0]]], "the slice's JSON was not kept"
+                )
                 for key in keys
             }
         elif keys:
@@ -194,19 +200,20 @@ class SelectorAnswers:
                 )
             asked_paths = tuple([compiled[key][1] for key in keys])
             read = self._reader.read(facts.source, facts.driver, asked_paths)
-            wanted = set().union(*of_class.values())
-            devices = [device for device in read.devices if (device.name or "") in wanted]
+            names = [device.name for device in devices]
+            whole = len(devices)
             for key, reads in zip(keys, read.readers, strict=True):
-                names = of_class[key[0]]
-                of_key = devices
-                if len(names) < len(devices):  # another class's devices were read too
-                    of_key = [device for device in devices if (device.name or "") in names]
-                self._batch.add(key, compiled[key][0], of_key, reads, read.view, made[key])
+                at = places[key[0]]
+                if len(at) == whole:  # the class selects every device: the usual slice
+                    of_key, named = read.devices, names
+                else:
+                    of_key, named = [read.devices[i] for i in at], [names[i] for i in at]
+                self._batch.add(key, compiled[key][0], of_key, named, reads, read.view, made[key])
             self._batch.slices += 1
         for key in keys:
-            self._left -= len(of_class[key[0]])
+            self._left -= len(places[key[0]])
             if key != asked:
-                self._kept.setdefault(key, {})[id(facts)] = (facts, made[key])
+                kept.setdefault(key, {})[mine] = (facts, made[key])
         return made.get(asked, {})
 
 
@@ -235,13 +242,15 @@ class _Batch:
         key: tuple[str, tuple[str, ...]],
         compiled: CompiledClass,
         devices: Sequence[Any],
+        names: list[str],
         reads: Callable[[Sequence[Any]], list[Hashable]],
         view: Callable[[Any], DeviceView],
         answers: Answers,
     ) -> None:
         """Evaluate *compiled* on *devices*, of one slice, with the batch, for *answers*.
 
-        *reads* says what devices read, *view* makes one what selectors are evaluated on.
+        *names* are the devices' names, *reads* says what devices read, *view* makes one what
+        selectors are evaluated on.
         """
         read = tuple(reads(devices))
         orders = self._orders.setdefault(key, {})
@@ -255,7 +264,7 @@ class _Batch:
                     pairs.append((compiled, view(device)))
                 places.append(place)
             orders[read] = places
-        self._into.append((answers, [device.name or "" for device in devices], places))
+        self._into.append((answers, names, places))
 
     def evaluate(self, matcher: Matcher | None) -> None:
         """Fill in every answer asked for since the last time, and start again."""
