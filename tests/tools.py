@@ -57,10 +57,11 @@ def actionlint() -> str:
     )
 
 
-STAGES = ("core", "prometheus3", "scheduler")
+STAGES = ("core", "prometheus3", "scheduler", "oldest", "operator")
 """The slow builds, in the order they are made, one at a time: ``core`` (kube-apiserver, etcd,
-the CRDs), ``prometheus3`` (Prometheus 3 and its promtool), then ``scheduler`` (kube-scheduler,
-kube-controller-manager and publish-slices). ``make prebuild`` makes them in the same order, so
+the CRDs), ``prometheus3`` (Prometheus 3 and its promtool), ``scheduler`` (kube-scheduler,
+kube-controller-manager and publish-slices), ``oldest`` (the oldest supported kube-apiserver),
+then ``operator`` (the Prometheus Operator). ``make prebuild`` makes them in the same order, so
 the two never build at once: each waits on the other's lock and then finds the cache."""
 _builds: dict[str, concurrent.futures.Future[Path]] = {}
 _builder: list[concurrent.futures.ThreadPoolExecutor] = []
@@ -87,10 +88,24 @@ def _prometheus3() -> Path:
     return Path(_last_line(["bash", str(SCRIPTS / "build-prometheus.sh")], "Prometheus 3"))
 
 
+def _operator() -> Path:
+    return Path(
+        _last_line(["bash", str(SCRIPTS / "build-prometheus-operator.sh")], "prometheus-operator")
+    )
+
+
+def _oldest() -> Path:
+    return Path(
+        _last_line(["bash", str(SCRIPTS / "build-oldest-server.sh")], "the oldest kube-apiserver")
+    )
+
+
 _BUILD: dict[str, Callable[[], Path]] = {
     "core": functools.partial(_stage, ["core"], "kube-apiserver/etcd"),
     "prometheus3": _prometheus3,
     "scheduler": functools.partial(_stage, [], "kube-scheduler/kube-controller-manager"),
+    "oldest": _oldest,
+    "operator": _operator,
 }
 
 
@@ -131,21 +146,26 @@ def prometheus3() -> Path:
     return _built("prometheus3")
 
 
+def oldest_server() -> Path:
+    """The directory of the oldest kube-apiserver supported (tools/oldest-server pins it).
+
+    :raises ToolUnavailable: when it cannot be built.
+    """
+    return _built("oldest")
+
+
 @functools.cache
 def prometheus() -> Path:
     """The directory holding Debian's prometheus and promtool (installed with apt if missing)."""
     return Path(_last_line(["bash", str(SCRIPTS / "install-prometheus.sh")], "prometheus/promtool"))
 
 
-@functools.cache
 def prometheus_operator() -> Path:
     """The directory of the Prometheus Operator and its CRDs (scripts/build-prometheus-operator.sh).
 
-    Only ``make operator-e2e`` needs it: its cold build is left out of ``make test``.
+    :raises ToolUnavailable: when they cannot be built.
     """
-    return Path(
-        _last_line(["bash", str(SCRIPTS / "build-prometheus-operator.sh")], "prometheus-operator")
-    )
+    return _built("operator")
 
 
 SCHEDULED = (
@@ -174,11 +194,18 @@ NEEDS = {
     "tests/e2e/": (helm, control_plane),
     "tests/e2e/test_prometheus.py": (prometheus, prometheus3),
     "tests/e2e/test_rules.py": (prometheus, prometheus3),
-    "tests/e2e/operator_check.py": (prometheus3, prometheus_operator),
+    "tests/e2e/test_operator.py": (prometheus3, prometheus_operator),
+    "tests/e2e/test_oldest_server.py": (oldest_server,),
     **{f"tests/e2e/{name}": (scheduler_plane,) for name in SCHEDULED},
 }
 """Which collected tests need which tools (matched on the test file's path; several may match)."""
-BACKGROUND = {control_plane: "core", prometheus3: "prometheus3", scheduler_plane: "scheduler"}
+BACKGROUND = {
+    control_plane: "core",
+    prometheus3: "prometheus3",
+    scheduler_plane: "scheduler",
+    oldest_server: "oldest",
+    prometheus_operator: "operator",
+}
 """The tools built beside the tests (:func:`start_builds`), by their stage."""
 
 

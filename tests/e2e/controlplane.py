@@ -128,16 +128,27 @@ class ControlPlane:
                 process.wait()
 
 
+GATES = (
+    # DeviceTaintRule is beta but off in 1.36: served as v1beta2 when asked for.
+    "--feature-gates=DRADeviceTaintRules=true",
+    "--runtime-config=resource.k8s.io/v1beta2=true",
+)
+"""What the session's kube-apiserver enables beyond its defaults."""
+
+
 def start(
     directory: Path,
     extra_args: tuple[str, ...] = (),
     identities: tuple[tuple[str, str], ...] = (),
+    apiserver: Path | None = None,
+    gates: tuple[str, ...] = GATES,
 ) -> ControlPlane:
     """Start etcd and kube-apiserver with their files in *directory*; wait until ready.
 
     *extra_args* go to kube-apiserver (a short ``--etcd-compaction-interval``, say);
     *identities* are (token, user name) pairs it accepts besides the admin's, for components
-    that run with their production identity and its bootstrap RBAC.
+    that run with their production identity and its bootstrap RBAC.  *apiserver* is another
+    kube-apiserver binary (an older release) than the control plane's, run with *gates*.
     """
     bin_dir = tools.control_plane()
     ca = trustme.CA()
@@ -184,7 +195,7 @@ def start(
     )
     apiserver_log = (directory / "kube-apiserver.log").open("wb")
     apiserver_args = [
-        str(bin_dir / "kube-apiserver"),
+        str(apiserver or bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{etcd_port}",
         "--bind-address=127.0.0.1",
         "--advertise-address=127.0.0.1",
@@ -199,9 +210,7 @@ def start(
         f"--service-account-signing-key-file={directory / 'sa.key'}",
         "--service-cluster-ip-range=10.0.0.0/24",
         "--disable-admission-plugins=ServiceAccount",
-        # DeviceTaintRule is beta but off in 1.36: served as v1beta2 when asked for.
-        "--feature-gates=DRADeviceTaintRules=true",
-        "--runtime-config=resource.k8s.io/v1beta2=true",
+        *gates,
         "--profiling=false",
         # A loopback advertise address is refused by the endpoint reconciler from 1.37 on; no
         # Service of the API server itself is needed here.

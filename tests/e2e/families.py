@@ -260,8 +260,11 @@ CLAIMS: dict[str, tuple[str, str, dict[str, Any], dict[str, Any] | None, str | N
 }
 
 
-def create_all(kube: Kube) -> dict[str, dict[str, Any]]:
-    """Create everything; return the claims as the server holds them (uid, creation time)."""
+def create_all(kube: Kube, rules: bool = True) -> dict[str, dict[str, Any]]:
+    """Create everything; return the claims as the server holds them (uid, creation time).
+
+    Without *rules*, no DeviceTaintRule (a server that serves none).
+    """
     for namespace, labels in (
         (NAMESPACE, {}),
         (ADMIN_NAMESPACE, {"resource.kubernetes.io/admin-access": "true"}),
@@ -278,7 +281,8 @@ def create_all(kube: Kube) -> dict[str, dict[str, Any]]:
         kube.create(f"{V1}/deviceclasses", obj)
     for obj in SLICES:
         kube.create(f"{V1}/resourceslices", obj)
-    kube.create("/apis/resource.k8s.io/v1beta2/devicetaintrules", TAINT_RULE)
+    if rules:
+        kube.create("/apis/resource.k8s.io/v1beta2/devicetaintrules", TAINT_RULE)
     held = {}
     for name, (namespace, deviceclass, exact, status, owner) in CLAIMS.items():
         body = claim(name, namespace, deviceclass, **exact)
