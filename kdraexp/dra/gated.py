@@ -40,6 +40,17 @@ def raw_value(raw: msgspec.Raw | None) -> Any:
         raise Unreadable(f"not JSON: {error}") from None
 
 
+def _decoded(
+    raw: msgspec.Raw | None, problems: Problems, resource: str, field: str, where: str
+) -> Any:
+    """:func:`raw_value`, or None when it is not JSON: reported under *field*."""
+    try:
+        return raw_value(raw)
+    except Unreadable as error:
+        problems.add(resource, field, f"{where} {field}: {error}")
+        return None
+
+
 def quantity(value: Any) -> float:
     """A Kubernetes quantity given as a string: an amount (capacity, counter), never negative.
 
@@ -81,11 +92,7 @@ def _list(
 
     *field* names it in the report as the API does (``taints``, ``status.devices``...).
     """
-    try:
-        value = raw_value(raw)
-    except Unreadable as error:
-        problems.add(resource, field, f"{where} {field}: {error}")
-        return []
+    value = _decoded(raw, problems, resource, field, where)
     if value is None:
         return []
     if not isinstance(value, list):
@@ -152,11 +159,7 @@ def consumed_capacity(
     raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
 ) -> dict[str, float]:
     """``results[].consumedCapacity``: capacity name -> quantity; bad quantities left out."""
-    try:
-        value = raw_value(raw)
-    except Unreadable as error:
-        problems.add(resource, "consumedCapacity", f"{where} consumedCapacity: {error}")
-        return {}
+    value = _decoded(raw, problems, resource, "consumedCapacity", where)
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -189,36 +192,37 @@ def device_conditions(
 
     Each as (driver, pool, device, type, status lower-cased).
     """
-    found = []
+    found: list[tuple[str, str, str, str, str]] = []
     for entry in entries:
         driver, pool, device = (text(entry.get(k)) for k in ("driver", "pool", "device"))
         conditions = entry.get("conditions") or []
         if not isinstance(conditions, list):
             conditions = [None]
-        for condition in conditions:
-            read = _condition(condition)
-            if read is None:
-                problems.add(
-                    resource,
-                    "status.devices",
-                    f"{where} device {device} condition: {_CONDITION_EXPECTED}, "
-                    f"got {_short(condition)}",
-                )
-                continue
-            found.append((driver, pool, device, *read))
+        read = _conditions(
+            conditions, problems, resource, "status.devices", f"{where} device {device}"
+        )
+        found.extend((driver, pool, device, *condition) for condition in read)
     return found
 
 
-_CONDITION_EXPECTED = "expected a type and a status of True, False or Unknown"
-
-
-def _condition(condition: Any) -> tuple[str, str] | None:
-    """A condition's (type, status lower-cased); None when it has not both."""
-    kind = condition.get("type") if isinstance(condition, dict) else None
-    status = condition.get("status") if isinstance(condition, dict) else None
-    if not isinstance(kind, str) or status not in CONDITION_STATUSES:
-        return None
-    return kind, CONDITION_STATUSES[status]
+def _conditions(
+    conditions: list[Any], problems: Problems, resource: str, field: str, where: str
+) -> list[tuple[str, str]]:
+    """Each condition's (type, status lower-cased); one without both is reported."""
+    found = []
+    for condition in conditions:
+        kind = condition.get("type") if isinstance(condition, dict) else None
+        status = condition.get("status") if isinstance(condition, dict) else None
+        if not isinstance(kind, str) or status not in CONDITION_STATUSES:
+            problems.add(
+                resource,
+                field,
+                f"{where} condition: expected a type and a status of True, False or Unknown, "
+                f"got {_short(condition)}",
+            )
+            continue
+        found.append((kind, CONDITION_STATUSES[status]))
+    return found
 
 
 def timestamp(value: str | None) -> float:
@@ -381,11 +385,7 @@ def capacity_requests(
     raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
 ) -> dict[str, float]:
     """A request's ``capacity.requests``: capacity name -> quantity; bad ones reported."""
-    try:
-        value = raw_value(raw)
-    except Unreadable as error:
-        problems.add(resource, "capacity", f"{where} capacity: {error}")
-        return {}
+    value = _decoded(raw, problems, resource, "capacity", where)
     if not isinstance(value, dict):
         return {}
     requests = value.get("requests")
@@ -398,24 +398,8 @@ def conditions(
     raw: msgspec.Raw | None, problems: Problems, resource: str, where: str
 ) -> list[tuple[str, str]]:
     """An object's ``status.conditions[]`` as (type, status lower-cased)."""
-    try:
-        value = raw_value(raw)
-    except Unreadable as error:
-        problems.add(resource, "status.conditions", f"{where} status.conditions: {error}")
-        return []
+    value = _decoded(raw, problems, resource, "status.conditions", where)
     if value is None:
         return []
-    if not isinstance(value, list):
-        value = [value]
-    found = []
-    for condition in value:
-        read = _condition(condition)
-        if read is None:
-            problems.add(
-                resource,
-                "status.conditions",
-                f"{where} condition: {_CONDITION_EXPECTED}, got {_short(condition)}",
-            )
-            continue
-        found.append(read)
-    return found
+    listed = value if isinstance(value, list) else [value]
+    return _conditions(listed, problems, resource, "status.conditions", where)

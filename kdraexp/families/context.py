@@ -7,6 +7,7 @@ import re
 import attrs
 
 from kdraexp.cel.classindex import ClassIndex
+from kdraexp.dra import gated, wire
 from kdraexp.dra.problems import Problems
 
 DEFAULT_DEVICE_CAPACITIES = r"(?!(.*/)?memorySlice[0-9]+$).*"
@@ -57,3 +58,13 @@ class Context:
     classes: ClassIndex = attrs.Factory(ClassIndex)
     class_errors: list[tuple[str, str]] = attrs.Factory(list)
     """(class, reason) for each device whose match with a class could not be decided."""
+
+    def created(self, resource: str, meta: wire.ObjectMeta, where: str) -> float | None:
+        """The object's creation time in seconds; None, the problem reported, if unreadable."""
+        try:
+            return gated.timestamp(meta.creation_timestamp)
+        except gated.Unreadable as error:
+            self.problems.add(
+                resource, "metadata.creationTimestamp", f"{where} creationTimestamp: {error}"
+            )
+            return None

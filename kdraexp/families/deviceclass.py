@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 
 from kdraexp.cel.classindex import ClassEntry
-from kdraexp.dra import gated, wire
+from kdraexp.dra import wire
 from kdraexp.dra.listing import DEVICE_CLASSES
 from kdraexp.families.context import Context
 from kdraexp.families.family import Row, Stability, family
@@ -111,14 +111,8 @@ def class_info(view: ClassView) -> Iterator[Row]:
 )
 def class_created(view: ClassView) -> Iterator[Row]:
     """The creation time in seconds."""
-    try:
-        created = gated.timestamp(view.meta.creation_timestamp)
-    except gated.Unreadable as error:
-        view.context.problems.add(
-            DEVICE_CLASSES.plural,
-            "metadata.creationTimestamp",
-            f"DeviceClass {view.name} creationTimestamp: {error}",
-        )
+    created = view.context.created(DEVICE_CLASSES.plural, view.meta, f"DeviceClass {view.name}")
+    if created is None:
         return
     yield (view.name, created)
 

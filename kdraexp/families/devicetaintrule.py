@@ -32,9 +32,21 @@ class TaintRuleView:
         self.taint = spec.taint or wire.DeviceTaint()
         self.status = item.status or wire.TaintRuleStatus()
 
+    def selected_taint(self) -> tuple[str, str, str, str, str, str]:
+        """(driver, pool, device, key, value, effect): what it selects and the taint it puts."""
+        taint, selector = self.taint, self.selector
+        return (
+            selector.driver or "",
+            selector.pool or "",
+            selector.device or "",
+            taint.key or "",
+            taint.value or "",
+            taint.effect or "",
+        )
+
     def facts(self) -> RuleFacts | None:
         """The rule's selector and taint, when its effect is known."""
-        taint, selector = self.taint, self.selector
+        taint = self.taint
         if taint.effect not in TAINT_EFFECTS:
             return None
         added = None
@@ -49,17 +61,7 @@ class TaintRuleView:
                     "spec.taint.timeAdded",
                     f"DeviceTaintRule {self.name} timeAdded: {error}",
                 )
-        return RuleFacts(
-            selector.driver or "",
-            selector.pool or "",
-            selector.device or "",
-            taint.key or "",
-            taint.value or "",
-            taint.effect,
-            added,
-            self.name,
-            self.selected,
-        )
+        return RuleFacts(*self.selected_taint(), added, self.name, self.selected)
 
 
 @family(
@@ -71,24 +73,14 @@ class TaintRuleView:
 )
 def taint_rule_info(view: TaintRuleView) -> Iterator[Row]:
     """One row per rule with a known effect."""
-    taint, selector = view.taint, view.selector
-    if taint.effect not in TAINT_EFFECTS:
+    if view.taint.effect not in TAINT_EFFECTS:
         view.context.problems.add(
             DEVICE_TAINT_RULES.plural,
             "spec.taint.effect",
-            f"DeviceTaintRule {view.name}: unknown effect {taint.effect!r}",
+            f"DeviceTaintRule {view.name}: unknown effect {view.taint.effect!r}",
         )
         return
-    yield (
-        view.name,
-        selector.driver or "",
-        selector.pool or "",
-        selector.device or "",
-        taint.key or "",
-        taint.value or "",
-        taint.effect,
-        1.0,
-    )
+    yield (view.name, *view.selected_taint(), 1.0)
 
 
 @family(

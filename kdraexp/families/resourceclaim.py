@@ -261,12 +261,8 @@ def claim_info(view: ClaimView) -> Iterator[Row]:
 )
 def claim_created(view: ClaimView) -> Iterator[Row]:
     """The creation time in seconds; pending age is ``time() - kube_resourceclaim_created``."""
-    try:
-        created = gated.timestamp(view.meta.creation_timestamp)
-    except gated.Unreadable as error:
-        view.context.problems.add(
-            _RESOURCE, "metadata.creationTimestamp", f"{view.where} creationTimestamp: {error}"
-        )
+    created = view.context.created(_RESOURCE, view.meta, view.where)
+    if created is None:
         return
     yield (view.labels, created)
 
@@ -405,6 +401,15 @@ def hourly_cost(index: ClusterIndex) -> Iterator[Row]:
     yield from index.claim_costs()
 
 
+_JUDGED: dict[str, Any] = {
+    "needs": (RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
+    "per": Per.PENDING,
+    "evaluates_selectors": True,
+    "whole_cluster": EVERY_POOL,
+}
+"""How the families of pending claims' judgements are declared: every pool, class and claim."""
+
+
 @family(
     "kube_resourceclaim_pending_reason",
     "Why a pending ResourceClaim's request cannot be allocated now, as the allocator judges it.",
@@ -412,10 +417,7 @@ def hourly_cost(index: ClusterIndex) -> Iterator[Row]:
     CLUSTER,
     "spec.devices.requests[] (class, selectors, allocationMode, count, tolerations, capacity), "
     "DeviceClass selectors, ResourceSlices, allocations, DeviceTaintRules (when listed)",
-    needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
-    per=Per.PENDING,
-    evaluates_selectors=True,
-    whole_cluster=EVERY_POOL,
+    **_JUDGED,
 )
 def pending_reason(index: ClusterIndex) -> Iterator[Row]:
     """One reason per request or alternative of each pending claim (see pending.REASONS)."""
@@ -430,10 +432,7 @@ def pending_reason(index: ClusterIndex) -> Iterator[Row]:
     CLUSTER,
     "spec.devices.requests[].{deviceClassName,selectors}, DeviceClass selectors, ResourceSlices, "
     "allocations",
-    needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
-    per=Per.PENDING,
-    evaluates_selectors=True,
-    whole_cluster=EVERY_POOL,
+    **_JUDGED,
 )
 def request_matching(index: ClusterIndex) -> Iterator[Row]:
     """Per request of each pending claim, each device state with at least one device."""

@@ -432,7 +432,26 @@ class SliceView:
 _BLOCKING = frozenset({"NoSchedule", "NoExecute"})
 
 
-def _original_capacity(name: str) -> Any:
+_ORIGINAL_CAPACITY_LABELS = (
+    "resourceslice_name",
+    "device_name",
+    "driver",
+    "pool",
+    "node_name",
+    "type",
+    "product_name",
+    "parent_uuid",
+)
+_ORIGINAL_FIELDS = (
+    "spec.driver, spec.pool.name, spec.nodeName, spec.perDeviceNodeSelection, spec.devices[].name, "
+    "spec.devices[].nodeName, spec.devices[].attributes type/productName/parentUUID, "
+    "spec.devices[].capacity.{}"
+)
+
+
+def _original_capacity(name: str, family_name: str, help_text: str) -> Any:
+    """One of the original's three families of one capacity, *name*, per device."""
+
     def rows(view: SliceView) -> Iterator[Row]:
         for device in view.devices:
             if name not in device.capacity_raw:
@@ -452,54 +471,30 @@ def _original_capacity(name: str) -> Any:
                 value,
             )
 
-    return rows
+    return family(
+        family_name,
+        help_text,
+        _ORIGINAL_CAPACITY_LABELS,
+        RESOURCE_SLICES,
+        _ORIGINAL_FIELDS.format(name),
+        stability=Stability.STABLE,
+        original=True,
+    )(rows)
 
 
-_ORIGINAL_CAPACITY_LABELS = (
-    "resourceslice_name",
-    "device_name",
-    "driver",
-    "pool",
-    "node_name",
-    "type",
-    "product_name",
-    "parent_uuid",
+capacity_memory_bytes = _original_capacity(
+    "memory", "kube_resourceslice_device_capacity_memory_bytes", "Device memory capacity in bytes."
 )
-_ORIGINAL_FIELDS = (
-    "spec.driver, spec.pool.name, spec.nodeName, spec.perDeviceNodeSelection, spec.devices[].name, "
-    "spec.devices[].nodeName, spec.devices[].attributes type/productName/parentUUID, "
-    "spec.devices[].capacity.{}"
-)
-
-capacity_memory_bytes = family(
-    "kube_resourceslice_device_capacity_memory_bytes",
-    "Device memory capacity in bytes.",
-    _ORIGINAL_CAPACITY_LABELS,
-    RESOURCE_SLICES,
-    _ORIGINAL_FIELDS.format("memory"),
-    stability=Stability.STABLE,
-    original=True,
-)(_original_capacity("memory"))
-
-capacity_multiprocessors = family(
+capacity_multiprocessors = _original_capacity(
+    "multiprocessors",
     "kube_resourceslice_device_capacity_multiprocessors",
     "Number of multiprocessors available on the device.",
-    _ORIGINAL_CAPACITY_LABELS,
-    RESOURCE_SLICES,
-    _ORIGINAL_FIELDS.format("multiprocessors"),
-    stability=Stability.STABLE,
-    original=True,
-)(_original_capacity("multiprocessors"))
-
-capacity_decoders = family(
+)
+capacity_decoders = _original_capacity(
+    "decoders",
     "kube_resourceslice_device_capacity_decoders",
     "Number of hardware decoders available on the device.",
-    _ORIGINAL_CAPACITY_LABELS,
-    RESOURCE_SLICES,
-    _ORIGINAL_FIELDS.format("decoders"),
-    stability=Stability.STABLE,
-    original=True,
-)(_original_capacity("decoders"))
+)
 
 
 @family(

@@ -139,19 +139,18 @@ class BoundedChannel(HTTPChannel):
 
     def _too_slow(self) -> None:
         self._deadline = None
-        log.debug(
-            "Dropping {peer}: request headers not complete within {seconds}s",
-            peer=str(self.transport.getPeer()),
-            seconds=HEADER_DEADLINE,
-        )
-        self.transport.abortConnection()
+        self._drop("request headers not complete within", HEADER_DEADLINE)
 
     def _not_reading(self) -> None:
         self._stall = None
+        self._drop("it read nothing of its answer for", WRITE_DEADLINE)
+
+    def _drop(self, why: str, seconds: float) -> None:
         log.debug(
-            "Dropping {peer}: it read nothing of its answer for {seconds}s",
+            "Dropping {peer}: {why} {seconds}s",
             peer=str(self.transport.getPeer()),
-            seconds=WRITE_DEADLINE,
+            why=why,
+            seconds=seconds,
         )
         self.transport.abortConnection()
 

@@ -7,6 +7,7 @@ then follows), so that one alert covers both modes.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -84,48 +85,44 @@ class WatchStats(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The families."""
-        synced = GaugeMetricFamily(
+        synced = _labelled(
+            GaugeMetricFamily,
             "kube_dra_exporter_watch_synced",
             "1 once the resource has been synchronised and is followed, else 0.",
-            labels=["resource"],
+            {resource: 1.0 if value else 0.0 for resource, value in self._synced.items()},
         )
-        for resource, value in sorted(self._synced.items()):
-            synced.add_metric([resource], 1.0 if value else 0.0)
-        events = CounterMetricFamily(
+        events = _labelled(
+            CounterMetricFamily,
             "kube_dra_exporter_watch_events",
             "Watch events received, by resource and type.",
-            labels=["resource", "type"],
+            self._events,
+            "type",
         )
-        for (resource, kind), count in sorted(self._events.items()):
-            events.add_metric([resource, kind], count)
-        relists = CounterMetricFamily(
+        relists = _labelled(
+            CounterMetricFamily,
             "kube_dra_exporter_watch_relists",
             "Times a resource was listed again, by cause (expired: a 410; classes: new classes).",
-            labels=["resource", "cause"],
+            self._relists,
+            "cause",
         )
-        for (resource, cause), count in sorted(self._relists.items()):
-            relists.add_metric([resource, cause], count)
-        restarts = CounterMetricFamily(
+        restarts = _labelled(
+            CounterMetricFamily,
             "kube_dra_exporter_watch_restarts",
             "Watches opened again after going idle or being interrupted.",
-            labels=["resource"],
+            self._restarts,
         )
-        for resource, count in sorted(self._restarts.items()):
-            restarts.add_metric([resource], count)
-        last = GaugeMetricFamily(
+        last = _labelled(
+            GaugeMetricFamily,
             "kube_dra_exporter_watch_last_event_timestamp_seconds",
             "Unix time of the last event received for the resource.",
-            labels=["resource"],
+            self._last_event,
         )
-        for resource, at in sorted(self._last_event.items()):
-            last.add_metric([resource], at)
-        failing = GaugeMetricFamily(
+        failing = _labelled(
+            GaugeMetricFamily,
             "kube_dra_exporter_watch_failing_since_timestamp_seconds",
             "Unix time since which the resource's watch has failed (absent while it is current).",
-            labels=["resource"],
+            self._failing_since,
         )
-        for resource, since in sorted(self._failing_since.items()):
-            failing.add_metric([resource], since)
         staleness = GaugeMetricFamily(
             "kube_dra_exporter_max_staleness_seconds",
             "--max-staleness: past this long failing, scrapes answer 500 instead of old state.",
@@ -145,3 +142,17 @@ class WatchStats(Collector):
             lag.add_metric([resource], seconds)
             waiting.add_metric([resource], count)
         yield from (synced, events, relists, restarts, last, failing, staleness, lag, waiting)
+
+
+def _labelled(
+    kind: Callable[..., GaugeMetricFamily | CounterMetricFamily],
+    name: str,
+    help_text: str,
+    values: Mapping[Any, float],
+    label: str | None = None,
+) -> Metric:
+    """A family by resource (and *label*, the second part of each key), in order of its keys."""
+    made = kind(name, help_text, labels=["resource"] if label is None else ["resource", label])
+    for key, value in sorted(values.items()):
+        made.add_metric(list(key) if label is not None else [key], value)
+    return made
