@@ -1,8 +1,7 @@
 """The real Prometheus Operator takes up the chart as kube-prometheus-stack's does.
 
-Run by ``make operator-e2e``, not by ``make test``: building the operator (v0.90.1, from its Go
-module by scripts/build-prometheus-operator.sh) costs minutes cold, which would take a cold
-``make test`` past its budget (README, "The end-to-end tier").
+The operator (v0.90.1) is built from its Go module by scripts/build-prometheus-operator.sh,
+the last of the slow builds (tests/tools.py); ``make operator-e2e`` runs this module alone.
 
 A control plane of its own (kube-apiserver and etcd, no kubelet, no controller manager) with the
 operator's CRDs; the operator runs against it with the admin's kubeconfig. The chart is
