@@ -6,10 +6,14 @@ import zlib
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kdraexp.cel.matching import Matcher
 from kdraexp.families import pending, selectorread
+from kdraexp.families.index import DeviceFacts, Pool
 from kdraexp.families.pending import REASONS
+from kdraexp.families.resourceslice import D
 from kdraexp.store.collection import Collection, Store
 from tests.collect import collect, samples, values
 from tests.objects import classy, counters, device, gpu, new_claim, pool_slice, result
@@ -528,3 +532,30 @@ def test_the_example_cluster_shows_every_reason() -> None:
         rules=by_kind["DeviceTaintRule"],
     )
     assert set(reasons(written).values()) == set(REASONS)
+
+
+_NEEDS = st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]), min_size=1, max_size=3)
+
+
+@given(
+    st.lists(st.tuples(_NEEDS, st.booleans()), min_size=1, max_size=6),
+    st.sampled_from([0.0, 1.0, 2.0, 4.0]),
+)
+def test_one_device_reaches_as_the_most_says(needs: list[Any], total: float) -> None:
+    """For a request of one device, the early answer is the one the most that fit gives."""
+    pool = Pool("d", "p", totals={("set", f"c{i}"): total for i in range(3)})
+    pool.consumed = {("set", "c0"): total}  # what is in use does not count here
+    usable = []
+    for at, (counts, shareable) in enumerate(needs):
+        consumes = (("set", {f"c{i}": need for i, need in enumerate(counts)}),)
+        facts = DeviceFacts(
+            labels=D.values("s", "d", "p", f"g{at}", "n"),
+            name=f"g{at}",
+            taints=(),
+            consumes=consumes,
+            share_capacity=None,
+            shareable=shareable,
+            capacities={"memory": 1.0} if shareable else None,
+        )
+        usable.append((pool, facts))
+    assert pending._reaches(usable, 1) == (pending._most(usable) >= 1)

@@ -26,6 +26,7 @@ from kdraexp.dra import gated
 from kdraexp.dra.listing import RESOURCE_CLAIMS
 from kdraexp.families.headroom import allocatable, capacity, most, shares
 from kdraexp.families.index import (
+    NOTHING,
     USABLE,
     ClusterIndex,
     DeviceFacts,
@@ -476,7 +477,7 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     usable = [candidate for candidate in candidates if candidate[0].state == USABLE]
     if not usable:
         return Judgement("pool_unusable", matching)
-    if not request.all and _most(usable) < request.count:
+    if not request.all and not _reaches(usable, request.count):
         return Judgement("exceeds_capacity", matching)
     open_, free = _open(index, request, usable)
     if not free:
@@ -510,6 +511,20 @@ def _open(
         elif not any(_forbids(request, taint) for taint in index.taints(pool, device)):
             free.append(candidate)
     return open_, free
+
+
+def _reaches(usable: list[Candidate], count: int) -> bool:
+    """Whether some node could take *count* of *usable* together, were nothing in use.
+
+    One device: any that allows several allocations or fits its pool's counters alone (the
+    usual request, answered at the first such device); more: see :func:`_most`.
+    """
+    if count <= 1:
+        return any(
+            device.capacities is not None or not blocked(device, pool, NOTHING)
+            for pool, device in usable
+        )
+    return _most(usable) >= count
 
 
 def _most(usable: list[Candidate]) -> float:
