@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
+import attrs
 import msgspec
 
 from kdraexp.dra.gated import TimedToleration, kept
@@ -269,11 +270,31 @@ class Pools:
         return made
 
 
+@attrs.frozen
+class Round:
+    """What a collection gives the join besides its slices, classes and rules.
+
+    One record, taken whole by :meth:`ClusterIndex.begin` before any family reads the index.
+    """
+
+    claims: list[ClaimFacts]
+    """Every claim's facts, as the index has allocated them."""
+    selectors: Any
+    """Claims' own selectors' answers (:class:`kdraexp.families.pending.SelectorAnswers`)."""
+    owns: Callable[[str, str], bool]
+    """Whether the pool (driver, pool) is this shard's."""
+    pods: list[Any] | None = None
+    """The pods that matter (:class:`kdraexp.families.pod.PodFacts`); None when no family of
+    pods is written this time (those of before stay)."""
+    extended: Mapping[str, str] = MappingProxyType({})
+    """Extended resource name -> the DeviceClass that serves it (read with the pods)."""
+
+
 class ClusterIndex:
     """The join of one collection's slices and claims.
 
     Made by :meth:`build`, which gives the reactor its turns: at 64,000 devices the join takes
-    a few hundred milliseconds.
+    a few hundred milliseconds.  Each collection then begins with :meth:`begin`.
     """
 
     def __init__(
@@ -324,8 +345,21 @@ class ClusterIndex:
         """The pods that matter (:class:`kdraexp.families.pod.PodFacts`), or one at a time."""
         self.claims_by_name: dict[tuple[str, str], ClaimFacts] = {}
         """Every claim by (namespace, name), for the pods that name them."""
-        self.extended: dict[str, str] = {}
+        self.extended: Mapping[str, str] = {}
         """Extended resource name -> the DeviceClass that serves it."""
+
+    def begin(self, round_: Round) -> None:
+        """A collection's own inputs; what was judged of the last one's claims is forgotten."""
+        self.claims = round_.claims
+        self.selectors = round_.selectors
+        self.owns = round_.owns
+        self.judged = {}  # what is allocated may have changed
+        if round_.pods is not None:
+            self.pods = round_.pods
+            self.claims_by_name = {
+                (claim.labels.values[0], claim.labels.values[1]): claim for claim in self.claims
+            }
+            self.extended = round_.extended
 
     @classmethod
     async def build(

@@ -27,7 +27,7 @@ from kdraexp.dra.listing import (
 )
 from kdraexp.dra.problems import Problem, Problems
 from kdraexp.families.family import Family, Per
-from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, RuleFacts, SliceFacts
+from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, Round, RuleFacts, SliceFacts
 from kdraexp.families.pending import SelectorAnswers
 from kdraexp.families.resourceslice import pool_key
 from kdraexp.store.changes import Change, touched_between
@@ -172,16 +172,13 @@ class ClusterRows:
                 if r.selectors
             }
         )
-        index.selectors = self._selectors
-        index.owns = _owner(shard)
-        index.judged = {}  # what is allocated may have changed
+        pods = None
         if any(family.per is Per.POD for family in changed):
-            index.pods = [pod for pod in facts.get(PODS.plural, {}).values() if pod is not None]
-            self._pods = {(pod.namespace, pod.name): pod for pod in index.pods}
-            index.claims_by_name = {
-                (claim.labels.values[0], claim.labels.values[1]): claim for claim in claims.values()
-            }
-            index.extended = classes.extended
+            pods = [pod for pod in facts.get(PODS.plural, {}).values() if pod is not None]
+            self._pods = {(pod.namespace, pod.name): pod for pod in pods}
+        index.begin(
+            Round(list(claims.values()), self._selectors, _owner(shard), pods, classes.extended)
+        )
         for family in changed:
             self.laid[family.name] = await self._lay(family, index, claims, pools, moved, turns)
             self.keys[family.name] = keys[family.name]
@@ -203,7 +200,6 @@ class ClusterRows:
                 pools |= index.allocate(before[key], -1)
             if key in claims:
                 pools |= index.allocate(claims[key], 1)
-        index.claims = list(claims.values())
         for count, touched in enumerate(pools):
             pool = index.pools.get(touched)
             if pool is not None:
