@@ -25,7 +25,6 @@ from typing import Any
 import attrs
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
-from twisted.python.failure import Failure
 
 from kdraexp.exposition import text as exposition
 from kdraexp.exposition.sortedrows import SortedRows
@@ -33,6 +32,7 @@ from kdraexp.exposition.text import encode_family
 from kdraexp.families.family import Family, Row
 from kdraexp.store.collection import Collection
 from kdraexp.store.rows import BLOCK_SIZE, LABELS, Block, expand, rows_of
+from kdraexp.util.singleflight import KeyedFlights
 from kdraexp.util.turns import Turns
 
 GZIP_LEVEL = 1
@@ -88,8 +88,9 @@ class Renderer:
         its length and first flat, and by its own identity."""
         self._orders: dict[str, SortedRows] = {}
         """Per family of the original's, its rows as last sorted."""
-        self._rendering: dict[str, list[Deferred[Segment]]] = {}
-        """Per family being rendered, the scrapes waiting for it."""
+        self._rendering: KeyedFlights[str, Segment] = KeyedFlights(abandon=False)
+        """Per family being rendered, its rendering, shared by the scrapes waiting for it (one
+        that goes lets the rendering run on: the segment is kept for the next)."""
         self._joined: tuple[tuple[Hashable, ...], int, int] = ((), 0, 0)
         self._body: tuple[Hashable, list[Segment], list[bytes], int] | None = None
         """The last gzip body's segments and tail, its pieces and length."""
@@ -112,23 +113,10 @@ class Renderer:
 
     def _render(self, collection: Collection, name: str, key: Hashable) -> Deferred[Segment]:
         """Render one family, once however many scrapes want it at the same time."""
-        waiter: Deferred[Segment] = Deferred()
-        waiters = self._rendering.get(name)
-        if waiters is not None:
-            waiters.append(waiter)
-            return waiter
-        self._rendering[name] = [waiter]
         family = next(f for f in collection.selection.families if f.name == name)
-
-        def finished(result: Segment | Failure) -> None:
-            for each in self._rendering.pop(name):
-                if isinstance(result, Failure):
-                    each.errback(result)
-                else:
-                    each.callback(result)
-
-        Deferred.fromCoroutine(self._deflate(family, collection, key)).addBoth(finished)
-        return waiter
+        return self._rendering(
+            name, lambda: Deferred.fromCoroutine(self._deflate(family, collection, key))
+        )
 
     async def _deflate(self, family: Family, collection: Collection, key: Hashable) -> Segment:
         if family.original:

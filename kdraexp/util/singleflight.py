@@ -1,14 +1,15 @@
-"""One in-flight call shared by every concurrent caller."""
+"""One in-flight call shared by every concurrent caller, alone or one per key."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 class SingleFlight(Generic[T]):
@@ -58,3 +59,30 @@ class SingleFlight(Generic[T]):
                 waiter.errback(result)
             else:
                 waiter.callback(result)
+
+
+class KeyedFlights(Generic[K, T]):
+    """A :class:`SingleFlight` per key while its call runs: callers of one key share one call.
+
+    A key is forgotten when its call ends, so the next caller starts a new one; *abandon* as
+    for :class:`SingleFlight`.
+    """
+
+    def __init__(self, abandon: bool = True) -> None:
+        self._abandon = abandon
+        self._flights: dict[K, SingleFlight[T]] = {}
+
+    def __call__(self, key: K, start: Callable[[], Deferred[T]]) -> Deferred[T]:
+        """Join the call in flight for *key*, or start one with *start*."""
+        flight = self._flights.get(key)
+        if flight is None:
+
+            def started() -> Deferred[T]:
+                return start().addBoth(self._ended, key)
+
+            flight = self._flights[key] = SingleFlight(started, self._abandon)
+        return flight()
+
+    def _ended(self, result: T | Failure, key: K) -> T | Failure:
+        del self._flights[key]
+        return result
