@@ -20,7 +20,7 @@ import re
 import struct
 import zlib
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 from twisted.internet.defer import Deferred
@@ -56,11 +56,6 @@ it compresses as well, and the compressor is made five times faster (a first scr
 thousands)."""
 
 
-Kept = tuple[Block, "Segment", int, int]
-"""A block written, its segment, the hash of its length and first flat, and of its flats'
-identities."""
-
-
 @attrs.frozen
 class Segment:
     """One family's text, deflated, flushed to a byte boundary but not finished."""
@@ -76,6 +71,58 @@ class Segment:
     """CRC-32 of as many zero bytes as the text has (for :func:`crc32_combine`), or -1."""
 
 
+class Written(NamedTuple):
+    """A block written and its segment."""
+
+    block: Block
+    segment: Segment
+    content: int
+    """The hash of the block's length and first flat: a candidate, compared in full."""
+    identity: int
+    """The hash of its flats' identities."""
+
+
+class WrittenBlocks:
+    """One family's blocks as last written, found again by the next collection's blocks.
+
+    A block kept from the last collection (see :mod:`kdraexp.store.keptblocks`) is the same
+    object.  Others are found by the identities of their flats (hashed: a tuple of them for each
+    block would take megabytes), checked one by one: cheaper than hashing their contents, and
+    sound, as what is kept holds the flats, so no other object can have their identities.  An
+    object read again with the same rows has new flats: then by its length and first flat, and
+    compared in full.
+    """
+
+    __slots__ = ("_by_content", "_by_identity", "_by_object")
+
+    def __init__(self) -> None:
+        self._by_identity: dict[int, Written] = {}
+        self._by_content: dict[int, Written] = {}
+        self._by_object: dict[int, Written] = {}
+
+    def find(self, block: Block) -> Written | tuple[int, int]:
+        """The block as written, with this block; else its (content, identity) hashes."""
+        found = self._by_object.get(id(block))
+        if found is not None and found.block is block:
+            return found
+        identity = hash(tuple(map(id, block)))
+        found = self._by_identity.get(identity)
+        if found is not None and (
+            len(found.block) == len(block) and all(map(operator.is_, found.block, block))
+        ):
+            return Written(block, found.segment, found.content, identity)
+        content = hash((len(block), block[0]))
+        same = self._by_content.get(content)
+        if same is not None and same.block == block:
+            return Written(block, same.segment, content, identity)  # with the new flats
+        return content, identity
+
+    def keep(self, written: Written) -> None:
+        """Keep *written* for the next collection to find."""
+        self._by_object[id(written.block)] = written
+        self._by_identity[written.identity] = self._by_content[written.content] = written
+
+
 class Renderer:
     """Keeps every family's segment; renders a family again only when its key changed."""
 
@@ -83,9 +130,8 @@ class Renderer:
         self._turns = Turns(clock)
         """One budget for all rendering: thirty families of 10 ms each are 300 ms too."""
         self._segments: dict[str, Segment] = {}
-        self._blocks: dict[str, tuple[dict[int, Kept], dict[int, Kept], dict[int, Kept]]] = {}
-        """Per family, each block and its segment as last written, by its flats' identities, by
-        its length and first flat, and by its own identity."""
+        self._blocks: dict[str, WrittenBlocks] = {}
+        """Per family, its blocks and their segments as last written."""
         self._orders: dict[str, SortedRows] = {}
         """Per family of the original's, its rows as last sorted."""
         self._rendering: KeyedFlights[str, Segment] = KeyedFlights(abandon=False)
@@ -199,42 +245,16 @@ class Renderer:
 
     async def _blockwise(self, family: Family, blocks: Iterable[Block], key: Hashable) -> Segment:
         """A family deflated block by block: a block written for an earlier collection is kept."""
-        previous, previous_content, previous_objects = self._blocks.get(family.name, ({}, {}, {}))
-        kept: dict[int, Kept] = {}
-        kept_content: dict[int, Kept] = {}
-        kept_objects: dict[int, Kept] = {}
+        previous = self._blocks.get(family.name) or WrittenBlocks()
+        written = WrittenBlocks()
         parts: list[bytes] = []
         crc, size = 0, 0
         for block in blocks:
-            # A block kept from the last collection (see kdraexp.store.keptblocks) is the same
-            # object.  Others are found by the identities of their flats (hashed: a tuple of
-            # them for each block would take megabytes), checked one by one: cheaper than
-            # hashing their contents, and sound, as what is kept holds the flats, so no other
-            # object can have their identities.  An object read again with the same rows has new
-            # flats: then by its length and first flat, and compared in full.
-            found = previous_objects.get(id(block))
-            if found is not None and found[0] is block:
-                identity = found[3]
-            else:
-                identity = hash(tuple(map(id, block)))
-                found = previous.get(identity)
-                if found is not None and (
-                    len(found[0]) != len(block) or not all(map(operator.is_, found[0], block))
-                ):
-                    found = None
-                if found is None:
-                    content = hash((len(block), block[0]))  # a candidate, compared in full
-                    same = previous_content.get(content)
-                    if same is not None and same[0] == block:
-                        found = (block, same[1], content, identity)  # with the new flats
-                    else:
-                        segment = await self._deflated(block, family)
-                        found = (block, segment, content, identity)
-                else:
-                    found = (block, found[1], found[2], identity)
-            kept_objects[id(block)] = found
-            kept[identity] = kept_content[found[2]] = found
-            segment = found[1]
+            found = previous.find(block)
+            if not isinstance(found, Written):
+                found = Written(block, await self._deflated(block, family), *found)
+            written.keep(found)
+            segment = found.segment
             if not parts:
                 head = _deflated_text(exposition.header(family))
                 parts.extend(head.data)
@@ -248,7 +268,7 @@ class Renderer:
             # Blocks read again alike were compared in full: 64,000 devices' take a few hundred
             # milliseconds, which the reactor would wait for.
             await self._turns.take()
-        self._blocks[family.name] = (kept, kept_content, kept_objects)
+        self._blocks[family.name] = written
         return Segment(key, tuple(parts), crc, size)
 
     def gzip(self, segments: list[Segment], tail: bytes) -> tuple[list[bytes], int]:
