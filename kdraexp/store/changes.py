@@ -29,6 +29,13 @@ def many(touched: int, total: int) -> bool:
     return touched * REBUILT > max(total, 1)
 
 
+class Made(NamedTuple):
+    """What a follower made of a source (a mapping, or versions), kept while the source is."""
+
+    source: Any
+    made: Any
+
+
 class Change(NamedTuple):
     """What changed from one mapping to the next: the keys whose values are not the same."""
 

@@ -30,7 +30,7 @@ from kdraexp.families.family import Family, Per
 from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, Round, RuleFacts, SliceFacts
 from kdraexp.families.pending import SelectorAnswers
 from kdraexp.families.resourceslice import pool_key
-from kdraexp.store.changes import Change, touched_between
+from kdraexp.store.changes import Change, Made, touched_between
 from kdraexp.store.keptblocks import KeptBlocks
 from kdraexp.store.rows import Flat, flatten, size_for
 from kdraexp.store.sharding import Shard
@@ -103,7 +103,8 @@ class ClusterRows:
         self._base: tuple[int, ...] | None = None
         """What the index was made of besides claims: slices, classes and rules versions."""
         self._claims: dict[str, ClaimFacts] = {}
-        self._pools: tuple[int, Pools] | None = None
+        self._pools: Made | None = None
+        """The pools, made of the slices of the version it holds (its source)."""
         self._selectors: SelectorAnswers | None = None
         self._pending: dict[str, ClaimFacts] = {}
         """The claims with pending requests, by key."""
@@ -138,8 +139,8 @@ class ClusterRows:
         index = self._index
         self._index = None  # until the update completes: one cut short is made whole next time
         if index is None or base != self._base:
-            if self._pools is None or self._pools[0] != base[0]:
-                self._pools = (base[0], await Pools.build(slices, turns))
+            if self._pools is None or self._pools.source != base[0]:
+                self._pools = Made(base[0], await Pools.build(slices, turns))
             index = await ClusterIndex.build(
                 slices,
                 list(claims.values()),
@@ -147,7 +148,7 @@ class ClusterRows:
                 Problems(),
                 rules,
                 turns,
-                self._pools[1],
+                self._pools.made,
                 frozenset(classes.entries),
             )
             pools: Iterable[tuple[str, str]] | None = None

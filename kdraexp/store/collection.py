@@ -40,7 +40,7 @@ from kdraexp.families.context import Context, Options
 from kdraexp.families.family import CLUSTER, Family, Row
 from kdraexp.families.index import ClusterIndex
 from kdraexp.families.selection import Selection
-from kdraexp.store.changes import Change, change, many, touched_between
+from kdraexp.store.changes import Change, Made, change, many, touched_between
 from kdraexp.store.clusterrows import CLUSTER_NEEDS, ClusterRows, Laid
 from kdraexp.store.keptblocks import KindBlocks
 from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, expand, flatten
@@ -398,14 +398,14 @@ class Store:
         between (what a watch's events touched, or what a list found changed)."""
         self.fact_changes: dict[str, Change] = {}
         """Per kind, its facts before the last collection, after it, and what changed."""
-        self._facts: dict[str, tuple[dict[str, Entry], dict[str, Any]]] = {}
+        self._facts: dict[str, Made] = {}
         """Per kind, the entries last joined and their facts."""
-        self._having: dict[str, tuple[dict[str, Entry], dict[str, Any]]] = {}
+        self._having: dict[str, Made] = {}
         """Per kind, the entries last looked at and those with problems."""
-        self._problems: dict[str, tuple[dict[str, Any], _Problems]] = {}
+        self._problems: dict[str, Made] = {}
         """Per kind, its entries with problems and their problems."""
-        self.last: tuple[Hashable, Collection] | None = None
-        """The last collection made, with the versions it was made of."""
+        self.last: Made | None = None
+        """The last collection made, with the versions it was made of (its source)."""
 
     def problems_of(self, plural: str) -> _Problems:
         """The problems and class errors of the kind's entries, found again where they changed."""
@@ -413,13 +413,14 @@ class Store:
             self._having, plural, lambda entry: entry, lambda e: bool(e.problems or e.class_errors)
         )
         found = self._problems.get(plural)
-        if found is None or found[0] is not having:
+        if found is None or found.source is not having:
             made = (
                 list(itertools.chain.from_iterable(map(_PROBLEMS, having.values()))),
                 list(itertools.chain.from_iterable(map(_CLASS_ERRORS, having.values()))),
             )
-            found = self._problems[plural] = (having, made)
-        return found[1]
+            found = self._problems[plural] = Made(having, made)
+        problems: _Problems = found.made
+        return problems
 
     def facts_of(self, plural: str) -> dict[str, Any]:
         """Each entry's facts, by its key, in the entries' order (a new dict when they change)."""
@@ -430,7 +431,7 @@ class Store:
 
     def _follow(
         self,
-        kept: dict[str, tuple[dict[str, Entry], dict[str, Any]]],
+        kept: dict[str, Made],
         plural: str,
         value: Callable[[Entry], Any],
         wanted: Callable[[Entry], bool] | None = None,
@@ -443,34 +444,34 @@ class Store:
         """
         entries = self.entries.get(plural, {})
         found = kept.get(plural)
-        if found is not None and found[0] is entries:
-            return found[1], None, ()
+        if found is not None and found.source is entries:
+            return found.made, None, ()
         touched: Keys[str] = (
-            touched_between(found[0], entries, self.changes.get(plural))
+            touched_between(found.source, entries, self.changes.get(plural))
             if found is not None
             else entries.keys()
         )
         if (
             found is None
             or many(len(touched), len(entries))
-            or any(key in entries and key not in found[0] for key in touched)
+            or any(key in entries and key not in found.source for key in touched)
         ):  # many changed, or new ones (they go where the entries have them)
             if wanted is None:
                 made = dict(zip(entries, map(value, entries.values()), strict=True))  # in C
             else:
                 made = {key: value(e) for key, e in entries.items() if wanted(e)}
         elif not touched:
-            made = found[1]
+            made = found.made
         else:
-            made = dict(found[1])
+            made = dict(found.made)
             for key in touched:
                 entry = entries.get(key)
                 if entry is not None and (wanted is None or wanted(entry)):
                     made[key] = value(entry)
                 else:
                     made.pop(key, None)
-        kept[plural] = (entries, made)
-        return made, found[1] if found is not None else None, touched
+        kept[plural] = Made(entries, made)
+        return made, found.made if found is not None else None, touched
 
 
 class Collection:
@@ -696,8 +697,9 @@ class CollectionBuilder:
         store = self._store
         listed = sorted(self._readers)
         made_of = tuple((name, store.versions.get(name, 0)) for name in listed)
-        if store.last is not None and store.last[0] == made_of:
-            return store.last[1]  # nothing changed: a calm cluster's scrape costs nothing here
+        if store.last is not None and store.last.source == made_of:
+            kept: Collection = store.last.made
+            return kept  # nothing changed: a calm cluster's scrape costs nothing here
         keys: dict[str, Hashable] = {
             family.name: (
                 id(store),
@@ -740,7 +742,7 @@ class CollectionBuilder:
             store.changes,
             cluster_problems,
         )
-        store.last = (made_of, collection)
+        store.last = Made(made_of, collection)
         return collection
 
     async def _cluster(self, keys: dict[str, Hashable], turns: Turns) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from kdraexp.store.changes import Change, many, touched_between
 from kdraexp.store.rows import BLOCK_SIZE, Block, Flat
@@ -238,6 +238,14 @@ class KeptBlocks:
 _ROWS = operator.attrgetter("rows")
 
 
+class _FamilyBlocks(NamedTuple):
+    """One family's blocks of a kind's entries, and what they were made with."""
+
+    entries: Mapping[str, Any]
+    made: Made
+    view: list[Block]
+
+
 class KindBlocks:
     """Each family of one kind: its kept blocks, of one layout following the kind's entries."""
 
@@ -247,8 +255,8 @@ class KindBlocks:
         self._layout: Layout | None = None
         self._entries: Mapping[str, Any] | None = None
         """The entries the layout was last cut or followed for."""
-        self._families: dict[int, tuple[Mapping[str, Any], Made, list[Block]]] = {}
-        """Per family (its slot in an entry's rows), the entries its view was made of."""
+        self._families: dict[int, _FamilyBlocks] = {}
+        """Per family (its slot in an entry's rows), its blocks and the entries they show."""
 
     def blocks(
         self, entries: Mapping[str, Any], slot: int, known: Change | None = None
@@ -258,8 +266,8 @@ class KindBlocks:
         *known* may say what changed since the entries before (see :func:`touched_between`).
         """
         found = self._families.get(slot)
-        if found is not None and found[0] is entries:
-            return found[2]
+        if found is not None and found.entries is entries:
+            return found.view
         if self._entries is not entries:
             touched = None
             if self._entries is not None:
@@ -272,7 +280,7 @@ class KindBlocks:
         def flats(keys: Iterable[str]) -> Iterable[Flat]:
             return map(row, map(_ROWS, map(entries.__getitem__, keys)))
 
-        made = found[1] if found is not None else Made()
+        made = found.made if found is not None else Made()
         view = made.view(self._layout, flats)
-        self._families[slot] = (entries, made, view)
+        self._families[slot] = _FamilyBlocks(entries, made, view)
         return view
