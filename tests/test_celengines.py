@@ -23,6 +23,7 @@ from kdraexp.cel.worker import ENGINE, engine
 ROOT = Path(__file__).parent.parent
 CEL_CASES = [
     "tests/test_cel_matching.py",
+    "tests/test_cel_native.py",
     "tests/test_cel_process.py",
     "tests/test_deviceclass_families.py",
     "tests/test_pending.py",

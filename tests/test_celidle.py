@@ -23,7 +23,7 @@ def test_an_idle_process_is_ended_and_started_again(monkeypatch: pytest.MonkeyPa
     evaluator = Evaluator()
     try:
         assert evaluator.idle(IDLE) is False  # none started yet
-        evaluator.start()
+        assert evaluator.compile(["1 == 1"]) == [None]  # one started, on demand
         child = evaluator._process
         assert child is not None
         now[0] += IDLE - 1

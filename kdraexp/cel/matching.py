@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
-import re
 import threading
 import time
 from collections.abc import Hashable, Iterable, Sequence
@@ -36,7 +35,9 @@ from typing import Any, Protocol
 import attrs
 import msgspec
 
+from kdraexp.cel.native import Native, native
 from kdraexp.cel.process import EvaluationError, Evaluator, OverBudget
+from kdraexp.cel.tokens import literal, tokens
 from kdraexp.cel.values import ABSENT
 from kdraexp.util.serial import serialised
 
@@ -116,41 +117,8 @@ class DeviceFields(Protocol):
 
 # --- Reading what an expression reads --------------------------------------------------------
 
-_TOKEN = re.compile(
-    r"""
-    (?P<space>\s+|//[^\n]*)
-    | (?P<string>[rRbB]{0,2}
-        (?:'''(?:.|\n)*?'''|\"\"\"(?:.|\n)*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"))
-    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<number>[0-9][0-9A-Za-z.]*)
-    | (?P<other>.)
-    """,
-    re.VERBOSE,
-)
-_SIMPLE_STRING = re.compile(r"""'([^'\\]*)'|"([^"\\]*)\"""")
-
 Path = tuple[str, ...]
 """``("driver",)``, ``("attributes", domain)`` or ``("attributes", domain, name)`` (or capacity)."""
-
-
-def _tokens(expression: str) -> list[tuple[str, str]]:
-    found = []
-    for match in _TOKEN.finditer(expression):
-        kind = match.lastgroup or "other"
-        if kind != "space":
-            found.append((kind, match.group()))
-    return found
-
-
-def _literal(token: tuple[str, str]) -> str | None:
-    """The text of a plain string literal; None for raw, bytes, escaped or other tokens."""
-    kind, text = token
-    if kind != "string":
-        return None
-    match = _SIMPLE_STRING.fullmatch(text)
-    if match is None:
-        return None
-    return match.group(1) if match.group(1) is not None else match.group(2)
 
 
 def device_paths(expression: str) -> tuple[Path, ...] | None:
@@ -160,19 +128,19 @@ def device_paths(expression: str) -> tuple[Path, ...] | None:
     ``device.allowMultipleAllocations``, ``device.attributes['<domain>']`` or
     ``device.capacity['<domain>']``, optionally followed by ``.<name>`` or ``['<name>']``.
     """
-    tokens = _tokens(expression)
+    found = tokens(expression)
     paths: list[Path] = []
-    for index, token in enumerate(tokens):
-        if token != ("ident", "device") or (index and tokens[index - 1][1] == "."):
+    for index, token in enumerate(found):
+        if token != ("ident", "device") or (index and found[index - 1][1] == "."):
             continue
-        rest = tokens[index + 1 : index + 9] + [("end", "")] * 8
+        rest = found[index + 1 : index + 9] + [("end", "")] * 8
         if rest[0][1] != "." or rest[1][0] != "ident":
             return None
         field = rest[1][1]
         if field in ("driver", "allowMultipleAllocations"):
             paths.append((field,))
             continue
-        domain = _literal(rest[3])
+        domain = literal(rest[3])
         if field not in ("attributes", "capacity") or rest[2][1] != "[" or domain is None:
             return None
         if rest[4][1] != "]":
@@ -180,15 +148,15 @@ def device_paths(expression: str) -> tuple[Path, ...] | None:
         name = None
         if rest[5][1] == "." and rest[6][0] == "ident" and rest[7][1] != "(":
             name = rest[6][1]
-        elif rest[5][1] == "[" and _literal(rest[6]) is not None and rest[7][1] == "]":
-            name = _literal(rest[6])
+        elif rest[5][1] == "[" and literal(rest[6]) is not None and rest[7][1] == "]":
+            name = literal(rest[6])
         paths.append((field, domain) if name is None else (field, domain, name))
     return tuple(dict.fromkeys(paths))
 
 
 def string_literals(expression: str) -> list[str]:
     """Every plain string literal (domains looked up in a device the scan cannot follow)."""
-    return [text for text in map(_literal, _tokens(expression)) if text is not None]
+    return [text for text in map(literal, tokens(expression)) if text is not None]
 
 
 # --- Matching --------------------------------------------------------------------------------
@@ -201,6 +169,8 @@ class Selector:
     expression: str
     paths: tuple[Path, ...] | None
     literals: tuple[str, ...]
+    native: Native | None = None
+    """The expression evaluated here, where it is simple enough (see :mod:`.native`)."""
 
 
 @attrs.frozen
@@ -220,7 +190,8 @@ class Matcher:
 
     def __init__(self, evaluator: Evaluator | None = None) -> None:
         self.evaluator = evaluator or Evaluator()
-        """The evaluation process, its own unless one is given (started when first needed)."""
+        """The evaluation process, its own unless one is given: started when an expression
+        first needs it (one of the simple form of :mod:`.native` never does)."""
         self._compiled: dict[tuple[str, ...], CompiledClass] = {}
         self._answers: dict[tuple[str, Hashable], bool | str] = {}
         self._over: dict[str, str] = {}
@@ -249,11 +220,6 @@ class Matcher:
     def kept(self) -> int:
         """How many answers are cached."""
         return len(self._answers)
-
-    def start(self) -> None:
-        """Start the evaluation process and wait for it as the exporter starts: no scrape waits."""
-        if AVAILABLE:
-            self.evaluator.start()
 
     def close(self) -> None:
         """End the evaluation process (the source stops)."""
@@ -287,18 +253,25 @@ class Matcher:
 
     @serialised
     def compile_all(self, classes: Sequence[tuple[str, ...]]) -> list[CompiledClass]:
-        """Compile each class's selector expressions: one request for all that are new."""
+        """Compile each class's selector expressions: one request for all that are new.
+
+        An expression :mod:`.native` evaluates needs no compiling: a class of those alone is
+        made without the process, whether it can start or not.
+        """
         new = [e for e in dict.fromkeys(classes) if e not in self._compiled]
         refusals: dict[str, str | OverBudget | None] = {}
         failed = None
         texts = list(dict.fromkeys(text for expressions in new for text in expressions))
+        simple = {text: found for text in texts if (found := native(text)) is not None}
+        texts = [text for text in texts if text not in simple]
         if texts and AVAILABLE:
             try:
                 refusals = dict(zip(texts, self.evaluator.compile(texts), strict=True))
             except EvaluationError as error:
                 failed = f"{UNEVALUATED}{error}"
         made = {
-            expressions: self._compiled_class(expressions, refusals, failed) for expressions in new
+            expressions: self._compiled_class(expressions, refusals, failed, simple)
+            for expressions in new
         }
         for expressions, compiled in made.items():
             if compiled.error is None or not transient(compiled.error):
@@ -310,12 +283,13 @@ class Matcher:
         expressions: tuple[str, ...],
         refusals: dict[str, str | OverBudget | None],
         failed: str | None,
+        simple: dict[str, Native],
     ) -> CompiledClass:
         if not AVAILABLE:
             return CompiledClass(error="CEL is not available on this platform")
         if not expressions:
             return CompiledClass()
-        if failed is not None:
+        if failed is not None and any(expression not in simple for expression in expressions):
             return CompiledClass(error=failed)
         for index, expression in enumerate(expressions):
             refused = refusals.get(expression)
@@ -326,7 +300,12 @@ class Matcher:
                 return CompiledClass(error=f"selector {index}: {refused}")
         return CompiledClass(
             tuple(
-                Selector(expression, device_paths(expression), tuple(string_literals(expression)))
+                Selector(
+                    expression,
+                    device_paths(expression),
+                    tuple(string_literals(expression)),
+                    simple.get(expression),
+                )
                 for expression in expressions
             )
         )
@@ -412,6 +391,11 @@ class Matcher:
             answer = self._answers.get(key)
             found.append(answer)
             keys.append(key)
+            if answer is None and selector.native is not None:
+                answer = selector.native(device)
+                if answer is not None:  # evaluated here, kept as the process's answers are
+                    self._keep(key, answer)
+                    found[-1] = answer
             if answer is None and key not in wanted:
                 index = expressions.setdefault(selector.expression, len(expressions))
                 read = (selector.paths, projection)
@@ -445,6 +429,11 @@ class Matcher:
             if answer is not None:
                 return answer
         return self._over[key[0]]
+
+    def _keep(self, key: tuple[str, Hashable], answer: bool) -> None:
+        if len(self._answers) >= ANSWERS:
+            self._answers.clear()
+        self._answers[key] = answer
 
     def _ask(
         self,

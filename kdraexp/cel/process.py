@@ -15,7 +15,6 @@ its turns between slices.
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import select
@@ -161,16 +160,6 @@ class Evaluator:
                 answers[position] = answer
             todo = todo[BATCH:]
         return [answer for answer in answers if answer is not None]
-
-    @serialised
-    def start(self) -> None:
-        """Start the process and wait until it is ready (0.1-0.25 s: it imports the runtime).
-
-        Called as the exporter starts, so that the wait holds no scrape.  A failure is said
-        again, with its reason, when the first selector needs the process.
-        """
-        with contextlib.suppress(EvaluationError):
-            self._ready_process()
 
     def idle(self, after: float) -> bool:
         """End the process if it has had nothing to do for *after* seconds; whether it was.

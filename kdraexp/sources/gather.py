@@ -80,9 +80,12 @@ class Gatherer:
         return {}
 
     def start(self) -> None:
-        """Nothing runs between scrapes in list mode; the CEL process starts, if one is needed."""
+        """Nothing runs between scrapes in list mode but the end of an idle CEL process.
+
+        The process is started when a selector first needs it: never, if every class's reads
+        as :mod:`kdraexp.cel.native` evaluates.
+        """
         if self._selection.evaluates_selectors:
-            self._matcher.start()
             self._idle.start()
 
     @property

@@ -516,8 +516,7 @@ class WatchGatherer:
 
     def start(self) -> None:
         """Synchronise the classes (and taint rules), then the rest."""
-        if self._selection.evaluates_selectors:
-            self._matcher.start()
+        if self._selection.evaluates_selectors:  # the CEL process starts when first needed
             self._idle.start()
         for kind in self._first():
             self._watches[kind.plural].start()

@@ -1,0 +1,42 @@
+"""An expression's tokens, as far as reading which device fields it uses needs them.
+
+Not a CEL parser: enough to find ``device.<field>...`` chains and plain string literals.
+"""
+
+from __future__ import annotations
+
+import re
+
+_TOKEN = re.compile(
+    r"""
+    (?P<space>\s+|//[^\n]*)
+    | (?P<string>[rRbB]{0,2}
+        (?:'''(?:.|\n)*?'''|\"\"\"(?:.|\n)*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"))
+    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<number>[0-9][0-9A-Za-z.]*)
+    | (?P<other>.)
+    """,
+    re.VERBOSE,
+)
+_SIMPLE_STRING = re.compile(r"""'([^'\\]*)'|"([^"\\]*)\"""")
+
+
+def tokens(expression: str) -> list[tuple[str, str]]:
+    """The expression's tokens as (kind, text), spaces and comments left out."""
+    found = []
+    for match in _TOKEN.finditer(expression):
+        kind = match.lastgroup or "other"
+        if kind != "space":
+            found.append((kind, match.group()))
+    return found
+
+
+def literal(token: tuple[str, str]) -> str | None:
+    """The text of a plain string literal; None for raw, bytes, escaped or other tokens."""
+    kind, text = token
+    if kind != "string":
+        return None
+    match = _SIMPLE_STRING.fullmatch(text)
+    if match is None:
+        return None
+    return match.group(1) if match.group(1) is not None else match.group(2)
