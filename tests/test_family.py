@@ -11,13 +11,12 @@ from kdraexp.families import FAMILIES
 from kdraexp.families.family import (
     CLUSTER,
     Family,
-    LabelArityError,
-    LabelGroup,
     Per,
     Row,
     Stability,
     family,
 )
+from kdraexp.util.labels import LabelArityError, LabelGroup
 
 GROUP = LabelGroup(("namespace", "resourceclaim_name"))
 

@@ -21,7 +21,8 @@ import msgspec
 
 from kdraexp.dra.gated import TimedToleration, kept
 from kdraexp.dra.problems import Problems
-from kdraexp.families.family import GroupValues, Per
+from kdraexp.families.family import Per
+from kdraexp.util.labels import GroupValues
 from kdraexp.util.turns import Turns
 
 Counters = tuple[tuple[str, dict[str, float]], ...]

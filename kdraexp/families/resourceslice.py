@@ -18,9 +18,10 @@ from kdraexp.cel.values import ABSENT, attribute_value, quantity_value
 from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
-from kdraexp.families.family import CLUSTER, LabelGroup, Per, Row, Stability, family
+from kdraexp.families.family import CLUSTER, Per, Row, Stability, family
 from kdraexp.families.index import ClusterIndex, DeviceFacts, SliceFacts
 from kdraexp.families.kind import KindSpec, ShardKey
+from kdraexp.util.labels import LabelGroup
 
 D = LabelGroup(("resourceslice_name", "driver", "pool", "device_name", "node_name"))
 """The device labels every device family leads with."""

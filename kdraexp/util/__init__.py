@@ -1,4 +1,4 @@
-"""Reactor helpers with no knowledge of Kubernetes: turns, single flight, bounded file reads.
+"""Helpers with no knowledge of Kubernetes: turns, single flight, bounded file reads, labels.
 
 Imports nothing of kdraexp.
 """
