@@ -43,8 +43,8 @@ WATCHED = (
 )
 """The families whose share is printed, each held to 5% of a first scrape."""
 SHARED = (
-    ("kdraexp.families.index", "ClusterIndex", "states"),
-    ("kdraexp.families.pending", None, "allocatable"),
+    ("kdraexp.allocator.index", "ClusterIndex", "states"),
+    ("kdraexp.allocator.pending", None, "allocatable"),
     ("kdraexp.families.resourcepool", None, "allocatable"),
 )
 """Where families read pool facts kept for all of them: (module, class or None, name)."""

@@ -12,11 +12,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kdraexp.cel import matching
+from kdraexp.cel.device import SelectorView
 from kdraexp.cel.matching import Matcher, Selector, device_paths, string_literals
 from kdraexp.cel.native import native
 from kdraexp.cel.process import Evaluator
 from kdraexp.dra import wire
-from kdraexp.families.resourceslice import DeviceView
 from tests.collect import EVALUATOR
 
 NVIDIA = "gpu.nvidia.com"
@@ -101,12 +101,12 @@ _DRIVER_CLAUSES = st.builds(
 _EXPRESSIONS = st.lists(st.one_of(_ATTRIBUTE_CLAUSES, _DRIVER_CLAUSES), min_size=1, max_size=3)
 
 
-def _device(driver: str, attributes: dict[str, Any]) -> DeviceView:
+def _device(driver: str, attributes: dict[str, Any]) -> SelectorView:
     raw = {key: msgspec.Raw(json.dumps(value).encode()) for key, value in attributes.items()}
-    return DeviceView.for_selectors(wire.Device(name="d", attributes=raw), driver)
+    return SelectorView.for_selectors(wire.Device(name="d", attributes=raw), driver)
 
 
-def _cel(expression: str, device: DeviceView) -> bool | str:
+def _cel(expression: str, device: SelectorView) -> bool | str:
     """CEL's own answer, from the evaluation process."""
     selector = Selector(expression, device_paths(expression), tuple(string_literals(expression)))
     (answer,) = EVALUATOR.evaluate([expression], [matching._build(selector, device)], [(0, 0)])

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from kdraexp.allocator import index
 from kdraexp.exposition import text as exposition
-from kdraexp.families import index
 from kdraexp.store.collection import Store
 from tests.collect import collect
 from tests.objects import classy, gpu, new_claim, pool_slice, result

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from kdraexp.allocator.idlecost import price
+from kdraexp.allocator.index import DeviceFacts
 from kdraexp.families.deviceclass import HourlyCostError, parse_hourly_cost
-from kdraexp.families.idlecost import price
-from kdraexp.families.index import DeviceFacts
 from kdraexp.families.resourceslice import D
 from tests.collect import collect, values
 from tests.objects import classy, gpu, new_claim, pool_slice, result

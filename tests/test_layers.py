@@ -19,6 +19,7 @@ MAY_IMPORT = {
         "telemetry",
         "store",
         "families",
+        "allocator",
         "kube",
         "cel",
         "dra",
@@ -29,8 +30,9 @@ MAY_IMPORT = {
     "exposition": {"store", "families", "util"},
     "telemetry": {"store", "util"},
     "kube": {"dra", "util"},
-    "store": {"families", "cel", "dra", "util"},
-    "families": {"cel", "dra", "util"},
+    "store": {"families", "allocator", "cel", "dra", "util"},
+    "families": {"allocator", "cel", "dra", "util"},
+    "allocator": {"cel", "dra", "util"},
     "cel": {"dra", "util"},
     "dra": {"util"},
     "util": set[str](),
@@ -82,14 +84,14 @@ def test_imports_point_down() -> None:
     assert wrong == []
 
 
-PURE = {"dra"}
+PURE = {"dra", "allocator"}
 """Packages that start nothing and wait for nothing: plain functions and data over the API."""
 IMPURE = {"asyncio", "mmap", "multiprocessing", "select", "signal", "socket", "subprocess"}
 IMPURE |= {"threading", "twisted", "treq", "klein", "ctypes", "resource"}
 
 
 def test_the_model_is_pure() -> None:
-    """The DRA model starts no process or thread, maps no memory and knows no reactor."""
+    """The model and the allocator start no process or thread, map no memory, wait for nothing."""
     found = []
     for package in PURE:
         for path in sorted((PACKAGE / package).rglob("*.py")):
@@ -105,6 +107,17 @@ def test_the_model_is_pure() -> None:
                     for line, name in names
                     if name.split(".")[0] in IMPURE
                 ]
+    assert found == []
+
+
+def test_the_store_calls_the_allocator_through_its_face() -> None:
+    """The store builds the model through ``kdraexp.allocator`` alone; the families read it."""
+    found = [
+        f"store/{path.name}:{line} imports {module}"
+        for path in sorted((PACKAGE / "store").rglob("*.py"))
+        for line, module in _imports(path)
+        if module.startswith("kdraexp.allocator.")
+    ]
     assert found == []
 
 

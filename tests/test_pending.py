@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kdraexp.allocator import pending, selectorread
+from kdraexp.allocator.index import DeviceFacts, Pool
+from kdraexp.allocator.pending import REASONS
 from kdraexp.cel.matching import Matcher
-from kdraexp.families import pending, selectorread
-from kdraexp.families.index import DeviceFacts, Pool
-from kdraexp.families.pending import REASONS
 from kdraexp.families.resourceslice import D
 from kdraexp.store.collection import Collection, Store
 from tests.collect import collect, samples, values

@@ -9,9 +9,9 @@ import msgspec
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from kdraexp.allocator.selectorread import SliceReader
+from kdraexp.cel.device import SelectorView
 from kdraexp.dra import wire
-from kdraexp.families.resourceslice import DeviceView
-from kdraexp.families.selectorread import SliceReader
 
 NVIDIA = "gpu.nvidia.com"
 _NAMES = st.sampled_from(["type", "uuid", "memory"])
@@ -61,7 +61,7 @@ _BOTH = {"type": msgspec.Raw(b'{"string":"a"}'), f"{NVIDIA}/type": msgspec.Raw(b
 def test_a_device_reads_what_it_reads_decoded_whole(
     driver: str, devices: list[wire.Device], asked: list[Any]
 ) -> None:
-    """Each device reads what :meth:`.DeviceView.reader` reads of it decoded whole.
+    """Each device reads what :meth:`.SelectorView.reader` reads of it decoded whole.
 
     So for every set of paths asked; its view is the one made of it decoded whole.  A set of
     paths None (the whole device) reads each device apart from every other.
@@ -73,7 +73,7 @@ def test_a_device_reads_what_it_reads_decoded_whole(
         if paths is None:
             assert len({id(value) for value in got}) == len(got)
             continue
-        whole = DeviceView.reader(paths, driver)
+        whole = SelectorView.reader(paths, driver)
         assert got == [whole(device) for device in devices]
     for device, made in zip(read.devices, devices, strict=True):
         view = read.view(device)
@@ -87,7 +87,7 @@ def test_a_device_reads_what_it_reads_decoded_whole(
 
 def test_shapes_are_bounded() -> None:
     """Decoders are kept per set of paths and driver, at most SHAPES of them."""
-    from kdraexp.families import selectorread
+    from kdraexp.allocator import selectorread
 
     reader = SliceReader()
     source = _source(NVIDIA, [wire.Device(name="a", attributes={"type": msgspec.Raw(b"1")})])

@@ -4,11 +4,11 @@ To add a family: declare it with ``@family(...)`` in the module of the kind it r
 whether it evaluates selectors and why a shard cannot write it, if it cannot (see
 :class:`.Family`), and add it to that module's ``FAMILIES``; document it in docs/metrics.md (a
 test compares the two).
-Beside the kinds: the family declaration, the facts each kind contributes to the cluster index,
-and the selection by the command line's flags.
+Beside the kinds: the family declaration and the selection by the command line's flags.
 
-Synchronous. Imports :mod:`kdraexp.cel` (selectors matched), :mod:`kdraexp.dra` and
-:mod:`kdraexp.util`; never the store, a source or the exposition.
+Synchronous. Imports :mod:`kdraexp.allocator` (the facts each kind contributes to the cluster
+index, and the answers read from it), :mod:`kdraexp.cel` (selectors matched), :mod:`kdraexp.dra`
+and :mod:`kdraexp.util`; never the store, a source or the exposition.
 """
 
 from __future__ import annotations

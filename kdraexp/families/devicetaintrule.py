@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from kdraexp.allocator.index import RuleFacts
 from kdraexp.dra import gated, wire
 from kdraexp.dra.gated import TAINT_EFFECTS
 from kdraexp.dra.listing import DEVICE_TAINT_RULES
 from kdraexp.families.context import Context
 from kdraexp.families.family import Row, family
-from kdraexp.families.index import RuleFacts
 from kdraexp.families.kind import KindSpec
 
 

@@ -31,7 +31,11 @@ class Stability(StrEnum):
 
 
 class Per(StrEnum):
-    """What a cross-object family's rows come in sets of; a change makes some sets again."""
+    """What a cross-object family's rows come in sets of; a change makes some sets again.
+
+    The store calls the rows function once a set, with the index scoped to that set alone
+    (:meth:`.ClusterIndex.only_pool`, ``only_claim``, ``only_pod``).
+    """
 
     NONE = ""
     """Not a cross-object family: its rows come from one object each."""

@@ -19,12 +19,12 @@ from collections.abc import Iterator
 
 import msgspec
 
+from kdraexp.allocator.index import ClusterIndex
 from kdraexp.dra import wire
 from kdraexp.dra.listing import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
 from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, Per, Row, family
-from kdraexp.families.index import ClusterIndex
 from kdraexp.families.kind import KindSpec, ShardKey
 
 _NATIVE = "kubernetes.io"

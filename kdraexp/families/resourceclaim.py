@@ -6,12 +6,12 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from kdraexp.allocator import pending
+from kdraexp.allocator.index import NOTHING, ClaimFacts, ClusterIndex, RequestFacts, ResultFacts
 from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from kdraexp.families import pending
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, Per, Row, Stability, family
-from kdraexp.families.index import NOTHING, ClaimFacts, ClusterIndex, RequestFacts, ResultFacts
 from kdraexp.families.kind import KindSpec, ShardKey
 from kdraexp.util.labels import LabelGroup
 

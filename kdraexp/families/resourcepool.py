@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from kdraexp.allocator.headroom import allocatable
+from kdraexp.allocator.idlecost import idle_costs
+from kdraexp.allocator.index import ClusterIndex
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.family import CLUSTER, Per, Row, family
-from kdraexp.families.headroom import allocatable
-from kdraexp.families.idlecost import idle_costs
-from kdraexp.families.index import ClusterIndex
 
 _POOL = ("driver", "pool")
 

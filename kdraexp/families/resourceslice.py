@@ -7,19 +7,18 @@ report every generation as the original does.
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 
-from kdraexp.cel.values import ABSENT, attribute_value, quantity_value
+from kdraexp.allocator.index import ClusterIndex, DeviceFacts, SliceFacts
+from kdraexp.cel.device import CAPACITY_JSON, SelectorView, attribute_json
 from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, Per, Row, Stability, family
-from kdraexp.families.index import ClusterIndex, DeviceFacts, SliceFacts
 from kdraexp.families.kind import KindSpec, ShardKey
 from kdraexp.util.labels import LabelGroup
 
@@ -27,35 +26,6 @@ D = LabelGroup(("resourceslice_name", "driver", "pool", "device_name", "node_nam
 """The device labels every device family leads with."""
 
 _RESOURCE = RESOURCE_SLICES.plural
-
-
-class CapacityValue(wire.Wire):
-    """A device capacity: a Kubernetes quantity, and how requests consume it."""
-
-    value: Any = None
-    request_policy: Any = msgspec.field(default=None, name="requestPolicy")
-
-
-class AttributeValue(wire.Wire):
-    """A device attribute: exactly one of string, int, bool, version (or their lists)."""
-
-    string: Any = None
-    int: Any = None
-    bool: Any = None
-    version: Any = None
-
-
-_CAPACITY = msgspec.json.Decoder(CapacityValue | None)
-_ATTRIBUTE_JSON = msgspec.json.Decoder(dict[str, Any] | None)
-
-
-@functools.lru_cache(maxsize=4096)
-def _attribute(raw: bytes) -> dict[str, Any] | None:
-    """An attribute's ``{"<kind>": value}`` map (cached: values repeat across devices)."""
-    try:
-        return _ATTRIBUTE_JSON.decode(raw)
-    except msgspec.DecodeError:
-        return None
 
 
 def string_attribute(attributes: dict[str, msgspec.Raw], driver: str, name: str) -> str:
@@ -69,14 +39,14 @@ def string_attribute(attributes: dict[str, msgspec.Raw], driver: str, name: str)
         raw = attributes.get(key)
         if raw is None:
             continue
-        value = _attribute(bytes(raw))
+        value = attribute_json(bytes(raw))
         if value is not None and isinstance(value.get("string"), str):
             return str(value["string"])
     return ""
 
 
-class DeviceView:
-    """One device of a slice, with what several families and the selectors read."""
+class DeviceView(SelectorView):
+    """One device of a slice, with what several families read besides the selectors."""
 
     __slots__ = (
         "_capacities",
@@ -85,14 +55,8 @@ class DeviceView:
         "_defaults",
         "_strings",
         "_taints",
-        "allow_multiple_allocations",
-        "attributes",
-        "capacity_raw",
-        "driver",
         "labels",
-        "name",
         "node_name",
-        "wire",
     )
 
     def __init__(self, device: wire.Device, view: SliceView) -> None:
@@ -110,22 +74,6 @@ class DeviceView:
         self._taints: list[tuple[str, str, str, float | None]] | None = None
         self._consumes: tuple[tuple[str, dict[str, float]], ...] | None = None
         self._strings: dict[str, str] = {}
-
-    @classmethod
-    def for_selectors(cls, device: wire.Device, driver: str) -> DeviceView:
-        """The device with only what selectors read.
-
-        For claims' own selectors, evaluated on devices read again from their slice's JSON: a
-        whole view would cost twice the decoding.
-        """
-        made = cls.__new__(cls)
-        made.wire = device
-        made.name = device.name or ""
-        made.driver = driver
-        made.attributes = device.attributes or {}
-        made.capacity_raw = device.capacity or {}
-        made.allow_multiple_allocations = device.allow_multiple_allocations is True
-        return made
 
     def taints(self, context: Context, where: str) -> list[tuple[str, str, str, float | None]]:
         """The device's taints as (key, value, effect, time added); bad ones reported once."""
@@ -167,7 +115,7 @@ class DeviceView:
         for key in self._key(domain or self.driver, name):
             raw = self.attributes.get(key)
             if raw is not None:
-                text = gated.attribute_text(_attribute(bytes(raw)))
+                text = gated.attribute_text(attribute_json(bytes(raw)))
                 if text is not None:
                     return text
         return ""
@@ -178,7 +126,7 @@ class DeviceView:
             found = {}
             for key, raw in self.capacity_raw.items():
                 try:
-                    capacity = _CAPACITY.decode(raw)
+                    capacity = CAPACITY_JSON.decode(raw)
                     name = sys.intern(key)
                     found[name] = gated.quantity(capacity.value if capacity else None)
                     policy = capacity.request_policy if capacity else None
@@ -219,106 +167,6 @@ class DeviceView:
         value = capacities.get(name)
         return value if value is not None else capacities.get(f"{self.driver}/{name}")
 
-    # DeviceFields, for the class selectors.
-
-    def _key(self, domain: str, name: str) -> tuple[str, ...]:
-        return keys_of(self.driver, domain, name)
-
-    def attribute(self, domain: str, name: str) -> Any:
-        """The attribute as a CEL value, or ABSENT."""
-        for key in self._key(domain, name):
-            raw = self.attributes.get(key)
-            if raw is not None:
-                return _cel_attribute(bytes(raw))
-        return ABSENT
-
-    def capacity(self, domain: str, name: str) -> Any:
-        """The capacity as a CEL quantity, or ABSENT."""
-        for key in self._key(domain, name):
-            raw = self.capacity_raw.get(key)
-            if raw is not None:
-                return _cel_capacity(bytes(raw))
-        return ABSENT
-
-    def attribute_domain(self, domain: str) -> dict[str, Any]:
-        """Every attribute of *domain*, by name."""
-        return self._domain(self.attributes, domain, _cel_attribute)
-
-    def capacity_domain(self, domain: str) -> dict[str, Any]:
-        """Every capacity of *domain*, by name."""
-        return self._domain(self.capacity_raw, domain, _cel_capacity)
-
-    def _domain(self, values: dict[str, msgspec.Raw], domain: str, read: Any) -> dict[str, Any]:
-        found = {}
-        for key, raw in values.items():
-            key_domain, _, name = key.rpartition("/")
-            if (key_domain or self.driver) == domain:
-                value = read(bytes(raw))
-                if value is not ABSENT:
-                    found[name] = value
-        return found
-
-    def domains(self) -> set[str]:
-        """The domains of the device's attributes and capacities."""
-        keys = [*self.attributes, *self.capacity_raw]
-        return {key.rpartition("/")[0] or self.driver for key in keys} | {self.driver}
-
-    def projection(self, path: tuple[str, ...]) -> Any:
-        """The undecoded value at *path*: equal JSON, equal value."""
-        if len(path) == 1:
-            return self.driver if path[0] == "driver" else self.allow_multiple_allocations
-        values = self.attributes if path[0] == "attributes" else self.capacity_raw
-        if len(path) == 3:
-            for key in self._key(path[1], path[2]):
-                raw = values.get(key)
-                if raw is not None:
-                    return bytes(raw)
-            return None
-        return tuple(
-            sorted(
-                (key, bytes(raw))
-                for key, raw in values.items()
-                if (key.rpartition("/")[0] or self.driver) == path[1]
-            )
-        )
-
-    @staticmethod
-    def reader(paths: tuple[tuple[str, ...], ...], driver: str) -> Callable[[wire.Device], Any]:
-        """What a device of *driver*, as decoded, reads at *paths*: equal for devices alike.
-
-        Made once for many devices of one driver, read without a view each.  A single attribute
-        or capacity (what most selectors read) is looked up directly, its keys worked out once;
-        else the projections of a view.
-        """
-        if len(paths) == 1 and len(paths[0]) == 3:
-            kind, domain, name = paths[0]
-            keys = keys_of(driver, domain, name)
-            attributes = kind == "attributes"
-
-            def one(device: wire.Device) -> Any:
-                values = (device.attributes if attributes else device.capacity) or _NO_VALUES
-                for key in keys:
-                    raw = values.get(key)
-                    if raw is not None:
-                        return bytes(raw)
-                return None
-
-            return one
-
-        def projections(device: wire.Device) -> Any:
-            view = DeviceView.for_selectors(device, driver)
-            return tuple([view.projection(path) for path in paths])
-
-        return projections
-
-
-_NO_VALUES: dict[str, msgspec.Raw] = {}
-
-
-def keys_of(driver: str, domain: str, name: str) -> tuple[str, ...]:
-    """Where a device of *driver* keeps *domain*'s *name*: bare too in the driver's own domain."""
-    return (name, f"{domain}/{name}") if domain == driver else (f"{domain}/{name}",)
-
 
 _TUPLES: dict[tuple[str, ...], tuple[str, ...]] = {}
 
@@ -328,30 +176,6 @@ def _shared(names: tuple[str, ...]) -> tuple[str, ...]:
     if len(_TUPLES) >= 4096:
         _TUPLES.clear()
     return _TUPLES.setdefault(names, names)
-
-
-@functools.lru_cache(maxsize=4096)
-def _cel_attribute(raw: bytes) -> Any:
-    value = _attribute(raw)
-    if not value or len(value) != 1:
-        return ABSENT
-    ((kind, inner),) = value.items()
-    return attribute_value(kind, inner)
-
-
-@functools.lru_cache(maxsize=1024)
-def _cel_capacity(raw: bytes) -> Any:
-    try:
-        capacity = _CAPACITY.decode(raw)
-    except msgspec.ValidationError:
-        return ABSENT
-    value = capacity.value if capacity else None
-    if not isinstance(value, str):
-        return ABSENT
-    try:
-        return quantity_value(value)
-    except ValueError:
-        return ABSENT
 
 
 class SliceView:

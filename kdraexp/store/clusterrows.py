@@ -17,6 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any
 
+from kdraexp.allocator import (
+    ClaimFacts,
+    ClusterIndex,
+    Pools,
+    Round,
+    RuleFacts,
+    SelectorAnswers,
+    SliceFacts,
+)
 from kdraexp.cel.classindex import ClassIndex
 from kdraexp.dra.listing import (
     DEVICE_CLASSES,
@@ -27,8 +36,6 @@ from kdraexp.dra.listing import (
 )
 from kdraexp.dra.problems import Problem, Problems
 from kdraexp.families.family import Family, Per
-from kdraexp.families.index import ClaimFacts, ClusterIndex, Pools, Round, RuleFacts, SliceFacts
-from kdraexp.families.pending import SelectorAnswers
 from kdraexp.families.resourceslice import pool_key
 from kdraexp.store.changes import Change, Made, touched_between
 from kdraexp.store.keptblocks import KeptBlocks
@@ -83,6 +90,15 @@ CLUSTER_NEEDS = frozenset({DEVICE_TAINT_RULES.plural})
 states, though a family is written without them."""
 _BASE = (RESOURCE_SLICES, DEVICE_CLASSES, DEVICE_TAINT_RULES)
 """The kinds whose change makes the whole index again (claims are followed one by one)."""
+
+
+_SCOPES: dict[Per, Callable[[ClusterIndex, Any, Any], None]] = {
+    Per.POOL: ClusterIndex.only_pool,
+    Per.CLAIM: lambda view, _, claim: view.only_claim(claim),
+    Per.PENDING: lambda view, _, claim: view.only_claim(claim),
+    Per.POD: lambda view, _, pod: view.only_pod(pod),
+}
+"""Per kind of owner, how a view of the index is scoped to one (its key, itself)."""
 
 
 def _owner(shard: Shard) -> Callable[[str, str], bool]:
@@ -221,6 +237,7 @@ class ClusterRows:
         """The family's sets: all made (*pools* and *moved* None), or those of the ones given."""
         view = index.view()
         view.problems = Problems()
+        scope = _SCOPES[family.per]
         everyone: Mapping[Any, Any] = index.pools if family.per is Per.POOL else claims
         old = self.laid.get(family.name)
         given: Iterable[Any] | None = pools if family.per is Per.POOL else moved
@@ -247,7 +264,7 @@ class ClusterRows:
                     remade.add(owner)
                 problems.pop(owner, None)
                 continue
-            view.narrow(family.per, owner, one)
+            scope(view, owner, one)
             found = len(view.problems.found)
             flat = flatten(family.rows(view))
             was = owners.get(owner)

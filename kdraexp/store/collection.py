@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from kdraexp.allocator import ClusterIndex
 from kdraexp.cel.classindex import ClassEntry, ClassIndex
 from kdraexp.cel.matching import Matcher
 from kdraexp.dra import wire
@@ -38,7 +39,6 @@ from kdraexp.dra.problems import Problem, Problems
 from kdraexp.families import KINDS
 from kdraexp.families.context import Context, Options
 from kdraexp.families.family import CLUSTER, Family, Row
-from kdraexp.families.index import ClusterIndex
 from kdraexp.families.selection import Selection
 from kdraexp.store.changes import Change, Made, change, many, touched_between
 from kdraexp.store.clusterrows import CLUSTER_NEEDS, ClusterRows, Laid

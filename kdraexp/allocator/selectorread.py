@@ -6,7 +6,7 @@ decoding each device whole costs three times decoding those alone.  So where eve
 names one attribute or capacity, the slice is decoded into a shape made for those paths
 (:func:`msgspec.defstruct`, its fields the keys a device may carry them under), and decoded
 whole only when a device is to be evaluated, once per slice at most.  Either way a device reads
-exactly what :meth:`.DeviceView.reader` reads: devices alike by one are alike by the other.
+exactly what :meth:`.SelectorView.reader` reads: devices alike by one are alike by the other.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 import attrs
 import msgspec
 
+from kdraexp.cel.device import SelectorView, keys_of
 from kdraexp.cel.matching import Path
 from kdraexp.dra import wire
-from kdraexp.families.resourceslice import DeviceView, keys_of
 
 _SLICE = msgspec.json.Decoder(wire.ResourceSlice)
 _ABSENT = msgspec.Raw()
@@ -51,15 +51,15 @@ class Read:
         """The slice's JSON, while it was decoded in part only."""
         self._by_name: dict[str, wire.Device] = {}
 
-    def view(self, device: Any) -> DeviceView:
+    def view(self, device: Any) -> SelectorView:
         """The device as selectors are evaluated on it (the slice decoded whole, once)."""
         if self._raw is None:
-            return DeviceView.for_selectors(device, self._driver)
+            return SelectorView.for_selectors(device, self._driver)
         if not self._by_name:
             spec = _SLICE.decode(self._raw).spec or wire.SliceSpec()
             for whole in reversed(spec.devices or []):  # the first of a name, as the index keeps
                 self._by_name[whole.name or ""] = whole
-        return DeviceView.for_selectors(self._by_name[device.name or ""], self._driver)
+        return SelectorView.for_selectors(self._by_name[device.name or ""], self._driver)
 
 
 class SliceReader:
@@ -83,7 +83,7 @@ class SliceReader:
         if shape is None:
             spec = _SLICE.decode(raw).spec or wire.SliceSpec()
             readers = [
-                _apart if paths is None else _each(DeviceView.reader(paths, driver))
+                _apart if paths is None else _each(SelectorView.reader(paths, driver))
                 for paths in asked
             ]
             return Read(spec.devices or [], readers, driver, None)
@@ -152,7 +152,7 @@ class _Shape:
 def _reader(
     paths: tuple[Path, ...], driver: str, fields: dict[str, dict[str, str]]
 ) -> Callable[[Sequence[Any]], list[Hashable]]:
-    """What devices decoded in part read at *paths*, as :meth:`.DeviceView.reader` reads them."""
+    """What devices decoded in part read at *paths*, as :meth:`.SelectorView.reader` reads them."""
     where = [
         (kind, tuple(fields[kind][key] for key in keys_of(driver, domain, name)))
         for kind, domain, name in paths

@@ -21,11 +21,8 @@ from typing import Any
 
 import attrs
 
-from kdraexp.cel.matching import CompiledClass, Matcher, Path, union_paths
-from kdraexp.dra import gated
-from kdraexp.dra.listing import RESOURCE_CLAIMS
-from kdraexp.families.headroom import allocatable, capacity, most, shares
-from kdraexp.families.index import (
+from kdraexp.allocator.headroom import allocatable, capacity, most, shares
+from kdraexp.allocator.index import (
     NOTHING,
     USABLE,
     ClusterIndex,
@@ -36,8 +33,11 @@ from kdraexp.families.index import (
     blocked,
     take,
 )
-from kdraexp.families.resourceslice import DeviceView
-from kdraexp.families.selectorread import SliceReader
+from kdraexp.allocator.selectorread import SliceReader
+from kdraexp.cel.device import SelectorView
+from kdraexp.cel.matching import CompiledClass, Matcher, Path, union_paths
+from kdraexp.dra import gated
+from kdraexp.dra.listing import RESOURCE_CLAIMS
 
 REASONS = (
     "class_not_found",
@@ -230,7 +230,7 @@ class _Batch:
 
     def __init__(self) -> None:
         self.slices = 0
-        self._pairs: list[tuple[CompiledClass, DeviceView]] = []
+        self._pairs: list[tuple[CompiledClass, SelectorView]] = []
         self._alike: dict[tuple[str, tuple[str, ...]], dict[Hashable, int]] = {}
         """Per (class, selectors), what a device reads -> its place in the pairs."""
         self._orders: dict[tuple[str, tuple[str, ...]], dict[tuple[Hashable, ...], list[int]]] = {}
@@ -245,7 +245,7 @@ class _Batch:
         devices: Sequence[Any],
         names: list[str],
         reads: Callable[[Sequence[Any]], list[Hashable]],
-        view: Callable[[Any], DeviceView],
+        view: Callable[[Any], SelectorView],
         answers: Answers,
     ) -> None:
         """Evaluate *compiled* on *devices*, of one slice, with the batch, for *answers*.

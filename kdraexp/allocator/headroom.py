@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from operator import attrgetter
 from types import MappingProxyType
 
-from kdraexp.families.index import USABLE, ClusterIndex, DeviceFacts, Pool, blocked, take
+from kdraexp.allocator.index import USABLE, ClusterIndex, DeviceFacts, Pool, blocked, take
 
 _NOTHING: Mapping[tuple[str, str], float] = MappingProxyType({})
 _SHAREABLE = attrgetter("shareable")

@@ -21,7 +21,6 @@ import msgspec
 
 from kdraexp.dra.gated import TimedToleration, kept
 from kdraexp.dra.problems import Problems
-from kdraexp.families.family import Per
 from kdraexp.util.labels import GroupValues
 from kdraexp.util.turns import Turns
 
@@ -188,7 +187,7 @@ class Pool(msgspec.Struct, gc=False, eq=False):
     state: str = USABLE
     most: tuple[tuple[str, str, float], ...] | None = None
     """Per node and class, how many devices fit together with nothing in use (see
-    :func:`kdraexp.families.headroom.capacity`): kept while the slices do not change."""
+    :func:`kdraexp.allocator.headroom.capacity`): kept while the slices do not change."""
 
     def settle(self) -> None:
         """Keep the current generation only; add up its counters."""
@@ -281,7 +280,7 @@ class Round:
     claims: list[ClaimFacts]
     """Every claim's facts, as the index has allocated them."""
     selectors: Any
-    """Claims' own selectors' answers (:class:`kdraexp.families.pending.SelectorAnswers`)."""
+    """Claims' own selectors' answers (:class:`kdraexp.allocator.pending.SelectorAnswers`)."""
     owns: Callable[[str, str], bool]
     """Whether the pool (driver, pool) is this shard's."""
     pods: list[Any] | None = None
@@ -337,7 +336,7 @@ class ClusterIndex:
         self.owns: Callable[[str, str], bool] = _everything
         """Whether the pool (driver, pool) is this shard's (always, unsharded)."""
         self.selectors: Any = None
-        """Claims' own selectors' answers (:class:`kdraexp.families.pending.SelectorAnswers`)."""
+        """Claims' own selectors' answers (:class:`kdraexp.allocator.pending.SelectorAnswers`)."""
         self.allocated: dict[tuple[str, str, str], int] = {}
         """The devices allocated (adminAccess aside), with the number of claims allocated each."""
         self.consumed: dict[tuple[str, str, str], dict[str, float]] = {}
@@ -432,21 +431,20 @@ class ClusterIndex:
                         pool.consumed[key] = pool.consumed.get(key, 0.0) + value
 
     def view(self) -> ClusterIndex:
-        """A copy sharing everything, to be narrowed to one owner at a time (:meth:`narrow`)."""
+        """A copy sharing everything, to be scoped to one owner at a time (:meth:`only_pool`)."""
         return copy.copy(self)
 
-    def narrow(self, per: Per, key: Any, owner: Any) -> None:
-        """Make this view one *owner*'s (a pool, a claim or a pod, as *per* says).
+    def only_pool(self, key: tuple[str, str], pool: Pool) -> None:
+        """Make this view *pool*'s alone: a family iterating ``pools`` makes that pool's rows."""
+        self.pools = {key: pool}
 
-        A cross-object family's rows function iterates ``pools``, ``claims`` or ``pods``: given
-        a view narrowed so, it makes that owner's set of rows alone.
-        """
-        if per is Per.POOL:
-            self.pools = {key: owner}
-        elif per is Per.POD:
-            self.pods = [owner]
-        else:
-            self.claims = [owner]
+    def only_claim(self, claim: ClaimFacts) -> None:
+        """Make this view *claim*'s alone: a family iterating ``claims`` makes its rows."""
+        self.claims = [claim]
+
+    def only_pod(self, pod: Any) -> None:
+        """Make this view *pod*'s alone: a family iterating ``pods`` makes its rows."""
+        self.pods = [pod]
 
     @staticmethod
     def current(slices: list[SliceFacts]) -> Iterator[SliceFacts]:
