@@ -78,18 +78,17 @@ class SelectorView:
 
     def attribute(self, domain: str, name: str) -> Any:
         """The attribute as a CEL value, or ABSENT."""
-        for key in self._key(domain, name):
-            raw = self.attributes.get(key)
-            if raw is not None:
-                return _cel_attribute(bytes(raw))
-        return ABSENT
+        return self._one(self.attributes, domain, name, _cel_attribute)
 
     def capacity(self, domain: str, name: str) -> Any:
         """The capacity as a CEL quantity, or ABSENT."""
+        return self._one(self.capacity_raw, domain, name, _cel_capacity)
+
+    def _one(self, values: dict[str, msgspec.Raw], domain: str, name: str, read: Any) -> Any:
         for key in self._key(domain, name):
-            raw = self.capacity_raw.get(key)
+            raw = values.get(key)
             if raw is not None:
-                return _cel_capacity(bytes(raw))
+                return read(bytes(raw))
         return ABSENT
 
     def attribute_domain(self, domain: str) -> dict[str, Any]:
