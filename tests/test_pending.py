@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from kdraexp.allocator.pending import REASONS
 from kdraexp.cel.matching import Matcher
 from kdraexp.families.resourceslice import D
 from kdraexp.store.collection import Collection, Store
+from kdraexp.util import packed
 from tests.collect import collect, samples, values
 from tests.objects import classy, counters, device, gpu, new_claim, pool_slice, result
 from tests.test_headroom import MIG, WHOLE, mig_gpu
@@ -226,13 +226,11 @@ def test_own_selectors_read_each_slice_once(monkeypatch: pytest.MonkeyPatch) -> 
     """
     decoded: list[bytes] = []
 
-    class Counting:
-        @staticmethod
-        def decompress(data: bytes) -> bytes:
-            decoded.append(data)
-            return zlib.decompress(data)
+    def counting(data: bytes) -> bytes:
+        decoded.append(data)
+        return packed.unpack(data)
 
-    monkeypatch.setattr(selectorread, "zlib", Counting())
+    monkeypatch.setattr(selectorread, "unpack", counting)
     asks = [
         request(selectors=selected(f'{UUID} == "GPU-g0"')),
         request(selectors=selected(f'{UUID} != "GPU-g0"')),

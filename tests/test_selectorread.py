@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import zlib
 from typing import Any
 
 import msgspec
@@ -12,6 +11,7 @@ from hypothesis import strategies as st
 from kdraexp.allocator.selectorread import SliceReader
 from kdraexp.cel.device import SelectorView
 from kdraexp.dra import wire
+from kdraexp.util.packed import pack
 
 NVIDIA = "gpu.nvidia.com"
 _NAMES = st.sampled_from(["type", "uuid", "memory"])
@@ -49,7 +49,7 @@ def _source(driver: str, devices: list[wire.Device]) -> bytes:
         for d in devices
     ]
     spec = {"driver": driver, "pool": {"name": "p"}, "devices": listed}
-    return zlib.compress(msgspec.json.encode({"metadata": {"name": "s"}, "spec": spec}))
+    return pack(msgspec.json.encode({"metadata": {"name": "s"}, "spec": spec}))
 
 
 _BOTH = {"type": msgspec.Raw(b'{"string":"a"}'), f"{NVIDIA}/type": msgspec.Raw(b'{"int":1}')}

@@ -11,7 +11,6 @@ exactly what :meth:`.SelectorView.reader` reads: devices alike by one are alike 
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Hashable, Sequence
 from operator import attrgetter
 from typing import Any
@@ -22,6 +21,7 @@ import msgspec
 from kdraexp.cel.device import SelectorView, keys_of
 from kdraexp.cel.matching import Path
 from kdraexp.dra import wire
+from kdraexp.util.packed import unpack
 
 _SLICE = msgspec.json.Decoder(wire.ResourceSlice)
 _ABSENT = msgspec.Raw()
@@ -79,7 +79,7 @@ class SliceReader:
             while len(self._shapes) >= SHAPES:
                 del self._shapes[next(iter(self._shapes))]
             shape = self._shapes[key] = _Shape.make(driver, asked)
-        raw = zlib.decompress(source)
+        raw = unpack(source)
         if shape is None:
             spec = _SLICE.decode(raw).spec or wire.SliceSpec()
             readers = [

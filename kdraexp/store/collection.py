@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import operator
-import zlib
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from collections.abc import Collection as Keys
 from typing import Any
@@ -45,6 +44,7 @@ from kdraexp.store.clusterrows import CLUSTER_NEEDS, ClusterRows, Laid
 from kdraexp.store.keptblocks import KindBlocks
 from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, expand, flatten
 from kdraexp.store.sharding import Part, Shard
+from kdraexp.util.packed import pack, unpack
 from kdraexp.util.text import printable
 from kdraexp.util.turns import CHUNK, Turns
 
@@ -240,7 +240,7 @@ class KindReader:
             return
         self.entries[key] = entry
         if self._keep_sources or self._spec.keeps_source:
-            entry.source = zlib.compress(raw, 1)
+            entry.source = pack(raw)
             if self._spec.keeps_source:
                 entry.facts.source = entry.source
         if self._warm is not None:
@@ -298,7 +298,7 @@ class KindReader:
         """
         entry = self.entries.get(key)
         if entry is not None and entry.source is not None:
-            self.apply("MODIFIED", msgspec.Raw(zlib.decompress(entry.source)))
+            self.apply("MODIFIED", msgspec.Raw(unpack(entry.source)))
             self.changed = True
 
     def reconfigure(self, classes: ClassIndex, context: Hashable) -> None:
