@@ -157,18 +157,22 @@ def _reader(
         (kind, tuple(fields[kind][key] for key in keys_of(driver, domain, name)))
         for kind, domain, name in paths
     ]
-    if len(where) == 1 and len(where[0][1]) == 1:  # one attribute, under one key: the most
-        values_of, value_of = attrgetter(where[0][0]), attrgetter(where[0][1][0])
+    if len(where) == 1:  # one attribute (under one key, or its qualified and short ones): the most
+        values_of, values_at = attrgetter(where[0][0]), [attrgetter(n) for n in where[0][1]]
 
-        def single(devices: Sequence[Any]) -> list[Hashable]:
+        def keyed(devices: Sequence[Any]) -> list[Hashable]:
             found: list[Hashable] = []
             for device in devices:
-                values = values_of(device)
-                raw = value_of(values) if values is not None else None
+                values, raw = values_of(device), None
+                if values is not None:
+                    for value_at in values_at:
+                        raw = value_at(values)
+                        if raw:
+                            break
                 found.append(bytes(raw) if raw else None)
             return found
 
-        return single
+        return keyed
 
     def one(device: Any, kind: str, names: tuple[str, ...]) -> bytes | None:
         values = getattr(device, kind)
@@ -179,7 +183,4 @@ def _reader(
                     return bytes(raw)
         return None
 
-    if len(where) == 1:
-        kind, names = where[0]
-        return lambda devices: [one(device, kind, names) for device in devices]
     return lambda devices: [tuple([one(device, *place) for place in where]) for device in devices]
