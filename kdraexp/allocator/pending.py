@@ -273,8 +273,12 @@ class _Batch:
         self.slices, self._pairs, self._alike, self._orders, self._into = 0, [], {}, {}, []
         if pairs and matcher is not None:
             found = matcher.match_all(pairs, budgeted=False)
+            values: dict[int, list[Any]] = {}  # slices reading alike share their places
             for answers, names, places in into:
-                answers.update(zip(names, [found[place] for place in places], strict=True))
+                of_places = values.get(id(places))
+                if of_places is None:
+                    of_places = values[id(places)] = [found[place] for place in places]
+                answers.update(zip(names, of_places, strict=True))
 
 
 def judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
