@@ -1,4 +1,4 @@
-"""Helpers with no knowledge of Kubernetes: turns, single flight, bounded file reads, labels.
+"""Helpers that know nothing of Kubernetes: turns, single flight, file reads, labels, packed JSON.
 
 Imports nothing of kdraexp.
 """
