@@ -123,3 +123,49 @@ def test_a_change_of_every_object_keeps_nothing_of_the_objects_before() -> None:
     listed(claims)
     assert store.changes[RESOURCE_CLAIMS.plural][0] is entries
     assert store.fact_changes[RESOURCE_CLAIMS.plural][0] is facts
+
+
+def test_a_list_of_mostly_new_objects_forgets_the_last_collection_as_it_is_read() -> None:
+    """Past half of a kind's objects new, what was made of the last list is dropped at once.
+
+    Every follower would make everything again; kept, the last collection stayed alive beside
+    the new one until it was complete (at 64,000 devices, the peak of such a scrape).  The
+    collection made then is the one a fresh store makes; a list with fewer new objects keeps
+    what it can follow.
+    """
+    store = collection.Store()
+    forgotten: list[int] = []
+    store.forgetting.append(lambda: forgotten.append(len(forgotten)))
+    at: list[str] = []
+    """The claims at whose reading the store forgot."""
+    slices = [pool_slice("s", [{"name": f"gpu-{i}"} for i in range(4)])]
+
+    def listed(claims: list[dict[str, Any]], store: collection.Store) -> collection.Collection:
+        builder = CollectionBuilder(select(), Matcher(), store)
+        builder.reader(RESOURCE_SLICES).page(_page(slices))
+        builder.classes_listed()
+        reader = builder.reader(RESOURCE_CLAIMS)
+        for claim in claims:  # one page an object: the moment it forgets is seen
+            before = len(forgotten)
+            reader.page(_page([claim]))
+            if len(forgotten) > before:
+                at.append(claim["metadata"]["name"])
+                assert store.last is None
+                assert RESOURCE_CLAIMS.plural not in store.entries
+                assert RESOURCE_CLAIMS.plural not in store.kept
+        return result_of(Deferred.fromCoroutine(builder.finish()))
+
+    claims = [new_claim(f"c{i:02d}") for i in range(16)]
+    listed(claims, store)
+    for claim in claims[:8]:
+        claim["metadata"]["resourceVersion"] = "2"
+    listed(claims, store)
+    assert forgotten == []  # half of them new: followed
+    for claim in claims:
+        claim["metadata"]["resourceVersion"] = "3"
+    made = listed(claims, store)
+    assert at == ["c08"]  # at the ninth of sixteen, once
+    fresh = listed(claims, collection.Store())
+    assert [(f.name, rows) for f, rows in made.families()] == [
+        (f.name, rows) for f, rows in fresh.families()
+    ]

@@ -29,6 +29,21 @@ def many(touched: int, total: int) -> bool:
     return touched * REBUILT > max(total, 1)
 
 
+FORGOTTEN = 2
+"""Past one in this many of a kind's objects new or changed while its list is read, what was
+kept of the last list is forgotten at once (:meth:`.Store.start_again`)."""
+
+
+def mostly_new(new: int, before: int) -> bool:
+    """Whether *new* objects of a list read so far are most of the *before* last listed.
+
+    Every follower makes everything again by then; what it kept of the last collection would
+    only stay alive beside what the new one makes.  Not at one in :data:`REBUILT`: the rest of
+    the list, mostly unchanged then, would all be decoded again.
+    """
+    return before > 0 and new * FORGOTTEN > before
+
+
 class Made(NamedTuple):
     """What a follower made of a source (a mapping, or versions), kept while the source is."""
 
