@@ -179,3 +179,26 @@ def test_a_changed_claim_renders_its_blocks_only(monkeypatch: pytest.MonkeyPatch
     assert rendered, "the changed claim's blocks were rendered"
     for name, blocks in rendered.items():
         assert len(blocks) <= 2 and sum(blocks) <= 128, f"{name}: blocks of {blocks} rows"
+
+
+def test_a_store_starting_again_makes_the_renderer_forget_and_write_as_fresh() -> None:
+    """The store's start again reaches the renderer: its kept blocks go, its text is unchanged.
+
+    Every claim replaced: the renderer drops the blocks and sorted rows it kept (they hold the
+    last collection's rows), and writes what a renderer with nothing kept writes.
+    """
+    classes = [classy("gpu.nvidia.com", cost="2")]
+    store, renderer = Store(), Renderer(Clock())
+    store.forgetting.append(renderer.forget)
+    dropped: list[int] = []
+    store.forgetting.append(lambda: dropped.append(len(renderer._blocks) + len(renderer._orders)))
+    slices = cluster_of({}, 1)["slices"]
+    for turn in range(3):
+        claims = [
+            new_claim(f"claim-{turn}-{i}", [result(f"gpu-{i % 10}-{i % 4}", pool=f"node-{i % 10}")])
+            for i in range(40)
+        ]
+        kept = collect(claims=claims, slices=slices, classes=classes, store=store)
+        fresh = collect(claims=claims, slices=slices, classes=classes)
+        assert bodies(renderer, kept, b"")[1] == bodies(Renderer(Clock()), fresh, b"")[1]
+    assert dropped == [0, 0]  # forgotten before each list of new claims was read to its end

@@ -142,6 +142,15 @@ class Renderer:
         """The last gzip body's segments and tail, its pieces and length."""
         """The keys of the last segments joined, their combined CRC and size."""
 
+    def forget(self) -> None:
+        """Drop the blocks and sorted rows kept for the next collection to find again.
+
+        The store started again (most objects of a list are new): they would not be found,
+        and they hold the last collection's rows alive beside the new ones.
+        """
+        self._blocks.clear()
+        self._orders.clear()
+
     def segments(self, collection: Collection) -> Deferred[list[Segment]]:
         """The segments of every family of *collection* that has rows, in the order written."""
         return Deferred.fromCoroutine(self._all(collection))

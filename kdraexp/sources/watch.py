@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -478,7 +479,10 @@ class WatchGatherer:
         self._max_staleness = max_staleness
         self._matcher = Matcher()
         self._idle = IdleEnding(self._matcher, clock)
-        self._builder = CollectionBuilder(selection, self._matcher, Store(), shard, client.limit)
+        self._store = Store()
+        self._builder = CollectionBuilder(
+            selection, self._matcher, self._store, shard, client.limit
+        )
         self._watches: dict[str, KindWatch] = {}
         self._problems = ProblemLog(stats.collections)
         self._reported: Collection | None = None
@@ -530,6 +534,10 @@ class WatchGatherer:
         self._flight.cancel()
         self._idle.stop()
         self._matcher.close()
+
+    def when_starting_again(self, forget: Callable[[], None]) -> None:
+        """Call *forget* when the store starts again (never, as watches apply events)."""
+        self._store.forgetting.append(forget)
 
     def gather(self) -> Deferred[Collection]:
         """A collection of the current state (503 until synchronised, 500 past staleness)."""
