@@ -121,9 +121,10 @@ class KindReader:
     ) -> None:
         self.kind = kind
         self._limit = limit
-        self._start_again = start_again
+        self._start_again = start_again if previous else None
         """Called once most objects of a list turn out new: what was kept of the last one is
-        forgotten, and the entries of the last list are no longer looked in."""
+        forgotten, and the entries of the last list are no longer looked in.  Not without a
+        last list: a first one has nothing to forget, and asks nothing of each object."""
         self._parts = 0
         """The parts (devices) of the objects read from the response at hand."""
         self._live = live
