@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from collections.abc import Collection as Keys
 from typing import Any
 
+import attrs
 import msgspec
 
 from kdraexp.allocator import ClusterIndex
@@ -507,56 +508,33 @@ class Store:
         return made, found.made if found is not None else None, touched
 
 
+@attrs.define(eq=False, repr=False)
 class Collection:
     """Every family's rows (made when asked for), and what could not be read."""
 
-    __slots__ = (
-        "__weakref__",
-        "_changes",
-        "_cluster",
-        "_entries",
-        "_kept",
-        "_keys",
-        "_slots",
-        "class_error_messages",
-        "class_errors",
-        "cluster_problems",
-        "problems",
-        "selection",
-    )
+    selection: Selection
+    _entries: dict[str, dict[str, Entry]]
+    _keys: dict[str, Hashable]
+    _cluster: Mapping[str, Laid]
+    problems: list[Problem]
+    """Every value not read: the objects' and the cross-object families'."""
+    class_errors: dict[str, int]
+    """Per class, devices whose match could not be decided."""
+    class_error_messages: dict[str, str]
+    _kept: dict[str, KindBlocks] = attrs.field(factory=dict)
+    """Per kind, its families' blocks, kept from one collection to the next."""
+    _changes: dict[str, Change] = attrs.field(factory=dict)
+    """Per kind, what changed since the entries before (see :class:`KindBlocks`)."""
+    cluster_problems: list[Problem] = attrs.field(factory=list)
+    """The values the cross-object families could not read (also in :attr:`problems`)."""
+    _slots: dict[str, int] = attrs.field(init=False)
 
-    def __init__(
-        self,
-        selection: Selection,
-        entries: dict[str, dict[str, Entry]],
-        keys: dict[str, Hashable],
-        cluster: Mapping[str, Laid],
-        problems: list[Problem],
-        class_errors: dict[str, int],
-        class_error_messages: dict[str, str],
-        kept: dict[str, KindBlocks] | None = None,
-        changes: Mapping[str, Change] | None = None,
-        cluster_problems: list[Problem] | None = None,
-    ) -> None:
-        self.selection = selection
-        self._entries = entries
-        self._keys = keys
-        self._cluster = cluster
-        self.problems = problems
-        """Every value not read: the objects' and the cross-object families'."""
-        self.cluster_problems = cluster_problems or []
-        """The values the cross-object families could not read (also in :attr:`problems`)."""
-        self.class_errors = class_errors
-        """Per class, devices whose match could not be decided."""
-        self.class_error_messages = class_error_messages
-        self._kept = kept if kept is not None else {}
-        """Per kind, its families' blocks, kept from one collection to the next."""
-        self._changes = dict(changes or {})
-        """Per kind, what changed since the entries before (see :class:`KindBlocks`)."""
-        self._slots = {
+    @_slots.default
+    def _slots_of_families(self) -> dict[str, int]:
+        return {
             family.name: slot
-            for kind in {f.reads for f in selection.families if isinstance(f.reads, Kind)}
-            for slot, family in enumerate(row_families(selection, kind))
+            for kind in {f.reads for f in self.selection.families if isinstance(f.reads, Kind)}
+            for slot, family in enumerate(row_families(self.selection, kind))
         }
 
     @classmethod
@@ -773,7 +751,7 @@ class CollectionBuilder:
             class_errors,
             messages,
             store.kept,
-            store.changes,
+            dict(store.changes),
             cluster_problems,
         )
         store.last = Made(made_of, collection)
