@@ -125,6 +125,7 @@ class SourceService(Service):
         self.source.stop()
 
 
+@attrs.define(eq=False, slots=False)
 class ListeningService(Service):
     """Listens on one endpoint; a port that cannot be bound ends the process with one log line.
 
@@ -133,18 +134,11 @@ class ListeningService(Service):
     listening when the service stops.
     """
 
-    def __init__(
-        self,
-        what: str,
-        description: str,
-        endpoint: IStreamServerEndpoint,
-        factory: IProtocolFactory,
-    ) -> None:
-        self.what = what
-        self.description = description
-        self.endpoint = endpoint
-        self.factory = factory
-        self._listening: Deferred[IListeningPort | None] | None = None
+    what: str
+    description: str
+    endpoint: IStreamServerEndpoint
+    factory: IProtocolFactory
+    _listening: Deferred[IListeningPort | None] | None = attrs.field(default=None, init=False)
 
     def privilegedStartService(self) -> None:
         """Bind now; exit with status 1 if the port cannot be bound."""
