@@ -192,15 +192,6 @@ def family(
         kinds = {kind.plural for kind in needs}
         if isinstance(reads, Kind):
             kinds.add(reads.plural)
-        return Family(
-            name=name,
-            help=help,
-            labels=labels,
-            rows=rows,
-            reads=reads,
-            needs=frozenset(kinds),
-            fields=fields,
-            **options,
-        )
+        return Family(name, help, labels, rows, reads, frozenset(kinds), fields, **options)
 
     return declare
