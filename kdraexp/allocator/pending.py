@@ -100,6 +100,11 @@ class SelectorAnswers:
         self._compiled: dict[tuple[str, tuple[str, ...]], tuple[CompiledClass, Paths]] = {}
         """This collection's compiled selectors (the matcher's are behind its lock), and the
         paths they read."""
+        self._plans: dict[
+            tuple[tuple[str, tuple[str, ...]], ...],
+            tuple[tuple[CompiledClass, ...], tuple[Paths, ...]],
+        ] = {}
+        """The same per set of (class, selectors) a slice is read for."""
         self._batch = _Batch()
         self._reader = SliceReader()
 
@@ -113,6 +118,7 @@ class SelectorAnswers:
         """
         self._left = BUDGET
         self._compiled = {}
+        self._plans = {}
         self._batch = _Batch()
         for key in [key for key in self._kept if key not in pending]:
             del self._kept[key]
@@ -177,12 +183,17 @@ class SelectorAnswers:
                 known = kept.get(key, _NO_SLICES).get(mine)
                 if known is None or known[0] is not facts:
                     keys.append(key)
-        places = {  # where the class's devices are in the slice, as in its JSON
-            deviceclass: [at for at, device in enumerate(devices) if deviceclass in device.classes]
-            for deviceclass in {key[0] for key in keys}
-        }
-        keys = [key for key in keys if places[key[0]]]
-        made: dict[tuple[str, tuple[str, ...]], Answers] = {key: {} for key in keys}
+        places: dict[str, list[int]] = {}  # where the class's devices are, as in its JSON
+        made: dict[tuple[str, tuple[str, ...]], Answers] = {}
+        for key in keys:
+            deviceclass = key[0]
+            if deviceclass not in places:
+                places[deviceclass] = [
+                    at for at, device in enumerate(devices) if deviceclass in device.classes
+                ]
+            made[key] = {}
+        if not all(places.values()):  # a class selecting none of the slice's devices
+            keys = [key for key in keys if places[key[0]]]
         if facts.source is None:  # facts made without a list (every listed slice keeps it)
             made = {
                 key: dict.fromkeys(
@@ -191,31 +202,43 @@ class SelectorAnswers:
                 for key in keys
             }
         elif keys:
-            assert self.matcher is not None
-            compiled = self._compiled
-            if any(key not in compiled for key in keys):
-                new = [key for key in keys if key not in compiled]
-                made_new = self.matcher.compile_all([key[1] for key in new])
-                compiled.update(
-                    (key, (one, union_paths([one]))) for key, one in zip(new, made_new, strict=True)
-                )
-            asked_paths = tuple([compiled[key][1] for key in keys])
+            selectors, asked_paths = self._plan(tuple(keys))
             read = self._reader.read(facts.source, facts.driver, asked_paths)
             names = [device.name for device in devices]
-            whole = len(devices)
-            for key, reads in zip(keys, read.readers, strict=True):
+            whole, batch = len(devices), self._batch
+            for key, one, reads in zip(keys, selectors, read.readers, strict=True):
                 at = places[key[0]]
                 if len(at) == whole:  # the class selects every device: the usual slice
                     of_key, named = read.devices, names
                 else:
                     of_key, named = [read.devices[i] for i in at], [names[i] for i in at]
-                self._batch.add(key, compiled[key][0], of_key, named, reads, read.view, made[key])
-            self._batch.slices += 1
+                batch.add(key, one, of_key, named, reads, read.view, made[key])
+            batch.slices += 1
         for key in keys:
             self._left -= len(places[key[0]])
             if key != asked:
                 kept.setdefault(key, {})[mine] = (facts, made[key])
         return made.get(asked, {})
+
+    def _plan(
+        self, keys: tuple[tuple[str, tuple[str, ...]], ...]
+    ) -> tuple[tuple[CompiledClass, ...], tuple[Paths, ...]]:
+        """The compiled selectors of *keys*, and the paths each reads: compiled once."""
+        found = self._plans.get(keys)
+        if found is None:
+            assert self.matcher is not None
+            compiled = self._compiled
+            new = [key for key in keys if key not in compiled]
+            if new:
+                made = self.matcher.compile_all([key[1] for key in new])
+                compiled.update(
+                    (key, (one, union_paths([one]))) for key, one in zip(new, made, strict=True)
+                )
+            found = self._plans[keys] = (
+                tuple([compiled[key][0] for key in keys]),
+                tuple([compiled[key][1] for key in keys]),
+            )
+        return found
 
 
 class _Batch:
