@@ -593,10 +593,14 @@ def _matching(index: ClusterIndex, request: RequestFacts) -> tuple[list[Candidat
         if answers is None:
             return None
         kept = []
-        for pool, device in candidates:
-            answer = answers.get(id(pool), _NONE).get(device.name, False)
+        last, of_pool = None, _NONE
+        for candidate in candidates:
+            pool, device = candidate
+            if pool is not last:  # a pool's devices are next to one another
+                last, of_pool = pool, answers.get(id(pool), _NONE)
+            answer = of_pool.get(device.name, False)
             if answer is True:
-                kept.append((pool, device))
+                kept.append(candidate)
             elif answer is not False:
                 own = own or f"on device {pool.driver}/{pool.name}/{device.name}: {answer}"
         candidates = kept
