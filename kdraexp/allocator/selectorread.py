@@ -157,22 +157,31 @@ def _reader(
         (kind, tuple(fields[kind][key] for key in keys_of(driver, domain, name)))
         for kind, domain, name in paths
     ]
-    if len(where) == 1:  # one attribute (under one key, or its qualified and short ones): the most
-        values_of, values_at = attrgetter(where[0][0]), [attrgetter(n) for n in where[0][1]]
+    if len(where) == 1 and len(where[0][1]) == 1:  # one attribute under one key
+        values_of, value_at = attrgetter(where[0][0]), attrgetter(where[0][1][0])
 
         def keyed(devices: Sequence[Any]) -> list[Hashable]:
             found: list[Hashable] = []
             for device in devices:
-                values, raw = values_of(device), None
-                if values is not None:
-                    for value_at in values_at:
-                        raw = value_at(values)
-                        if raw:
-                            break
+                values = values_of(device)
+                raw = value_at(values) if values is not None else None
                 found.append(bytes(raw) if raw else None)
             return found
 
         return keyed
+    if len(where) == 1:  # one attribute under its short and qualified keys: the first given
+        values_of = attrgetter(where[0][0])
+        short_at, long_at = (attrgetter(name) for name in where[0][1])
+
+        def either(devices: Sequence[Any]) -> list[Hashable]:
+            found: list[Hashable] = []
+            for device in devices:
+                values = values_of(device)
+                raw = None if values is None else short_at(values) or long_at(values)
+                found.append(bytes(raw) if raw else None)
+            return found
+
+        return either
 
     def one(device: Any, kind: str, names: tuple[str, ...]) -> bytes | None:
         values = getattr(device, kind)
