@@ -11,6 +11,7 @@ exporter's own metrics are small and go through prometheus_client's encoders.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
@@ -91,19 +92,18 @@ def lines(family: Family, rows: Iterable[Row]) -> Iterator[str]:
             text = formatted[number] = format_value(number) + "\n"
         return text
 
-    prefix = family.line_prefix
-    return (prefix(row) + value(row[-1]) for row in rows)
+    prefix, known = family.line_prefix, formatted.get
+    return (prefix(row) + (known(row[-1]) or value(row[-1])) for row in rows)
 
 
 def chunks(written: Iterable[str]) -> Iterator[bytes]:
     """Lines joined LINES_PER_CHUNK at a time (the last chunk may be empty)."""
-    gathered: list[str] = []
-    for line in written:
-        gathered.append(line)
-        if len(gathered) >= LINES_PER_CHUNK:
-            yield "".join(gathered).encode()
-            gathered = []
-    yield "".join(gathered).encode()
+    lines = iter(written)
+    while True:
+        gathered = list(itertools.islice(lines, LINES_PER_CHUNK))
+        yield "".join(gathered).encode()
+        if len(gathered) < LINES_PER_CHUNK:
+            return
 
 
 def encode_collection(collection: Collection) -> Iterator[bytes]:
