@@ -35,14 +35,19 @@ def string_attribute(attributes: dict[str, msgspec.Raw], driver: str, name: str)
     ``gpu.nvidia.com/productName`` are the same attribute of a ``gpu.nvidia.com`` device.
     Attributes of another kind (int, bool, version) give "".
     """
-    for key in (name, f"{driver}/{name}"):
-        raw = attributes.get(key)
-        if raw is None:
-            continue
-        value = attribute_json(bytes(raw))
-        if value is not None and isinstance(value.get("string"), str):
-            return str(value["string"])
-    return ""
+    raw = attributes.get(name)  # the qualified key made only when the bare one gives nothing
+    found = None if raw is None else _string(raw)
+    if found is None:
+        raw = attributes.get(f"{driver}/{name}")
+        found = None if raw is None else _string(raw)
+    return found or ""
+
+
+def _string(raw: msgspec.Raw) -> str | None:
+    value = attribute_json(bytes(raw))
+    if value is not None and isinstance(value.get("string"), str):
+        return str(value["string"])
+    return None
 
 
 class DeviceView(SelectorView):
