@@ -71,6 +71,9 @@ class ClassIndex:
         self._kept = 0
         self._prepared: dict[int, tuple[list[str], list[tuple[str, str]]]] = {}
         """For devices read whole, the answers :meth:`prepare` found for the slice at hand."""
+        self._prepared_keys: dict[int, tuple[DeviceFields, Any]] = {}
+        """What :meth:`prepare` read of the slice at hand's devices, until each is matched (the
+        device kept with its key, so that no other device takes its identity meanwhile)."""
         self._unmatched: dict[str, str] = {}
         """The classes left unmatched in the matcher's collection :attr:`_unmatched_in`, and
         why: the costliest, when its evaluations ran out."""
@@ -121,12 +124,15 @@ class ClassIndex:
         costliest classes are left unmatched (see :meth:`_match_all`).
         """
         self._prepared.clear()
+        self._prepared_keys.clear()
         if self._matcher is None or not self._compiled:
             return
         self._matcher.devices_read(len(devices))
         pending: dict[Any, DeviceFields] = {}
+        keys_of = self._prepared_keys
         for device in devices:
             key = self._key(device)
+            keys_of[id(device)] = (device, key)
             if key is None or key not in self._by_projection:
                 pending.setdefault(key if key is not None else id(device), device)
         if not pending:
@@ -161,7 +167,8 @@ class ClassIndex:
         """
         if self._matcher is None:
             return []
-        key = self._key(device)
+        read = self._prepared_keys.pop(id(device), None)  # a device is matched once
+        key = read[1] if read is not None and read[0] is device else self._key(device)
         known = self._prepared.get(id(device)) if key is None else self._by_projection.get(key)
         if known is None:
             live = self._live()
