@@ -29,11 +29,12 @@ Counters = tuple[tuple[str, dict[str, float]], ...]
 NOTHING: Mapping[str, float] = MappingProxyType({})
 """The capacities a result that consumes none consumes (one read-only mapping for all)."""
 USABLE, INCOMPLETE, INVALID = "usable", "incomplete", "invalid"
-_NO_RULES: Mapping[str, list[RuleFacts]] = MappingProxyType({})
 """A pool's states, in the allocator's terms (kube_resourcepool_state)."""
+_NO_RULES: Mapping[str, list[RuleFacts]] = MappingProxyType({})
+"""What selects a pool's devices when no taint rule is listed (one read-only mapping for all)."""
 _PLACEMENT = re.compile(r"\d+$")
-_NAME = operator.attrgetter("name")
 """A counter named with a trailing number is one of a placement group (``memory-slice-3``)."""
+_NAME = operator.attrgetter("name")
 
 
 class DeviceFacts(msgspec.Struct, gc=False):
