@@ -596,7 +596,7 @@ def _matching(index: ClusterIndex, request: RequestFacts) -> tuple[list[Candidat
         last, of_pool = None, _NONE
         for candidate in candidates:
             pool, device = candidate
-            if pool is not last:  # a pool's devices are next to one another
+            if pool is not last:  # looked up per pool: its devices come one after another
                 last, of_pool = pool, answers.get(id(pool), _NONE)
             answer = of_pool.get(device.name, False)
             if answer is True:
