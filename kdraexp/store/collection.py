@@ -67,6 +67,8 @@ class Entry(msgspec.Struct, gc=False):
     source: bytes | None = None
     """The object's JSON, deflated, where it must be read again without a list (watch mode,
     kinds read with the classes)."""
+    parts: int = 0
+    """Its parts (a slice's devices): what it counts against a page's bound, whenever read."""
 
 
 OBJECT_SHARE = 16
@@ -112,7 +114,7 @@ class KindReader:
         classes: ClassIndex,
         context: Hashable,
         previous: Mapping[str, Entry],
-        warm: dict[str, Entry] | None = None,
+        warm: Mapping[str, Entry] | None = None,
         shard: Shard = Shard(),  # noqa: B008 - frozen
         skipped: Mapping[str, str] | None = None,
         keep_sources: bool = False,
@@ -146,7 +148,11 @@ class KindReader:
         self._classes = classes
         self._context = context
         self._previous = previous
-        self._warm = warm
+        self._warm = warm or {}
+        self.warming: dict[str, Entry] | None = None if warm is None else {}
+        """What this list read that the last one did not give, kept for the next collection
+        should this one fail (:attr:`Store.warm`); it replaces what the failed one before
+        kept, so lists that keep failing keep one list's objects, not each one's."""
         self._unwritten: tuple[Flat, ...] = ((),) * len(self._families)
         """The rows of an object another shard writes: none in every family."""
         self.restart()
@@ -214,9 +220,16 @@ class KindReader:
         if self._previous_skipped.get(key) == version:
             self.skipped[key] = version
             return
-        old = self._previous.get(key) or (self._warm or {}).get(key)
+        old = self._previous.get(key)
+        warm = old is None and self.warming is not None
+        if warm:
+            old = self._warm.get(key)
         if old is not None and old.version == version and old.context == self._context:
+            if old.parts:
+                self._count(old.parts)  # read before or not, the page holds it
             self.entries[key] = old
+            if warm:
+                self.warming[key] = old  # type: ignore[index]
             return
         if len(raw) > self._limit // OBJECT_SHARE:  # only what is read: a calm list is not
             raise self._too_large(
@@ -225,15 +238,8 @@ class KindReader:
                 "stores objects of at most 1.5 MiB)"
             )
         item = self._decode(decoder, raw)
-        if self._spec.parts is not None:
-            self._parts += self._spec.parts(item)
-            if self._parts > self._limit // PART_BYTES:
-                raise self._too_large(
-                    f"a page of {self.kind.plural} holds more than "
-                    f"{self._limit // PART_BYTES} devices, each counted as {PART_BYTES} "
-                    f"bytes of --max-response-bytes={self._limit}: read, they would not fit "
-                    "beside it"
-                )
+        parts = self._spec.parts(item) if self._spec.parts is not None else 0
+        self._count(parts)
         placed = self._spec.shard_key(item) if self._spec.shard_key else None
         part = self._shard.part(placed)
         if part is Part.SKIP:
@@ -256,9 +262,21 @@ class KindReader:
             entry.source = pack(raw)
             if self._spec.keeps_source:
                 entry.facts.source = entry.source
-        if self._warm is not None:
-            self._warm[key] = entry  # kept even if this collection fails (a deadline)
+        entry.parts = parts
+        if self.warming is not None:
+            self.warming[key] = entry  # kept even if this collection fails (a deadline)
         self.changed = True
+
+    def _count(self, parts: int) -> None:
+        """Count an object's *parts* against the response's bound (see :data:`PART_BYTES`)."""
+        self._parts += parts
+        if self._parts > self._limit // PART_BYTES:
+            raise self._too_large(
+                f"a page of {self.kind.plural} holds more than "
+                f"{self._limit // PART_BYTES} devices, each counted as {PART_BYTES} "
+                f"bytes of --max-response-bytes={self._limit}: read, they would not fit "
+                "beside it"
+            )
 
     def resync(self) -> None:
         """Start listing again while keeping what is known: unchanged objects keep their entry."""
@@ -400,9 +418,10 @@ class Store:
         self.skipped: dict[str, dict[str, str]] = {}
         """Per resource, the objects other shards write, by version."""
         self.warm: dict[str, dict[str, Entry]] = {}
-        """Per resource, entries read by collections that did not complete (a deadline cut them
-        short): the next collection reuses them, so a cluster too big to read at once within
-        the deadline is read over a few."""
+        """Per resource, the entries the last list read that its last complete one did not give,
+        kept should the collection fail (a deadline cut it short, another list failed): the
+        next collection reuses them, so a cluster too big to read at once within the deadline
+        is read over a few.  Each list replaces what the one before kept."""
         self.cluster = ClusterRows()
         self.kept: dict[str, KindBlocks] = {}
         """Per kind, its families' blocks as last written."""
@@ -620,7 +639,7 @@ class CollectionBuilder:
         reads_classes = KINDS[kind].reads_classes
         context = self._context if reads_classes else None
         previous = self._store.entries.get(kind.plural, {})
-        warm = None if live else self._store.warm.setdefault(kind.plural, {})
+        warm = None if live else self._store.warm.get(kind.plural, {})
         skipped = self._store.skipped.get(kind.plural, {})
         reader = KindReader(
             kind,
@@ -636,6 +655,8 @@ class CollectionBuilder:
             limit=self._limit,
             start_again=None if live else functools.partial(self._store.start_again, kind.plural),
         )
+        if reader.warming is not None:
+            self._store.warm[kind.plural] = reader.warming
         self._readers[kind.plural] = reader
         return reader
 
