@@ -54,6 +54,10 @@ class SingleFlight(Generic[T]):
 
     def _finished(self, result: T | Failure) -> None:
         waiters, self._waiters, self._inflight = self._waiters, [], None
+        if isinstance(result, Failure):
+            # Its traceback's frames hold what the call held (a failed collection's objects),
+            # in a cycle only the collector's rare full pass frees: the waiters need the error.
+            result.cleanFailure()
         for waiter in waiters:
             if isinstance(result, Failure):
                 waiter.errback(result)
