@@ -6,12 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from kdraexp.allocator.scopes import Per
 from kdraexp.dra.listing import RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families import FAMILIES
 from kdraexp.families.family import (
     CLUSTER,
     Family,
-    Per,
     Row,
     Stability,
     family,

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from kdraexp.allocator.facts import DeviceFacts
 from kdraexp.allocator.idlecost import price
-from kdraexp.allocator.index import DeviceFacts
 from kdraexp.families.deviceclass import HourlyCostError, parse_hourly_cost
 from kdraexp.families.resourceslice import D
 from tests.collect import collect, values

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from kdraexp.dra import listing
+
 PACKAGE = Path(__file__).parent.parent / "kdraexp"
 
 MAY_IMPORT = {
@@ -152,27 +154,30 @@ def test_no_private_twisted_module_at_run_time() -> None:
     assert found == []
 
 
-GENERIC = ("store/collection.py", "store/sharding.py", "sources/gather.py", "sources/watch.py")
-"""Code that works for every kind, from the kinds' declarations (families/kind.py)."""
-KIND_NAMES = {"DEVICE_CLASSES", "DEVICE_TAINT_RULES", "RESOURCE_CLAIMS", "RESOURCE_SLICES"}
+GENERIC = (
+    "store/collection.py",
+    "store/clusterrows.py",
+    "store/sharding.py",
+    "sources/gather.py",
+    "sources/watch.py",
+)
+"""Code that works for every kind, from the kinds' declarations (families/kind.py, and the
+allocator's join for the cross-object families)."""
+KIND_NAMES = {name for name, value in vars(listing).items() if isinstance(value, listing.Kind)}
+"""The names of the kinds in :mod:`kdraexp.dra.listing`."""
+KIND_STRINGS = {text for kind in listing.LIST_ORDER for text in (kind.kind, kind.plural)}
 
 
 def test_generic_code_names_no_kind() -> None:
     """A kind's behaviour is in its KindSpec, not in branches of the generic code."""
+    assert {"PODS", "RESOURCE_SLICES"} <= KIND_NAMES
     found = []
     for name in GENERIC:
         tree = ast.parse((PACKAGE / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id in KIND_NAMES:
                 found.append(f"{name}:{node.lineno} {node.id}")
-            if isinstance(node, ast.Constant) and node.value in {
-                "ResourceSlice",
-                "ResourceClaim",
-                "DeviceClass",
-                "resourceslices",
-                "resourceclaims",
-                "deviceclasses",
-            }:
+            if isinstance(node, ast.Constant) and node.value in KIND_STRINGS:
                 found.append(f"{name}:{node.lineno} {node.value!r}")
     assert found == []
 

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kdraexp.allocator import pending, selectorread
-from kdraexp.allocator.index import DeviceFacts, Pool
+from kdraexp.allocator import answers, pending, selectorread, together
+from kdraexp.allocator.facts import DeviceFacts
+from kdraexp.allocator.index import Pool
 from kdraexp.allocator.pending import REASONS
 from kdraexp.cel.matching import Matcher
 from kdraexp.families.resourceslice import D
@@ -205,7 +206,7 @@ def test_own_selectors_within_a_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 
     A request the budget did not reach gets no reason and is reported; one it reached does.
     """
-    monkeypatch.setattr(pending, "BUDGET", 4)  # the four GPUs, once
+    monkeypatch.setattr(answers, "BUDGET", 4)  # the four GPUs, once
     objects = cluster()
     pins = [
         new_claim(f"pin-{n}", None, requests=[request(selectors=selected(f'{UUID} == "GPU-g{n}"'))])
@@ -507,7 +508,7 @@ def test_not_together_only_where_the_search_shows_it(
     claims = [new_claim("whole", None, requests=whole)]
     objects: dict[str, Any] = {"slices": mig_gpu(), "claims": claims, "classes": [WHOLE, MIG]}
     assert set(reasons(collect(**objects)).values()) == {"not_together"}
-    monkeypatch.setattr(pending, bound, 1)
+    monkeypatch.setattr(together, bound, 1)
     assert reasons(collect(**objects)) == {
         ("whole", "whole"): "feasible",
         ("whole", "part"): "feasible",

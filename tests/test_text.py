@@ -13,9 +13,10 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from kdraexp.allocator.scopes import Per
 from kdraexp.exposition import text as exposition
 from kdraexp.exposition.text import format_value
-from kdraexp.families.family import CLUSTER, Per, family
+from kdraexp.families.family import CLUSTER, family
 from kdraexp.store.collection import Collection
 
 TWO_LABELS = family(

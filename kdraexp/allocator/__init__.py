@@ -1,25 +1,43 @@
 """The allocator's model: the join of every kind's facts, and what the scheduler would do with it.
 
-``index`` joins the facts each slice, claim, rule and pod leaves behind; ``headroom`` is the
-allocator's first fit per pool; ``pending`` says why a pending request cannot be allocated,
-reading slices again through ``selectorread``; ``idlecost`` prices what is free.  The families
-read these modules; the store builds and follows the index through this face alone.
+``facts`` are what each slice, claim, rule and pod leaves behind; ``join`` says which kinds the
+index is made of; ``index`` joins them; ``scopes`` declares what a cross-object family's rows come
+in sets of.  ``headroom`` is the allocator's first fit per pool; ``pending`` says why a pending
+request cannot be allocated, from the devices ``candidates`` finds (claims' own selectors
+answered by ``answers``, slices read again through ``selectorread``) and ``together``'s search;
+``idlecost`` prices what is free.  The families read these modules; the store builds and follows
+the index through this face alone.
 
-Synchronous and free of I/O.  Imports :mod:`kdraexp.cel` (claims' selectors), :mod:`kdraexp.dra`
-and :mod:`kdraexp.util`; never a family, the store or a source.
+Synchronous and free of I/O: it starts no process, thread or reactor.  Imports
+:mod:`kdraexp.cel` (the claims' selectors are evaluated by the matcher it is handed, which talks
+to the CEL process), :mod:`kdraexp.dra` and :mod:`kdraexp.util`; never a family, the store or a
+source.
 """
 
 from __future__ import annotations
 
-from kdraexp.allocator.index import ClaimFacts, ClusterIndex, Pools, Round, RuleFacts, SliceFacts
-from kdraexp.allocator.pending import SelectorAnswers
+from kdraexp.allocator.answers import SelectorAnswers
+from kdraexp.allocator.facts import ClaimFacts, PodFacts, RuleFacts, SliceFacts
+from kdraexp.allocator.index import ClusterIndex, Pools, Round
+from kdraexp.allocator.join import CLUSTER_NEEDS, Inputs, join_inputs, pool_key
+from kdraexp.allocator.scopes import EVERYTHING, SCOPES, Join, Per, Touched
 
 __all__ = [
+    "CLUSTER_NEEDS",
+    "EVERYTHING",
+    "SCOPES",
     "ClaimFacts",
     "ClusterIndex",
+    "Inputs",
+    "Join",
+    "Per",
+    "PodFacts",
     "Pools",
     "Round",
     "RuleFacts",
     "SelectorAnswers",
     "SliceFacts",
+    "Touched",
+    "join_inputs",
+    "pool_key",
 ]

@@ -25,7 +25,8 @@ from collections.abc import Iterator, Mapping
 from operator import attrgetter
 from types import MappingProxyType
 
-from kdraexp.allocator.index import USABLE, ClusterIndex, DeviceFacts, Pool, blocked, take
+from kdraexp.allocator.facts import DeviceFacts
+from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, blocked, take
 
 _NOTHING: Mapping[tuple[str, str], float] = MappingProxyType({})
 _SHAREABLE = attrgetter("shareable")
@@ -41,9 +42,9 @@ def allocatable(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float]
     the pool's use changes.
     """
     key = (pool.driver, pool.name)
-    found = index.fits.get(key)
+    found = index.memo.fits.get(key)
     if found is None:
-        found = index.fits[key] = tuple(_first_fit(index, pool))
+        found = index.memo.fits[key] = tuple(_first_fit(index, pool))
     return found
 
 

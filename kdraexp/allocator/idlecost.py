@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 
-from kdraexp.allocator.index import USABLE, ClusterIndex, DeviceFacts, Pool, set_use
+from kdraexp.allocator.facts import DeviceFacts
+from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, set_use
 
 
 def price(costs: Mapping[str, float], device: DeviceFacts) -> float | None:

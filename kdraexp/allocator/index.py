@@ -14,20 +14,27 @@ import operator
 import re
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import msgspec
 
-from kdraexp.dra.gated import TimedToleration, kept
+from kdraexp.allocator.facts import (
+    ClaimFacts,
+    DeviceFacts,
+    PodFacts,
+    ResultFacts,
+    RuleFacts,
+    SliceFacts,
+)
+from kdraexp.dra.gated import kept
 from kdraexp.dra.problems import Problems
 from kdraexp.util.labels import GroupValues
 from kdraexp.util.turns import Turns
 
-Counters = tuple[tuple[str, dict[str, float]], ...]
-"""(counter set, {counter: quantity}) pairs."""
-NOTHING: Mapping[str, float] = MappingProxyType({})
-"""The capacities a result that consumes none consumes (one read-only mapping for all)."""
+if TYPE_CHECKING:
+    from kdraexp.allocator.answers import SelectorAnswers
+
 USABLE, INCOMPLETE, INVALID = "usable", "incomplete", "invalid"
 """A pool's states, in the allocator's terms (kube_resourcepool_state)."""
 _NO_RULES: Mapping[str, list[RuleFacts]] = MappingProxyType({})
@@ -35,130 +42,6 @@ _NO_RULES: Mapping[str, list[RuleFacts]] = MappingProxyType({})
 _PLACEMENT = re.compile(r"\d+$")
 """A counter named with a trailing number is one of a placement group (``memory-slice-3``)."""
 _NAME = operator.attrgetter("name")
-
-
-class DeviceFacts(msgspec.Struct, gc=False):
-    """What the pool families need of one device.
-
-    Facts are kept out of the cyclic garbage collector (they form no cycles): a collection holds
-    one per device and claim, and tracked objects make every collector pass longer.
-    """
-
-    labels: GroupValues
-    name: str
-    taints: tuple[tuple[str, str, str], ...]
-    """(key, value, effect) of each taint with effect NoSchedule or NoExecute."""
-    consumes: Counters
-    share_capacity: float | None
-    """The capacity named by ``--cost-share-capacity``, for shareable devices' cost."""
-    shareable: bool
-    capacities: Mapping[str, float] | None = None
-    """Every capacity, for a device that allows multiple allocations (None for the others)."""
-    defaults: Mapping[str, float] | None = None
-    """What a request naming no capacity consumes of each (its policy's default, else all)."""
-    classes: tuple[str, ...] = ()
-    """The DeviceClasses whose every selector the device satisfies."""
-    unsure: tuple[str, ...] = ()
-    """The DeviceClasses whose match with the device could not be decided (a selector error)."""
-    node: str = ""
-    """The node the device is on; "" for a network-attached device."""
-    taint_times: tuple[tuple[str, str, str, float], ...] = ()
-    """(key, value, effect, timeAdded) of each taint whose time is known."""
-    listed: tuple[tuple[str, str, str], ...] = ()
-    """(key, value, effect) of each taint of a known effect (None too), as published."""
-
-
-class SliceFacts(msgspec.Struct, gc=False):
-    """What the pool families need of one slice, and its rows that depend on its generation."""
-
-    driver: str
-    pool: str
-    generation: int
-    slice_count: int | None
-    shared: Counters
-    devices: tuple[DeviceFacts, ...]
-    rows: tuple[tuple[str, tuple[Any, ...]], ...] = ()
-    """(family, flattened rows) of the families that count only the current generation."""
-    source: bytes | None = None
-    """The slice's JSON, deflated: read again when a claim's own selectors must be judged."""
-    name: str = ""
-
-
-class ResultFacts(msgspec.Struct, gc=False):
-    """One allocation result of a claim."""
-
-    driver: str
-    pool: str
-    device: str
-    admin: bool
-    deviceclass: str
-    consumed: bool
-    """Whether the result has a consumedCapacity (a share of a shareable device)."""
-    consumed_share: float | None
-    """Its consumed ``--cost-share-capacity``."""
-    consumed_capacity: Mapping[str, float] = NOTHING
-    """Every capacity it consumes of a shareable device."""
-    request: str = ""
-    """The request it answers: ``<request>`` or ``<request>/<alternative>``."""
-    tolerations: tuple[TimedToleration, ...] = ()
-    """The tolerations the scheduler copied into the result from the request."""
-
-
-class RequestFacts(msgspec.Struct, gc=False, frozen=True):
-    """One request (or ``firstAvailable`` alternative) of a pending claim, as it is judged.
-
-    Equal requests are judged alike: claims made from one template share one judgement.
-    """
-
-    name: str
-    """As results name it: ``<request>`` or ``<request>/<alternative>``."""
-    deviceclass: str
-    selectors: tuple[str, ...]
-    all: bool
-    """``allocationMode: All``."""
-    count: int
-    tolerations: tuple[tuple[str, str, str, str], ...]
-    admin: bool
-    capacity: tuple[tuple[str, float], ...]
-    """``capacity.requests``: what it consumes of a device that allows multiple allocations."""
-
-
-class ClaimFacts(msgspec.Struct, gc=False):
-    """What the cost and pool families need of one claim."""
-
-    labels: GroupValues
-    where: str
-    results: tuple[ResultFacts, ...]
-    home: bool = True
-    """Whether this shard writes the claim (else its results only mark devices allocated)."""
-    pending: tuple[RequestFacts, ...] = ()
-    """Its requests, while it is pending (not allocated, not being deleted)."""
-
-
-class RuleFacts(msgspec.Struct, gc=False):
-    """A DeviceTaintRule's selector and taint (an empty driver, pool or device selects all)."""
-
-    driver: str
-    pool: str
-    device: str
-    key: str = ""
-    value: str = ""
-    effect: str = "NoSchedule"
-    added: float | None = None
-    """The taint's ``timeAdded``, in seconds."""
-    name: str = ""
-    """The DeviceTaintRule's name."""
-    selector: bool = True
-    """Whether the rule has a ``deviceSelector``: without one it selects no device."""
-
-    @property
-    def blocking(self) -> bool:
-        """Whether the taint keeps claims that do not tolerate it off (NoSchedule, NoExecute)."""
-        return self.effect in ("NoSchedule", "NoExecute")
-
-    def selects_pool(self, driver: str, pool: str) -> bool:
-        """Whether the rule's selector may match devices of the pool."""
-        return self.selector and self.driver in ("", driver) and self.pool in ("", pool)
 
 
 class Pool(msgspec.Struct, gc=False, eq=False):
@@ -280,22 +163,61 @@ class Round:
 
     claims: list[ClaimFacts]
     """Every claim's facts, as the index has allocated them."""
-    selectors: Any
-    """Claims' own selectors' answers (:class:`kdraexp.allocator.pending.SelectorAnswers`)."""
+    selectors: SelectorAnswers | None
+    """Claims' own selectors' answers."""
     owns: Callable[[str, str], bool]
     """Whether the pool (driver, pool) is this shard's."""
-    pods: list[Any] | None = None
-    """The pods that matter (:class:`kdraexp.families.pod.PodFacts`); None when no family of
-    pods is written this time (those of before stay)."""
+    pods: list[PodFacts] = attrs.field(factory=list)
+    """The pods that matter (none unless pods are listed)."""
     extended: Mapping[str, str] = MappingProxyType({})
     """Extended resource name -> the DeviceClass that serves it (read with the pods)."""
+
+
+@attrs.define
+class Memo:
+    """What the families' answers keep of the index, shared by every view of it.
+
+    Per pool, kept until its use changes (:meth:`ClusterIndex.consume` forgets the pool's);
+    per collection, forgotten when the next one begins (:meth:`ClusterIndex.begin`).
+    """
+
+    states: dict[tuple[str, str], list[str]] = attrs.Factory(dict)
+    """Per pool, its devices' states (see :meth:`ClusterIndex.states`)."""
+    fits: dict[tuple[str, str], tuple[tuple[str, str, float], ...]] = attrs.Factory(dict)
+    """Per pool, its first fit per node and class (see :mod:`.headroom`): the headroom family
+    and pending requests' summaries both read it."""
+    summaries: dict[tuple[str, str], Any] = attrs.Factory(dict)
+    """Per pool, what pending requests read of it (see :mod:`.pending`)."""
+    totals: dict[str, Any] = attrs.Factory(dict)
+    """Per class, its pools' summaries added up (see :mod:`.pending`)."""
+    stale: dict[str, set[tuple[str, str]]] = attrs.Factory(dict)
+    """Per class, the pools whose summary changed since its totals were added up."""
+    judged: dict[Any, Any] = attrs.Factory(dict)
+    """Pending requests judged in this collection (see :mod:`.pending`)."""
+    claims_by_name: dict[tuple[str, str], ClaimFacts] | None = None
+    """Every claim by (namespace, name), for the pods that name them: made when first asked."""
+
+    def consume(self, key: tuple[str, str]) -> None:
+        """The pool *key*'s use changed: forget what was kept of it."""
+        old = self.summaries.pop(key, None)
+        if old is not None:
+            for deviceclass in old.classes:
+                self.stale.setdefault(deviceclass, set()).add(key)
+        self.fits.pop(key, None)
+        self.states.pop(key, None)
+
+    def begin(self) -> None:
+        """A new collection: what was judged of the last one's claims may no longer hold."""
+        self.judged = {}
+        self.claims_by_name = None
 
 
 class ClusterIndex:
     """The join of one collection's slices and claims.
 
     Made by :meth:`build`, which gives the reactor its turns: at 64,000 devices the join takes
-    a few hundred milliseconds.  Each collection then begins with :meth:`begin`.
+    a few hundred milliseconds.  Each collection then begins with :meth:`begin`; a family reads
+    it through a view scoped to one owner at a time (:meth:`view`).
     """
 
     def __init__(
@@ -320,33 +242,18 @@ class ClusterIndex:
         self.by_class: dict[str, list[tuple[Pool, DeviceFacts]]] = {}
         self.pools_by_class: dict[str, dict[tuple[str, str], Pool]] = {}
         self.unsure: set[str] = set()
-        self.summaries: dict[tuple[str, str], Any] = {}
-        """Per pool, what pending requests read of it, kept until its use changes (see
-        :mod:`.pending`)."""
-        self.totals: dict[str, Any] = {}
-        """Per class, its pools' summaries added up (see :mod:`.pending`)."""
-        self.stale: dict[str, set[tuple[str, str]]] = {}
-        """Per class, the pools whose summary changed since its totals were added up."""
-        self.fits: dict[tuple[str, str], tuple[tuple[str, str, float], ...]] = {}
-        """Per pool, its first fit per node and class (see :mod:`.headroom`), kept until its use
-        changes: the headroom family and pending requests' summaries both read it."""
-        self._states: dict[tuple[str, str], list[str]] = {}
-        """Per pool, its devices' states, kept until its use changes (see :meth:`states`)."""
-        self.judged: dict[Any, Any] = {}
-        """Pending requests judged since claims last changed (see :mod:`.pending`)."""
+        self.memo = Memo()
         self.owns: Callable[[str, str], bool] = _everything
         """Whether the pool (driver, pool) is this shard's (always, unsharded)."""
-        self.selectors: Any = None
-        """Claims' own selectors' answers (:class:`kdraexp.allocator.pending.SelectorAnswers`)."""
+        self.selectors: SelectorAnswers | None = None
+        """Claims' own selectors' answers."""
         self.allocated: dict[tuple[str, str, str], int] = {}
         """The devices allocated (adminAccess aside), with the number of claims allocated each."""
         self.consumed: dict[tuple[str, str, str], dict[str, float]] = {}
         """Per shareable device, what its allocations consume of each capacity."""
-        self.pods: list[Any] = []
-        """The pods that matter (:class:`kdraexp.families.pod.PodFacts`), or one at a time."""
-        self.claims_by_name: dict[tuple[str, str], ClaimFacts] = {}
-        """Every claim by (namespace, name), for the pods that name them."""
-        self.extended: Mapping[str, str] = {}
+        self.pods: list[PodFacts] = []
+        """The pods that matter."""
+        self.extended: Mapping[str, str] = MappingProxyType({})
         """Extended resource name -> the DeviceClass that serves it."""
 
     def begin(self, round_: Round) -> None:
@@ -354,13 +261,41 @@ class ClusterIndex:
         self.claims = round_.claims
         self.selectors = round_.selectors
         self.owns = round_.owns
-        self.judged = {}  # what is allocated may have changed
-        if round_.pods is not None:
-            self.pods = round_.pods
-            self.claims_by_name = {
+        self.pods = round_.pods
+        self.extended = round_.extended
+        self.memo.begin()
+
+    def view(self) -> ClusterIndex:
+        """A copy sharing everything but its problems, for one family's rows.
+
+        Scoped to one owner at a time (:meth:`only_pool`, ``only_claim``, ``only_pod``), it is
+        what the family reads to make that owner's rows.  What it keeps goes to the shared
+        :attr:`memo`.
+        """
+        view = copy.copy(self)
+        view.problems = Problems()
+        return view
+
+    def only_pool(self, key: tuple[str, str], pool: Pool) -> None:
+        """Make this view *pool*'s alone: a family iterating ``pools`` makes that pool's rows."""
+        self.pools = {key: pool}
+
+    def only_claim(self, key: str, claim: ClaimFacts) -> None:
+        """Make this view *claim*'s alone: a family iterating ``claims`` makes its rows."""
+        self.claims = [claim]
+
+    def only_pod(self, key: tuple[str, str], pod: PodFacts) -> None:
+        """Make this view *pod*'s alone: a family iterating ``pods`` makes its rows."""
+        self.pods = [pod]
+
+    def claim_named(self, namespace: str, name: str) -> ClaimFacts | None:
+        """The claim *namespace*/*name*, if listed (for the pods that name claims)."""
+        found = self.memo.claims_by_name
+        if found is None:
+            found = self.memo.claims_by_name = {
                 (claim.labels.values[0], claim.labels.values[1]): claim for claim in self.claims
             }
-            self.extended = round_.extended
+        return found.get((namespace, name))
 
     @classmethod
     async def build(
@@ -417,12 +352,7 @@ class ClusterIndex:
 
     def consume(self, pool: Pool) -> None:
         """Add up what the pool's allocated devices consume of its counters."""
-        old = self.summaries.pop((pool.driver, pool.name), None)
-        if old is not None:
-            for deviceclass in old.classes:
-                self.stale.setdefault(deviceclass, set()).add((pool.driver, pool.name))
-        self.fits.pop((pool.driver, pool.name), None)
-        self._states.pop((pool.driver, pool.name), None)
+        self.memo.consume((pool.driver, pool.name))
         pool.consumed = {}
         for device in pool.devices:
             if (pool.driver, pool.name, device.name) in self.allocated:
@@ -430,22 +360,6 @@ class ClusterIndex:
                     for counter, value in counters.items():
                         key = (counter_set, counter)
                         pool.consumed[key] = pool.consumed.get(key, 0.0) + value
-
-    def view(self) -> ClusterIndex:
-        """A copy sharing everything, to be scoped to one owner at a time (:meth:`only_pool`)."""
-        return copy.copy(self)
-
-    def only_pool(self, key: tuple[str, str], pool: Pool) -> None:
-        """Make this view *pool*'s alone: a family iterating ``pools`` makes that pool's rows."""
-        self.pools = {key: pool}
-
-    def only_claim(self, claim: ClaimFacts) -> None:
-        """Make this view *claim*'s alone: a family iterating ``claims`` makes its rows."""
-        self.claims = [claim]
-
-    def only_pod(self, pod: Any) -> None:
-        """Make this view *pod*'s alone: a family iterating ``pods`` makes its rows."""
-        self.pods = [pod]
 
     @staticmethod
     def current(slices: list[SliceFacts]) -> Iterator[SliceFacts]:
@@ -473,9 +387,9 @@ class ClusterIndex:
         The device states family and pending requests' summaries both read them.
         """
         key = (pool.driver, pool.name)
-        found = self._states.get(key)
+        found = self.memo.states.get(key)
         if found is None:
-            found = self._states[key] = [self.state(pool, device) for device in pool.devices]
+            found = self.memo.states[key] = [self.state(pool, device) for device in pool.devices]
         return found
 
     def state(self, pool: Pool, device: DeviceFacts) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kdraexp.allocator.index import RuleFacts
+from kdraexp.allocator.facts import RuleFacts
 from kdraexp.dra import gated, wire
 from kdraexp.dra.gated import TAINT_EFFECTS
 from kdraexp.dra.listing import DEVICE_TAINT_RULES

@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from kdraexp.allocator.scopes import Per
 from kdraexp.dra.listing import Kind
 from kdraexp.util.labels import GroupValues, LabelArityError, LabelGroup, escape_label_value
 
@@ -28,27 +29,6 @@ class Stability(StrEnum):
     """The original's seven families: their names, labels and meaning do not change."""
     ALPHA = "ALPHA"
     """New families: may still change."""
-
-
-class Per(StrEnum):
-    """What a cross-object family's rows come in sets of; a change makes some sets again.
-
-    The store calls the rows function once a set, with the index scoped to that set alone
-    (:meth:`.ClusterIndex.only_pool`, ``only_claim``, ``only_pod``).
-    """
-
-    NONE = ""
-    """Not a cross-object family: its rows come from one object each."""
-    POOL = "pool"
-    """One set a pool (the rows function iterates ``index.pools``)."""
-    CLAIM = "claim"
-    """One set a claim (``index.claims``)."""
-    PENDING = "pending"
-    """One set a pending claim: every change of a pool's use may change any of them, so all of
-    them are made again when a pool's sets are."""
-    POD = "pod"
-    """One set a pod that matters (``index.pods``), all made again when pods, claims or classes
-    change."""
 
 
 Row = tuple[Any, ...]

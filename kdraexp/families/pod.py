@@ -17,14 +17,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
-import msgspec
-
+from kdraexp.allocator.facts import PodFacts
 from kdraexp.allocator.index import ClusterIndex
+from kdraexp.allocator.scopes import Per
 from kdraexp.dra import wire
 from kdraexp.dra.listing import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
 from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.families.context import Context
-from kdraexp.families.family import CLUSTER, Per, Row, family
+from kdraexp.families.family import CLUSTER, Row, family
 from kdraexp.families.kind import KindSpec, ShardKey
 
 _NATIVE = "kubernetes.io"
@@ -32,28 +32,6 @@ _NATIVE = "kubernetes.io"
 _IMPLICIT = "deviceclass.resource.kubernetes.io"
 HEALTH = ("healthy", "unhealthy", "unknown")
 CAUSES = ("claims", "class_missing", "claim_missing", "scheduler_error", "other")
-
-
-class PodFacts(msgspec.Struct, gc=False, frozen=True):
-    """What the pod families need of one pod that matters."""
-
-    namespace: str
-    name: str
-    uid: str
-    bound: bool
-    """Whether the scheduler has placed it (``spec.nodeName``)."""
-    extended: tuple[tuple[str, float], ...]
-    """Per extended resource it asks for, the quantity (its containers' sum, or an init
-    container's, whichever is larger)."""
-    named: tuple[str, ...]
-    """The ResourceClaims it names itself (``resourceClaimName``)."""
-    claims: tuple[tuple[str, str], ...]
-    """(its name for a claim, the ResourceClaim's name): named, made from a template, or made
-    by the scheduler for its extended resources."""
-    scheduled: tuple[str, str, str] | None
-    """``PodScheduled``'s (status, reason, message), if it has one."""
-    health: tuple[tuple[str, str, str, str], ...]
-    """(container, entry name, resourceID, health) of each device in allocatedResourcesStatus."""
 
 
 def extended_name(name: str) -> bool:
@@ -225,7 +203,7 @@ def unschedulable(index: ClusterIndex) -> Iterator[Row]:
     for pod in index.pods:
         if pod.bound or not (pod.named or pod.claims or _served(index, pod)):
             continue
-        if any((pod.namespace, name) not in index.claims_by_name for name in pod.named):
+        if any(index.claim_named(pod.namespace, name) is None for name in pod.named):
             yield (pod.namespace, pod.name, pod.uid, "claim_missing", 1.0)
         elif pod.scheduled is not None and pod.scheduled[0] == "False":
             yield (pod.namespace, pod.name, pod.uid, cause(*pod.scheduled[1:]), 1.0)
@@ -282,7 +260,7 @@ def _device(
     pool, _, device = rest.rpartition("/")
     if slash and pool and device and "=" not in resource_id:
         return driver, pool, device
-    facts = index.claims_by_name.get((namespace, claim))
+    facts = index.claim_named(namespace, claim)
     results = [
         r
         for r in (facts.results if facts else ())

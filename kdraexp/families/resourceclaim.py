@@ -7,11 +7,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from kdraexp.allocator import pending
-from kdraexp.allocator.index import NOTHING, ClaimFacts, ClusterIndex, RequestFacts, ResultFacts
+from kdraexp.allocator.facts import NOTHING, ClaimFacts, RequestFacts, ResultFacts
+from kdraexp.allocator.index import ClusterIndex
+from kdraexp.allocator.scopes import Per
 from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
-from kdraexp.families.family import CLUSTER, Per, Row, Stability, family
+from kdraexp.families.family import CLUSTER, Row, Stability, family
 from kdraexp.families.kind import KindSpec, ShardKey
 from kdraexp.util.labels import LabelGroup
 

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from kdraexp.allocator.headroom import allocatable
 from kdraexp.allocator.idlecost import idle_costs
 from kdraexp.allocator.index import ClusterIndex
+from kdraexp.allocator.scopes import Per
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
-from kdraexp.families.family import CLUSTER, Per, Row, family
+from kdraexp.families.family import CLUSTER, Row, family
 
 _POOL = ("driver", "pool")
 

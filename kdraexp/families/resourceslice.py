@@ -13,12 +13,15 @@ from typing import Any
 
 import msgspec
 
-from kdraexp.allocator.index import ClusterIndex, DeviceFacts, SliceFacts
+from kdraexp.allocator.facts import DeviceFacts, SliceFacts
+from kdraexp.allocator.index import ClusterIndex
+from kdraexp.allocator.join import pool_key
+from kdraexp.allocator.scopes import Per
 from kdraexp.cel.device import CAPACITY_JSON, SelectorView, attribute_json
 from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
-from kdraexp.families.family import CLUSTER, Per, Row, Stability, family
+from kdraexp.families.family import CLUSTER, Row, Stability, family
 from kdraexp.families.kind import KindSpec, ShardKey
 from kdraexp.util.labels import LabelGroup
 
@@ -499,11 +502,6 @@ FAMILIES = (
 
 def _slice_facts(view: SliceView, written: bool) -> SliceFacts:
     return view.facts()
-
-
-def pool_key(driver: str, pool: str) -> str:
-    """The shard key of a pool's slices."""
-    return f"{driver}/{pool}"
 
 
 def _slice_shard(item: wire.ResourceSlice) -> ShardKey:

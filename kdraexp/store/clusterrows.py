@@ -18,25 +18,22 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any
 
 from kdraexp.allocator import (
+    EVERYTHING,
+    SCOPES,
     ClaimFacts,
     ClusterIndex,
+    Join,
+    PodFacts,
     Pools,
     Round,
-    RuleFacts,
     SelectorAnswers,
-    SliceFacts,
+    Touched,
+    join_inputs,
+    pool_key,
 )
 from kdraexp.cel.classindex import ClassIndex
-from kdraexp.dra.listing import (
-    DEVICE_CLASSES,
-    DEVICE_TAINT_RULES,
-    PODS,
-    RESOURCE_CLAIMS,
-    RESOURCE_SLICES,
-)
 from kdraexp.dra.problems import Problem, Problems
-from kdraexp.families.family import Family, Per
-from kdraexp.families.resourceslice import pool_key
+from kdraexp.families.family import Family
 from kdraexp.store.changes import Change, Made, touched_between
 from kdraexp.store.keptblocks import KeptBlocks
 from kdraexp.store.rows import Flat, flatten, size_for
@@ -85,22 +82,6 @@ def _flats_of(owners: dict[Hashable, Flat]) -> Callable[[Iterable[Hashable]], It
     return lambda keys: map(owners.__getitem__, keys)
 
 
-CLUSTER_NEEDS = frozenset({DEVICE_TAINT_RULES.plural})
-"""What every cross-object family's key includes besides its needs: taint rules change device
-states, though a family is written without them."""
-_BASE = (RESOURCE_SLICES, DEVICE_CLASSES, DEVICE_TAINT_RULES)
-"""The kinds whose change makes the whole index again (claims are followed one by one)."""
-
-
-_SCOPES: dict[Per, Callable[[ClusterIndex, Any, Any], None]] = {
-    Per.POOL: ClusterIndex.only_pool,
-    Per.CLAIM: lambda view, _, claim: view.only_claim(claim),
-    Per.PENDING: lambda view, _, claim: view.only_claim(claim),
-    Per.POD: lambda view, _, pod: view.only_pod(pod),
-}
-"""Per kind of owner, how a view of the index is scoped to one (its key, itself)."""
-
-
 def _owner(shard: Shard) -> Callable[[str, str], bool]:
     def owns(driver: str, pool: str) -> bool:
         return shard.owns(pool_key(driver, pool))
@@ -123,9 +104,9 @@ class ClusterRows:
         """The pools, made of the slices of the version it holds (its source)."""
         self._selectors: SelectorAnswers | None = None
         self._pending: dict[str, ClaimFacts] = {}
-        """The claims with pending requests, by key."""
-        self._pods: dict[tuple[str, str], Any] = {}
-        """The pods that matter by (namespace, name): the owners of the per-pod families."""
+        """The claims with pending requests, by key, in the claims' order."""
+        self._pods: Made = Made(None, {})
+        """The pods that matter by (namespace, name), made of the pods' facts (its source)."""
 
     async def update(
         self,
@@ -140,45 +121,36 @@ class ClusterRows:
     ) -> None:
         """Make again the rows of the *families* whose key changed.
 
-        *versions* and *facts* are per resource, the facts per object: this is the one place
-        that joins the kinds.  While the versions of the slices, the classes and the taint rules
-        are the same, only claims changed and only what they touch is made again;
+        *versions* and *facts* are per resource, the facts per object (the allocator's
+        :func:`join_inputs` reads them).  While the versions of the slices, the classes and the
+        taint rules are the same, only claims changed and only what they touch is made again;
         *changed_facts* may say which, per resource (see :func:`touched_between`).
         """
         changed = [f for f in families if self.keys.get(f.name) != keys[f.name]]
         if not changed:
             return
-        base = tuple(versions.get(kind.plural, 0) for kind in _BASE)
-        slices: list[SliceFacts] = list(facts.get(RESOURCE_SLICES.plural, {}).values())
-        claims: dict[str, ClaimFacts] = facts.get(RESOURCE_CLAIMS.plural, {})
-        rules: list[RuleFacts] = list(facts.get(DEVICE_TAINT_RULES.plural, {}).values())
+        inputs = join_inputs(facts, versions, changed_facts or {})
+        claims = inputs.claims
         index = self._index
         self._index = None  # until the update completes: one cut short is made whole next time
-        if index is None or base != self._base:
-            if self._pools is None or self._pools.source != base[0]:
-                self._pools = Made(base[0], await Pools.build(slices, turns))
+        touched = EVERYTHING
+        if index is None or inputs.base != self._base:
+            if self._pools is None or self._pools.source != inputs.base[0]:
+                self._pools = Made(inputs.base[0], await Pools.build(inputs.slices, turns))
             index = await ClusterIndex.build(
-                slices,
+                inputs.slices,
                 list(claims.values()),
                 classes.costs,
                 Problems(),
-                rules,
+                inputs.rules,
                 turns,
                 self._pools.made,
                 frozenset(classes.entries),
             )
-            pools: Iterable[tuple[str, str]] | None = None
-            moved: Iterable[str] | None = None
             self._pending = {key: claim for key, claim in claims.items() if claim.pending}
         else:
-            known = (changed_facts or {}).get(RESOURCE_CLAIMS.plural)
-            pools, moved = await self._follow(index, claims, turns, known)
-            for key in moved:
-                claim = claims.get(key)
-                if claim is not None and claim.pending:
-                    self._pending[key] = claim
-                else:
-                    self._pending.pop(key, None)
+            touched = await self._follow(index, claims, turns, inputs.claims_changed)
+            self._follow_pending(claims, touched.claims)
         if self._selectors is None or self._selectors.matcher is not classes.matcher:
             self._selectors = SelectorAnswers(classes.matcher)
         self._selectors.new_collection(
@@ -189,17 +161,24 @@ class ClusterRows:
                 if r.selectors
             }
         )
-        pods = None
-        if any(family.per is Per.POD for family in changed):
-            pods = [pod for pod in facts.get(PODS.plural, {}).values() if pod is not None]
-            self._pods = {(pod.namespace, pod.name): pod for pod in pods}
+        if self._pods.source is not inputs.pods:
+            matter = [pod for pod in inputs.pods.values() if pod is not None]
+            self._pods = Made(inputs.pods, {(pod.namespace, pod.name): pod for pod in matter})
+        pods: dict[tuple[str, str], PodFacts] = self._pods.made
         index.begin(
-            Round(list(claims.values()), self._selectors, _owner(shard), pods, classes.extended)
+            Round(
+                list(claims.values()),
+                self._selectors,
+                _owner(shard),
+                list(pods.values()),
+                classes.extended,
+            )
         )
+        join = Join(index, claims, self._pending, pods)
         for family in changed:
-            self.laid[family.name] = await self._lay(family, index, claims, pools, moved, turns)
+            self.laid[family.name] = await self._lay(family, join, touched, turns)
             self.keys[family.name] = keys[family.name]
-        self._index, self._base, self._claims = index, base, claims
+        self._index, self._base, self._claims = index, inputs.base, claims
 
     async def _follow(
         self,
@@ -207,7 +186,7 @@ class ClusterRows:
         claims: dict[str, ClaimFacts],
         turns: Turns,
         known: Change | None,
-    ) -> tuple[set[tuple[str, str]], set[str]]:
+    ) -> Touched:
         """Bring the index up to *claims*: the pools and claims whose rows change."""
         before = self._claims
         moved = set(touched_between(before, claims, known))  # a claim's facts are new
@@ -223,48 +202,51 @@ class ClusterRows:
                 index.consume(pool)
             if count % OWNERS_PER_TURN == OWNERS_PER_TURN - 1:
                 await turns.take()
-        return pools, moved
+        return Touched(pools, moved)
 
-    async def _lay(
-        self,
-        family: Family,
-        index: ClusterIndex,
-        claims: dict[str, ClaimFacts],
-        pools: Iterable[tuple[str, str]] | None,
-        moved: Iterable[str] | None,
-        turns: Turns,
-    ) -> Laid:
-        """The family's sets: all made (*pools* and *moved* None), or those of the ones given."""
-        view = index.view()
-        view.problems = Problems()
-        scope = _SCOPES[family.per]
-        everyone: Mapping[Any, Any] = index.pools if family.per is Per.POOL else claims
+    def _follow_pending(self, claims: dict[str, ClaimFacts], moved: Collection[str]) -> None:
+        """Keep the pending claims in the claims' order: a new one puts them in order again."""
+        pending = self._pending
+        for key in moved:
+            claim = claims.get(key)
+            if claim is None or not claim.pending:
+                pending.pop(key, None)
+            elif key in pending:
+                pending[key] = claim  # keeps its place
+            else:
+                self._pending = {k: c for k, c in claims.items() if c.pending}
+                return
+
+    async def _lay(self, family: Family, join: Join, touched: Touched, turns: Turns) -> Laid:
+        """The family's sets: all made, or only those of the owners *touched* changed."""
+        scope = SCOPES[family.per]
+        everyone = scope.owners(join)
+        view = join.index.view()
         old = self.laid.get(family.name)
-        given: Iterable[Any] | None = pools if family.per is Per.POOL else moved
-        if family.per is Per.POD:  # few pods matter, and their rows join claims: all made again
-            everyone, given = self._pods, None
-        if family.per is Per.PENDING and pools and moved is not None and old is not None:
-            given = {*moved, *old.owners}  # the pending read the pools that changed
         size: int | None = None
-        touched: Iterable[Any]
-        if given is None or old is None:  # every set made again
-            touched, owners, problems = list(everyone), {}, {}
-            if family.per is Per.PENDING:  # the others have no rows
-                touched = [key for key, claim in claims.items() if claim.pending]
+        owners: dict[Any, Flat]
+        problems: dict[Any, tuple[Problem, ...]]
+        made: Iterable[Any]
+        if old is None or not scope.follows(touched):  # every set made again
+            made, owners, problems = list(everyone), {}, {}
         else:
-            touched, owners, problems = given, dict(old.owners), dict(old.problems)
+            made, owners, problems = (
+                scope.remade(touched, old.owners),
+                dict(old.owners),
+                dict(old.problems),
+            )
             size = old.size
         added = False
         remade: set[Any] = set()
         """The owners whose rows are not what they were (a set made again alike is kept)."""
-        for count, owner in enumerate(touched):
+        for count, owner in enumerate(made):
             one = everyone.get(owner)
             if one is None:
                 if owners.pop(owner, None) is not None:
                     remade.add(owner)
                 problems.pop(owner, None)
                 continue
-            scope(view, owner, one)
+            scope.only(view, owner, one)
             found = len(view.problems.found)
             flat = flatten(family.rows(view))
             was = owners.get(owner)

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import msgspec
 
-from kdraexp.allocator import ClusterIndex
+from kdraexp.allocator import CLUSTER_NEEDS, ClusterIndex
 from kdraexp.cel.classindex import ClassEntry, ClassIndex
 from kdraexp.cel.matching import Matcher
 from kdraexp.dra import wire
@@ -42,7 +42,7 @@ from kdraexp.families.context import Context, Options
 from kdraexp.families.family import CLUSTER, Family, Row
 from kdraexp.families.selection import Selection
 from kdraexp.store.changes import Change, Made, change, many, mostly_new, touched_between
-from kdraexp.store.clusterrows import CLUSTER_NEEDS, ClusterRows, Laid
+from kdraexp.store.clusterrows import ClusterRows, Laid
 from kdraexp.store.keptblocks import KindBlocks
 from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, expand, flatten
 from kdraexp.store.sharding import Part, Shard

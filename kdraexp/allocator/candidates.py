@@ -1,0 +1,108 @@
+"""The devices a pending request may take: those its class and own selectors match, free.
+
+Matching reads the class's devices and the answers of the request's own selectors
+(:mod:`.answers`); free means neither taken (or, shared, with room left for the request) nor
+blocked by counters, and its taints tolerated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from kdraexp.allocator.facts import DeviceFacts, RequestFacts
+from kdraexp.allocator.headroom import shares
+from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, blocked
+from kdraexp.dra import gated
+
+Candidate = tuple[Pool, DeviceFacts]
+NO_ANSWERS: Mapping[str, bool | str] = MappingProxyType({})
+"""A pool no own selector was answered on (one read-only mapping for all)."""
+
+
+def open_and_free(
+    index: ClusterIndex, request: RequestFacts, usable: list[Candidate]
+) -> tuple[list[Candidate], list[Candidate]]:
+    """Of *usable*, those neither taken nor blocked, and of them those free for the request.
+
+    Free: its taints are tolerated as well.
+    """
+    open_, free = [], []
+    for candidate in usable:  # the candidates themselves: no new tuple a device
+        pool, device = candidate
+        if not unclaimed(index, request, pool, device) or blocked(device, pool):
+            continue
+        open_.append(candidate)
+        if not request.tolerations:  # every blocking taint forbids
+            if not device.taints and not (index.rules and any(index.taints(pool, device))):
+                free.append(candidate)
+        elif not any(_forbids(request, taint) for taint in index.taints(pool, device)):
+            free.append(candidate)
+    return open_, free
+
+
+def matched_devices(
+    index: ClusterIndex, request: RequestFacts
+) -> tuple[list[Candidate], str] | None:
+    """The devices the class and the request's own selectors match, and an own selector's error.
+
+    The error is "" when every own selector could be evaluated; None when the budget ran out.
+    """
+    candidates = index.by_class.get(request.deviceclass, [])
+    own = ""
+    if request.selectors and candidates:
+        pools = list(index.pools_by_class[request.deviceclass].values())
+        assert index.selectors is not None  # every round gives them
+        answers = index.selectors.answers(request.deviceclass, request.selectors, pools)
+        if answers is None:
+            return None
+        kept = []
+        last, of_pool = None, NO_ANSWERS
+        for candidate in candidates:
+            pool, device = candidate
+            if pool is not last:  # looked up per pool: its devices come one after another
+                last, of_pool = pool, answers.get(id(pool), NO_ANSWERS)
+            answer = of_pool.get(device.name, False)
+            if answer is True:
+                kept.append(candidate)
+            elif answer is not False:
+                own = own or f"on device {pool.driver}/{pool.name}/{device.name}: {answer}"
+        candidates = kept
+    return candidates, own
+
+
+def _forbids(request: RequestFacts, taint: tuple[str, str, str]) -> bool:
+    return not gated.tolerated(request.tolerations, *taint)
+
+
+def unclaimed(index: ClusterIndex, request: RequestFacts, pool: Pool, device: DeviceFacts) -> bool:
+    """Whether the device is not allocated, or still has room for the request."""
+    key = (pool.driver, pool.name, device.name)
+    if request.admin:
+        return True  # adminAccess may use a device in use
+    if device.capacities is not None:
+        return _room(request, device, index.consumed.get(key, {}))
+    return key not in index.allocated
+
+
+def _room(request: RequestFacts, device: DeviceFacts, used: dict[str, float]) -> bool:
+    """Whether a device allowing several allocations has what the request consumes left."""
+    if not request.capacity:
+        return shares(device, used) >= 1
+    asked = dict(request.capacity)
+    for name, value in (device.capacities or {}).items():
+        need = asked.get(name, (device.defaults or {}).get(name, value))
+        if need > value - used.get(name, 0.0) + 1e-9 * max(1.0, need):
+            return False
+    return True
+
+
+def free_devices(index: ClusterIndex, request: RequestFacts) -> list[Candidate]:
+    """The matching devices free for the request (kept per index)."""
+    key = ("free", request)
+    known: list[Candidate] | None = index.memo.judged.get(key)
+    if known is None:
+        candidates = (matched_devices(index, request) or ([], ""))[0]
+        usable = [candidate for candidate in candidates if candidate[0].state == USABLE]
+        known = index.memo.judged[key] = open_and_free(index, request, usable)[1]
+    return known

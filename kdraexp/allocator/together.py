@@ -1,0 +1,163 @@
+"""Whether a claim's requests fit together on one node: a bounded search in the allocator's order.
+
+Each request may be feasible alone and yet no node take them all at once (shared counters, the
+same few devices).  The search tries devices as the allocator does, within step budgets, and says
+"unknown" where it cannot finish.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from kdraexp.allocator.candidates import Candidate, free_devices
+from kdraexp.allocator.facts import DeviceFacts, RequestFacts
+from kdraexp.allocator.headroom import most
+from kdraexp.allocator.index import ClusterIndex, Pool, blocked, take
+
+STEPS = 4096
+"""Devices tried, at most, to place a claim's requests together on one node."""
+ALL_STEPS = 65536
+"""Devices tried, at most, over every node, for one claim's requests."""
+DEPTH = 256
+"""Devices a claim's requests ask for together, at most, for a search to be made."""
+COMBINATIONS = 16
+"""Choices among ``firstAvailable`` alternatives tried, at most."""
+
+
+def apart(index: ClusterIndex, requests: tuple[RequestFacts, ...], feasible: list[bool]) -> bool:
+    """Whether each of the claim's requests is feasible alone but no node takes them together.
+
+    A ``firstAvailable`` request counts as feasible when one of its alternatives is, and each
+    choice of feasible alternatives is tried.  Not said (False) where it cannot be shown within
+    bounds: for ``allocationMode: All``, beyond :data:`COMBINATIONS` choices or :data:`STEPS`.
+    Kept per index, for equal claims.
+    """
+    choices: dict[str, list[RequestFacts]] = {}
+    for request, alone in zip(requests, feasible, strict=True):
+        options = choices.setdefault(request.name.partition("/")[0], [])
+        if alone and not request.all:
+            options.append(request)
+    if len(choices) < 2 or not all(choices.values()):
+        return False
+    if math.prod(len(options) for options in choices.values()) > COMBINATIONS:
+        return False
+    key = ("apart", requests)
+    known = index.memo.judged.get(key)
+    if known is None:
+        known = index.memo.judged[key] = not any(
+            together(index, chosen) for chosen in itertools.product(*choices.values())
+        )
+    return bool(known)
+
+
+def together(index: ClusterIndex, requests: tuple[RequestFacts, ...], unknown: bool = True) -> bool:
+    """Whether some node takes every request at its count at once from free devices.
+
+    Shared counters are deducted across the requests; constraints are not evaluated.  A search
+    in the allocator's order, trying other devices when one taken leaves too little, within
+    :data:`STEPS` a node and :data:`ALL_STEPS` in all, for at most :data:`DEPTH` devices
+    (beyond them, the answer is *unknown*).
+    A node whose free devices cannot hold the claim, counters bounding them as for
+    ``exceeds_capacity``, is not searched.
+    """
+    free = [_by_node(index, request) for request in requests]
+    nodes = sorted({node for found in free for node in found if node}) or [""]
+    total = sum(request.count for request in requests)
+    if total > DEPTH:
+        return unknown
+    left = ALL_STEPS
+    for node in nodes:
+        needs = [
+            (request.count, [*found.get(node, ()), *found.get("", ())] if node else found[""])
+            for request, found in zip(requests, free, strict=True)
+            if node in found or "" in found
+        ]
+        if len(needs) < len(requests):
+            continue
+        if any(len(options) < count for count, options in needs):
+            continue
+        union = {id(device): (pool, device) for _, options in needs for pool, device in options}
+        if _bound(list(union.values())) < total:
+            continue
+        steps = [min(STEPS, left)]
+        try:
+            if _place(needs, 0, 0, 0, set(), {}, steps):
+                return True
+        except _OutOfSteps:
+            if unknown:
+                return True
+        left -= min(STEPS, left) - max(steps[0], 0)
+        if left <= 0:
+            return unknown
+    return False
+
+
+def _by_node(index: ClusterIndex, request: RequestFacts) -> dict[str, list[Candidate]]:
+    """The request's free devices by node ("" for network-attached ones), kept per index."""
+    key = ("by node", request)
+    known: dict[str, list[Candidate]] | None = index.memo.judged.get(key)
+    if known is None:
+        known = index.memo.judged[key] = {}
+        for candidate in free_devices(index, request):
+            node = candidate[1].node
+            found = known.get(node)
+            if found is None:
+                known[node] = [candidate]
+            else:
+                found.append(candidate)
+    return known
+
+
+def _bound(candidates: list[Candidate]) -> float:
+    """At most how many of *candidates* fit together, counters bounding each pool's."""
+    grouped: dict[int, tuple[Pool, list[DeviceFacts]]] = {}
+    for pool, device in candidates:
+        found = grouped.get(id(pool))
+        if found is None:
+            grouped[id(pool)] = (pool, [device])
+        else:
+            found[1].append(device)
+    return sum(most(pool, devices) for pool, devices in grouped.values())
+
+
+class _OutOfSteps(Exception):
+    """The search for a placement took more than :data:`STEPS`."""
+
+
+def _place(
+    needs: list[tuple[int, list[Candidate]]],
+    at: int,
+    placed: int,
+    start: int,
+    taken: set[int],
+    consumed: dict[int, dict[tuple[str, str], float]],
+    steps: list[int],
+) -> bool:
+    """Place request *at*'s devices from *start* on, *placed* of them already, then the rest."""
+    if at == len(needs):
+        return True
+    count, options = needs[at]
+    if placed == count:
+        return _place(needs, at + 1, 0, 0, taken, consumed, steps)
+    for place in range(start, len(options) - (count - placed) + 1):
+        steps[0] -= 1
+        if steps[0] < 0:
+            raise _OutOfSteps
+        pool, device = options[place]
+        if device.capacities is not None:  # shareable: room for each request was judged alone
+            if _place(needs, at, placed + 1, place + 1, taken, consumed, steps):
+                return True
+            continue
+        if id(device) in taken:
+            continue
+        used = consumed.setdefault(id(pool), dict(pool.consumed))
+        if device.consumes and blocked(device, pool, used):
+            continue
+        take(device, used)
+        taken.add(id(device))
+        if _place(needs, at, placed + 1, place + 1, taken, consumed, steps):
+            return True
+        take(device, used, -1)
+        taken.discard(id(device))
+    return False
