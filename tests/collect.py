@@ -15,7 +15,8 @@ from kdraexp.dra.listing import Kind, Source
 from kdraexp.exposition import text as exposition
 from kdraexp.families.selection import Selection, select
 from kdraexp.sources.gather import listed_first
-from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
+from kdraexp.store.collection import Collection, CollectionBuilder, Store
+from kdraexp.store.reader import KindReader
 from kdraexp.store.sharding import Shard
 from tests.conftest import result_of
 

@@ -12,6 +12,7 @@ from kdraexp.cel.matching import Matcher
 from kdraexp.dra.listing import RESOURCE_CLAIMS, RESOURCE_SLICES, ListError, Reason
 from kdraexp.families.selection import select
 from kdraexp.store import collection
+from kdraexp.store import reader as reading
 from kdraexp.store.collection import CollectionBuilder
 from tests.conftest import result_of
 from tests.objects import new_claim, pool_slice
@@ -57,10 +58,10 @@ def test_an_object_of_more_than_a_share_of_the_limit_is_too_large() -> None:
     """One object may be a sixteenth of the limit: read, it becomes many times its size."""
     reader = _builder().reader(RESOURCE_CLAIMS)
     fine = new_claim("fine", None)
-    fine["metadata"]["annotations"] = {"note": "x" * (LIMIT // collection.OBJECT_SHARE - 400)}
+    fine["metadata"]["annotations"] = {"note": "x" * (LIMIT // reading.OBJECT_SHARE - 400)}
     reader.page(_page([fine]))
     fat = new_claim("fat", None)
-    fat["metadata"]["annotations"] = {"note": "x" * (LIMIT // collection.OBJECT_SHARE)}
+    fat["metadata"]["annotations"] = {"note": "x" * (LIMIT // reading.OBJECT_SHARE)}
     with pytest.raises(ListError) as raised:
         _builder().reader(RESOURCE_CLAIMS).page(_page([fat]))
     assert raised.value.reason == Reason.TOO_LARGE
@@ -79,12 +80,12 @@ def test_objects_without_a_resource_version_are_kept_while_their_json_is_the_sam
     for claim in claims:
         claim["metadata"].pop("resourceVersion", None)
 
-    def listed(objects: list[dict[str, Any]]) -> dict[str, collection.Entry]:
+    def listed(objects: list[dict[str, Any]]) -> dict[str, reading.Entry]:
         builder = CollectionBuilder(select(), Matcher(), store)
         builder.reader(RESOURCE_CLAIMS).page(_page(objects))
         builder.classes_listed()
         result_of(Deferred.fromCoroutine(builder.finish()))
-        return dict(store.entries[RESOURCE_CLAIMS.plural])
+        return dict(store.entries(RESOURCE_CLAIMS.plural))
 
     first = listed(claims)
     assert len(first) == 2
@@ -109,20 +110,26 @@ def test_a_change_of_every_object_keeps_nothing_of_the_objects_before() -> None:
         builder.reader(RESOURCE_CLAIMS).page(_page(objects))
         builder.classes_listed()
         result_of(Deferred.fromCoroutine(builder.finish()))
-        return store.entries[RESOURCE_CLAIMS.plural], store.facts_of(RESOURCE_CLAIMS.plural)
+        return store.entries(RESOURCE_CLAIMS.plural), store.facts_of(RESOURCE_CLAIMS.plural)
 
     claims = [new_claim(f"c{i}") for i in range(16)]
     entries, facts = listed(claims)
     for claim in claims:
         claim["metadata"]["resourceVersion"] = "2"
     listed(claims)
-    records = [*store.changes.values(), *store.fact_changes.values()]
+    records = [
+        record
+        for state in store.kinds.values()
+        for record in (state.changes, state.fact_changes)
+        if record is not None
+    ]
     assert not [record for record in records if record[0] is entries or record[0] is facts]
     entries, facts = listed(claims)
     claims[0]["metadata"]["resourceVersion"] = "3"
     listed(claims)
-    assert store.changes[RESOURCE_CLAIMS.plural][0] is entries
-    assert store.fact_changes[RESOURCE_CLAIMS.plural][0] is facts
+    state = store.kinds[RESOURCE_CLAIMS.plural]
+    assert state.changes is not None and state.changes[0] is entries
+    assert state.fact_changes is not None and state.fact_changes[0] is facts
 
 
 def test_a_list_of_mostly_new_objects_forgets_the_last_collection_as_it_is_read() -> None:
@@ -134,8 +141,6 @@ def test_a_list_of_mostly_new_objects_forgets_the_last_collection_as_it_is_read(
     what it can follow.
     """
     store = collection.Store()
-    forgotten: list[int] = []
-    store.forgetting.append(lambda: forgotten.append(len(forgotten)))
     at: list[str] = []
     """The claims at whose reading the store forgot."""
     slices = [pool_slice("s", [{"name": f"gpu-{i}"} for i in range(4)])]
@@ -146,13 +151,12 @@ def test_a_list_of_mostly_new_objects_forgets_the_last_collection_as_it_is_read(
         builder.classes_listed()
         reader = builder.reader(RESOURCE_CLAIMS)
         for claim in claims:  # one page an object: the moment it forgets is seen
-            before = len(forgotten)
+            state = store.kinds.get(RESOURCE_CLAIMS.plural)
             reader.page(_page([claim]))
-            if len(forgotten) > before:
+            if state is not None and store.kinds.get(RESOURCE_CLAIMS.plural) is not state:
                 at.append(claim["metadata"]["name"])
                 assert store.last is None
-                assert RESOURCE_CLAIMS.plural not in store.entries
-                assert RESOURCE_CLAIMS.plural not in store.kept
+                assert RESOURCE_CLAIMS.plural not in store.kinds
         return result_of(Deferred.fromCoroutine(builder.finish()))
 
     claims = [new_claim(f"c{i:02d}") for i in range(16)]
@@ -160,7 +164,7 @@ def test_a_list_of_mostly_new_objects_forgets_the_last_collection_as_it_is_read(
     for claim in claims[:8]:
         claim["metadata"]["resourceVersion"] = "2"
     listed(claims, store)
-    assert forgotten == []  # half of them new: followed
+    assert at == []  # half of them new: followed
     for claim in claims:
         claim["metadata"]["resourceVersion"] = "3"
     made = listed(claims, store)

@@ -245,5 +245,5 @@ def test_pods_using_nothing_cost_no_entry() -> None:
     store = Store()
     pods = [pod("web", {}), pod("gpu", {"containers": [container(limits={"nvidia.com/gpu": "1"})]})]
     collect(pods=pods, selection=EVERYTHING, store=store)
-    assert [e.facts.name for e in store.entries[PODS.plural].values()] == ["gpu"]
+    assert [e.facts.name for e in store.entries(PODS.plural).values()] == ["gpu"]
     assert list(store.skipped[PODS.plural]) == ["uid-web"]  # by its JSON: it has no version

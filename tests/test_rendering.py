@@ -181,17 +181,26 @@ def test_a_changed_claim_renders_its_blocks_only(monkeypatch: pytest.MonkeyPatch
         assert len(blocks) <= 2 and sum(blocks) <= 128, f"{name}: blocks of {blocks} rows"
 
 
-def test_a_store_starting_again_makes_the_renderer_forget_and_write_as_fresh() -> None:
-    """The store's start again reaches the renderer: its kept blocks go, its text is unchanged.
+def test_a_store_starting_again_drops_what_the_renderer_kept_and_writes_as_fresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the renderer keeps goes with the store's rows: dropped at once, its text unchanged.
 
-    Every claim replaced: the renderer drops the blocks and sorted rows it kept (they hold the
-    last collection's rows), and writes what a renderer with nothing kept writes.
+    Every claim replaced: the blocks and sorted rows the renderer kept with the store (they hold
+    the last collection's rows) are dropped as soon as the list turns out mostly new, and the
+    renderer writes what a renderer with nothing kept writes.
     """
     classes = [classy("gpu.nvidia.com", cost="2")]
     store, renderer = Store(), Renderer(Clock())
-    store.forgetting.append(renderer.forget)
-    dropped: list[int] = []
-    store.forgetting.append(lambda: dropped.append(len(renderer._blocks) + len(renderer._orders)))
+    kept_then: list[int] = []
+    start_again = Store.start_again
+
+    def starting_again(self: Store, plural: str) -> None:
+        kept_then.append(len(self.written))
+        start_again(self, plural)
+        kept_then.append(len(self.written))
+
+    monkeypatch.setattr(Store, "start_again", starting_again)
     slices = cluster_of({}, 1)["slices"]
     for turn in range(3):
         claims = [
@@ -201,4 +210,5 @@ def test_a_store_starting_again_makes_the_renderer_forget_and_write_as_fresh() -
         kept = collect(claims=claims, slices=slices, classes=classes, store=store)
         fresh = collect(claims=claims, slices=slices, classes=classes)
         assert bodies(renderer, kept, b"")[1] == bodies(Renderer(Clock()), fresh, b"")[1]
-    assert dropped == [0, 0]  # forgotten before each list of new claims was read to its end
+    assert len(kept_then) == 4 and kept_then[0] > 0  # dropped before the list was read through
+    assert kept_then[1::2] == [0, 0]

@@ -130,10 +130,6 @@ class Renderer:
         self._turns = Turns(clock)
         """One budget for all rendering: thirty families of 10 ms each are 300 ms too."""
         self._segments: dict[str, Segment] = {}
-        self._blocks: dict[str, WrittenBlocks] = {}
-        """Per family, its blocks and their segments as last written."""
-        self._orders: dict[str, SortedRows] = {}
-        """Per family of the original's, its rows as last sorted."""
         self._rendering: KeyedFlights[str, Segment] = KeyedFlights(abandon=False)
         """Per family being rendered, its rendering, shared by the scrapes waiting for it (one
         that goes lets the rendering run on: the segment is kept for the next)."""
@@ -141,15 +137,6 @@ class Renderer:
         self._body: tuple[Hashable, list[Segment], list[bytes], int] | None = None
         """The last gzip body's segments and tail, its pieces and length."""
         """The keys of the last segments joined, their combined CRC and size."""
-
-    def forget(self) -> None:
-        """Drop the blocks and sorted rows kept for the next collection to find again.
-
-        The store started again (most objects of a list are new): they would not be found,
-        and they hold the last collection's rows alive beside the new ones.
-        """
-        self._blocks.clear()
-        self._orders.clear()
 
     def segments(self, collection: Collection) -> Deferred[list[Segment]]:
         """The segments of every family of *collection* that has rows, in the order written."""
@@ -177,7 +164,7 @@ class Renderer:
         if family.original:
             segment = await self._sorted(family, collection, key)
         else:
-            segment = await self._blockwise(family, collection.blocks(family), key)
+            segment = await self._blockwise(family, collection.blocks(family), key, collection)
         self._segments[family.name] = segment
         return segment
 
@@ -191,20 +178,21 @@ class Renderer:
         """
         width = len(family.labels) + 1
         source = list(collection.blocks(family))
-        kept = self._orders.get(family.name)
+        written = collection.written
+        kept: SortedRows | None = written.get(("sorted", family.name))
         if kept is not None:
             chunks = kept.follow(source, lambda rows: _orderable(rows, family))
             if chunks is not None:
-                return await self._blockwise(family, chunks, key)
+                return await self._blockwise(family, chunks, key, collection)
         rows = list(itertools.chain.from_iterable(source))
         if not any(map(width.__ne__, map(len, rows))):  # each object one row: its flat
             await self._turns.take()
             order = await self._order(family, rows)
             if order is not None:
                 chunks = list(_sorted_blocks(order))
-                self._orders[family.name] = SortedRows(source, chunks, _sort_key(family))
-                return await self._blockwise(family, chunks, key)
-        self._orders.pop(family.name, None)
+                written[("sorted", family.name)] = SortedRows(source, chunks, _sort_key(family))
+                return await self._blockwise(family, chunks, key, collection)
+        written.pop(("sorted", family.name), None)
         # Objects of several rows (a slice's devices): their rows are made anew for each sort,
         # so blocks of them could not be kept without keeping every row; the family is written
         # whole (it changes only when its objects do).
@@ -252,9 +240,15 @@ class Renderer:
         zeros = zlib.crc32(_ZEROS[:size]) if size <= len(_ZEROS) else -1
         return Segment(None, (b"".join(parts),), crc, size, zeros)
 
-    async def _blockwise(self, family: Family, blocks: Iterable[Block], key: Hashable) -> Segment:
-        """A family deflated block by block: a block written for an earlier collection is kept."""
-        previous = self._blocks.get(family.name) or WrittenBlocks()
+    async def _blockwise(
+        self, family: Family, blocks: Iterable[Block], key: Hashable, collection: Collection
+    ) -> Segment:
+        """A family deflated block by block: a block written for an earlier collection is kept.
+
+        What was written is kept with the collection's store (:attr:`Collection.written`), which
+        drops it with the rows it holds when most objects of a list turn out new.
+        """
+        previous = collection.written.get(("blocks", family.name)) or WrittenBlocks()
         written = WrittenBlocks()
         parts: list[bytes] = []
         crc, size = 0, 0
@@ -277,7 +271,7 @@ class Renderer:
             # Blocks read again alike were compared in full: 64,000 devices' take a few hundred
             # milliseconds, which the reactor would wait for.
             await self._turns.take()
-        self._blocks[family.name] = written
+        collection.written[("blocks", family.name)] = written
         return Segment(key, tuple(parts), crc, size)
 
     def gzip(self, segments: list[Segment], tail: bytes) -> tuple[list[bytes], int]:

@@ -96,7 +96,6 @@ class ExporterApp:
         """--telemetry-listen, which the landing page links."""
         self._renderer = rendering.Renderer(clock)
         """Keeps each family's text compressed, shared by every scrape until the family changes."""
-        gatherer.when_starting_again(self._renderer.forget)
 
     _front(app, lambda self, request: _main_links(request, self._telemetry))
 

@@ -7,7 +7,6 @@ parallel, each page read as it arrives.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import CancelledError, Deferred, DeferredList
@@ -66,10 +65,6 @@ class Gatherer:
     def gather(self) -> Deferred[Collection]:
         """A collection: the one in flight, or a new one."""
         return self._flight()
-
-    def when_starting_again(self, forget: Callable[[], None]) -> None:
-        """Call *forget* when a list finds most of its objects new (see Store.start_again)."""
-        self._store.forgetting.append(forget)
 
     @property
     def ready(self) -> bool:

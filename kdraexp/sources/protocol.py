@@ -6,7 +6,6 @@ The list gatherer (over the API server or a file) and the watch gatherer both pr
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 import attrs
@@ -50,13 +49,6 @@ class CollectionSource(Protocol):
         """Per resource followed, how long its oldest event not applied has waited, and how many.
 
         Empty when nothing is followed between scrapes.
-        """
-
-    def when_starting_again(self, forget: Callable[[], None]) -> None:
-        """Call *forget* whenever what was made of the last collection is of no more use.
-
-        A list whose objects turned out mostly new: whatever else follows collections (the
-        renderer) drops what it kept, rather than keep it alive beside the new collection.
         """
 
     def gather(self) -> Deferred[Collection]:

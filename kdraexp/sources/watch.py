@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -48,7 +47,8 @@ from kdraexp.sources.celidle import IdleEnding
 from kdraexp.sources.gather import listed_first
 from kdraexp.sources.problemlog import ProblemLog, classes_of
 from kdraexp.sources.protocol import CollectionFailed, NotSynced, Waiting
-from kdraexp.store.collection import Collection, CollectionBuilder, KindReader, Store
+from kdraexp.store.collection import Collection, CollectionBuilder, Store
+from kdraexp.store.reader import KindReader
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.watchstats import WatchStats
 from kdraexp.util.lane import Lane
@@ -534,10 +534,6 @@ class WatchGatherer:
         self._flight.cancel()
         self._idle.stop()
         self._matcher.close()
-
-    def when_starting_again(self, forget: Callable[[], None]) -> None:
-        """Call *forget* when the store starts again (never, as watches apply events)."""
-        self._store.forgetting.append(forget)
 
     def gather(self) -> Deferred[Collection]:
         """A collection of the current state (503 until synchronised, 500 past staleness)."""

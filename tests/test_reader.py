@@ -1,0 +1,89 @@
+"""Reading one kind's objects: pages and watch events alike, and reading again for new classes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from kdraexp.allocator.facts import SliceFacts
+from kdraexp.cel.matching import Matcher
+from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kdraexp.families.selection import select
+from kdraexp.store.collection import CollectionBuilder
+from kdraexp.store.reader import KindReader
+from kdraexp.store.sharding import Shard
+from tests.objects import NVIDIA, classy, gpu, new_claim, pool_slice
+
+
+def _raw(obj: dict[str, Any]) -> msgspec.Raw:
+    return msgspec.Raw(msgspec.json.encode(obj))
+
+
+def _live(kind: Any, builder: CollectionBuilder | None = None) -> KindReader:
+    builder = builder or CollectionBuilder(select(), Matcher())
+    builder.classes_listed()
+    return builder.reader(kind, live=True)
+
+
+def test_events_add_change_and_delete_entries_in_place() -> None:
+    """An event reads its object as a page would; a changed object keeps its place."""
+    reader = _live(RESOURCE_CLAIMS)
+    for name in ("a", "b", "c"):
+        assert reader.apply("ADDED", _raw(new_claim(name))) == (f"uid-{name}", "1")
+    assert list(reader.entries) == ["uid-a", "uid-b", "uid-c"]
+    assert reader.changed and reader.touched == {"uid-a", "uid-b", "uid-c"}
+    reader.changed, reader.touched = False, set()
+    before = reader.entries["uid-b"]
+    changed = new_claim("b", reserved=True)
+    changed["metadata"]["resourceVersion"] = "2"
+    assert reader.apply("MODIFIED", _raw(changed)) == ("uid-b", "2")
+    assert list(reader.entries) == ["uid-a", "uid-b", "uid-c"]
+    assert reader.entries["uid-b"] is not before and reader.entries["uid-b"].version == "2"
+    assert reader.changed and reader.touched == {"uid-b"}
+    reader.changed = False
+    assert reader.apply("DELETED", _raw(new_claim("a"))) == ("uid-a", "1")
+    assert list(reader.entries) == ["uid-b", "uid-c"] and reader.changed
+    reader.changed = False
+    reader.apply("DELETED", _raw(new_claim("a")))  # again: nothing left to drop
+    assert not reader.changed
+
+
+def test_an_object_moved_to_another_shard_leaves_this_one() -> None:
+    """A slice whose pool another shard now writes is dropped here, and remembered as skipped."""
+    shard = Shard(0, 2)
+    mine = next(f"p{i}" for i in range(64) if shard.owns(f"{NVIDIA}/p{i}"))
+    theirs = next(f"p{i}" for i in range(64) if not shard.owns(f"{NVIDIA}/p{i}"))
+    reader = _live(RESOURCE_SLICES, CollectionBuilder(select(), Matcher(), shard=shard))
+    reader.apply("ADDED", _raw(pool_slice("s", [gpu("g0")], pool=mine)))
+    assert list(reader.entries) == ["/s"]
+    reader.changed = False
+    moved = pool_slice("s", [gpu("g0")], pool=theirs)
+    moved["metadata"]["resourceVersion"] = "2"
+    reader.apply("MODIFIED", _raw(moved))
+    assert reader.entries == {} and reader.changed
+    assert reader.skipped == {"/s": "2"}
+
+
+def test_a_class_change_reads_the_kept_slices_again() -> None:
+    """Watching, a new DeviceClass matches the slices' devices again from their kept JSON."""
+    builder = CollectionBuilder(select(), Matcher())
+    classes = builder.reader(DEVICE_CLASSES, live=True)
+    classes.apply("ADDED", _raw(classy("gpu", f'device.driver == "{NVIDIA}"')))
+    builder.classes_listed()
+    slices = builder.reader(RESOURCE_SLICES, live=True)
+    slices.apply("ADDED", _raw(pool_slice("s", [gpu("g0"), gpu("g1")])))
+
+    def matched() -> list[tuple[str, ...]]:
+        facts: SliceFacts = slices.entries["/s"].facts
+        return [device.classes for device in facts.devices]
+
+    assert matched() == [("gpu",), ("gpu",)]
+    assert slices.entries["/s"].source is not None  # kept to be read again
+    classes.apply("ADDED", _raw(classy("all", "true")))
+    assert builder.classes_listed()  # what devices are matched against changed
+    slices.changed = False
+    before = slices.entries["/s"]
+    slices.reread("/s")
+    assert slices.entries["/s"] is not before and slices.changed
+    assert matched() == [("gpu", "all"), ("gpu", "all")]
