@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kdraexp.store.changes import EVERYTHING
 from kdraexp.store.keptblocks import LOGGED, KeptBlocks, KindBlocks
 from kdraexp.store.rows import Flat
 
@@ -39,7 +40,7 @@ def test_followed_blocks_hold_the_rows_in_order(size: int, changes: list[tuple[s
     """
     serial = itertools.count()
     owners: dict[str, Flat] = {f"o{n:04d}": (f"o{n:04d}", next(serial)) for n in range(size)}
-    kept = KeptBlocks.following(None, owners, flats_of(owners), SIZE, None)
+    kept = KeptBlocks.following(None, owners, flats_of(owners), SIZE, EVERYTHING)
     for change, at in changes:
         before = {id(block): block for block in kept.view}
         keys = list(owners)
@@ -99,7 +100,7 @@ def test_kind_blocks_follow_entries_for_each_family() -> None:
 def test_the_log_of_changed_blocks_stays_bounded() -> None:
     """A layout changed forever without a block coming or going logs a bounded number."""
     owners: dict[str, Flat] = {f"o{n}": (f"o{n}", 0) for n in range(40)}
-    kept = KeptBlocks.following(None, owners, flats_of(owners), SIZE, None)
+    kept = KeptBlocks.following(None, owners, flats_of(owners), SIZE, EVERYTHING)
     for step in range(1, 2000):
         owners = dict(owners)
         key = f"o{step % 40}"

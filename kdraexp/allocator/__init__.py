@@ -20,11 +20,11 @@ from kdraexp.allocator.answers import SelectorAnswers
 from kdraexp.allocator.facts import ClaimFacts, PodFacts, RuleFacts, SliceFacts
 from kdraexp.allocator.index import ClusterIndex, Pools, Round
 from kdraexp.allocator.join import CLUSTER_NEEDS, Inputs, join_inputs, pool_key
-from kdraexp.allocator.scopes import EVERYTHING, SCOPES, Join, Per, Touched
+from kdraexp.allocator.scopes import ALL_CHANGED, SCOPES, Join, Per, Touched
 
 __all__ = [
+    "ALL_CHANGED",
     "CLUSTER_NEEDS",
-    "EVERYTHING",
     "SCOPES",
     "ClaimFacts",
     "ClusterIndex",

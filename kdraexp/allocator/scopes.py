@@ -57,7 +57,7 @@ class Touched:
     """The claims whose facts changed (new, changed or gone)."""
 
 
-EVERYTHING = Touched((), ())
+ALL_CHANGED = Touched((), ())
 """Everything changed (slices, classes or rules, or nothing was made before): every set is
 made again.  Compared by identity."""
 
@@ -78,7 +78,7 @@ class Scope:
 
     def follows(self, touched: Touched) -> bool:
         """Whether the sets *touched* changes can be made again alone, the others kept."""
-        return touched is not EVERYTHING and self.touched is not None
+        return touched is not ALL_CHANGED and self.touched is not None
 
     def remade(self, touched: Touched, before: Collection[Any]) -> Collection[Any]:
         """The owners whose sets a change makes again, of those it :meth:`follows`."""

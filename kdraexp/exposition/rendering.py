@@ -134,9 +134,9 @@ class Renderer:
         """Per family being rendered, its rendering, shared by the scrapes waiting for it (one
         that goes lets the rendering run on: the segment is kept for the next)."""
         self._joined: tuple[tuple[Hashable, ...], int, int] = ((), 0, 0)
+        """The keys of the last segments joined, their combined CRC and size."""
         self._body: tuple[Hashable, list[Segment], list[bytes], int] | None = None
         """The last gzip body's segments and tail, its pieces and length."""
-        """The keys of the last segments joined, their combined CRC and size."""
 
     def segments(self, collection: Collection) -> Deferred[list[Segment]]:
         """The segments of every family of *collection* that has rows, in the order written."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Collection, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, final
 
 REBUILT = 8
 """Past one in this many changed, a follower makes everything again (cheaper than following)."""
@@ -42,6 +42,15 @@ def mostly_new(new: int, before: int) -> bool:
     the list, mostly unchanged then, would all be decoded again.
     """
     return before > 0 and new * FORGOTTEN > before
+
+
+@final
+class Everything:
+    """Every key changed, or nothing is known of what did: a follower makes everything again."""
+
+
+EVERYTHING = Everything()
+"""What a follower is told in place of the keys touched when it must make everything again."""
 
 
 class Made(NamedTuple):

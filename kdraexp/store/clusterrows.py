@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any
 
 from kdraexp.allocator import (
-    EVERYTHING,
+    ALL_CHANGED,
     SCOPES,
     ClaimFacts,
     ClusterIndex,
@@ -34,7 +34,7 @@ from kdraexp.allocator import (
 from kdraexp.cel.classindex import ClassIndex
 from kdraexp.dra.problems import Problem, Problems
 from kdraexp.families.family import Family
-from kdraexp.store.changes import Change, Made, touched_between
+from kdraexp.store.changes import EVERYTHING, Change, Everything, Made, touched_between
 from kdraexp.store.keptblocks import KeptBlocks
 from kdraexp.store.rows import Flat, flatten, size_for
 from kdraexp.store.sharding import Shard
@@ -55,7 +55,7 @@ class Laid:
         size: int | None = None,
         width: int = 1,
         old: Laid | None = None,
-        touched: Collection[Hashable] | None = None,
+        touched: Collection[Hashable] | Everything = EVERYTHING,
     ) -> None:
         """*old*'s blocks are followed for the *touched* owners (see :class:`KeptBlocks`)."""
         self.owners = owners
@@ -133,7 +133,7 @@ class ClusterRows:
         claims = inputs.claims
         index = self._index
         self._index = None  # until the update completes: one cut short is made whole next time
-        touched = EVERYTHING
+        touched = ALL_CHANGED
         if index is None or inputs.base != self._base:
             if self._pools is None or self._pools.source != inputs.base[0]:
                 self._pools = Made(inputs.base[0], await Pools.build(inputs.slices, turns))
@@ -269,4 +269,4 @@ class ClusterRows:
             owners = dict(zip(placed, map(owners.__getitem__, placed), strict=True))
         following = old if size is not None else None
         width = len(family.labels) + 1
-        return Laid(owners, problems, size, width, following, remade if following else None)
+        return Laid(owners, problems, size, width, following, remade if following else EVERYTHING)

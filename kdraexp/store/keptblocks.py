@@ -13,7 +13,7 @@ import operator
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-from kdraexp.store.changes import Change, many, touched_between
+from kdraexp.store.changes import EVERYTHING, Change, Everything, many, touched_between
 from kdraexp.store.rows import BLOCK_SIZE, Block, Flat
 
 Flats = Callable[[Iterable[Any]], Iterable[Flat]]
@@ -62,14 +62,14 @@ class Layout:
         layout: Layout | None,
         order: Mapping[Any, Any],
         size: int,
-        touched: Collection[Hashable] | None,
+        touched: Collection[Hashable] | Everything,
     ) -> Layout:
         """*layout* updated for *touched* (owners changed, gone or new), or blocks cut anew.
 
-        *order* holds every owner, in the order written.  Without *layout* or *touched*, or
-        when many changed, every block is cut again.
+        *order* holds every owner, in the order written.  Without *layout*, with
+        :data:`EVERYTHING` touched, or when many changed, every block is cut again.
         """
-        if layout is None or touched is None or many(len(touched), len(order)):
+        if layout is None or isinstance(touched, Everything) or many(len(touched), len(order)):
             return cls(order, size)
         layout._update(order, touched)
         return layout
@@ -165,7 +165,7 @@ class Layout:
         return second
 
 
-class Made:
+class FamilyBlocks:
     """One family's blocks of a layout, each kept until the layout's block has a new version."""
 
     __slots__ = ("_made", "_seen", "_shape", "_view")
@@ -209,7 +209,7 @@ class KeptBlocks:
 
     __slots__ = ("layout", "made", "view")
 
-    def __init__(self, layout: Layout, made: Made, flats: Flats) -> None:
+    def __init__(self, layout: Layout, made: FamilyBlocks, flats: Flats) -> None:
         self.layout = layout
         self.made = made
         self.view = made.view(layout, flats)
@@ -228,21 +228,21 @@ class KeptBlocks:
         order: Mapping[Any, Any],
         flats: Flats,
         size: int,
-        touched: Collection[Hashable] | None,
+        touched: Collection[Hashable] | Everything,
     ) -> KeptBlocks:
         """*kept* followed for *touched* (see :meth:`Layout.following`), or cut anew."""
         layout = Layout.following(kept.layout if kept else None, order, size, touched)
-        return cls(layout, kept.made if kept else Made(), flats)
+        return cls(layout, kept.made if kept else FamilyBlocks(), flats)
 
 
 _ROWS = operator.attrgetter("rows")
 
 
-class _FamilyBlocks(NamedTuple):
+class _KindFamily(NamedTuple):
     """One family's blocks of a kind's entries, and what they were made with."""
 
     entries: Mapping[str, Any]
-    made: Made
+    made: FamilyBlocks
     view: list[Block]
 
 
@@ -255,7 +255,7 @@ class KindBlocks:
         self._layout: Layout | None = None
         self._entries: Mapping[str, Any] | None = None
         """The entries the layout was last cut or followed for."""
-        self._families: dict[int, _FamilyBlocks] = {}
+        self._families: dict[int, _KindFamily] = {}
         """Per family (its slot in an entry's rows), its blocks and the entries they show."""
 
     def blocks(
@@ -269,7 +269,7 @@ class KindBlocks:
         if found is not None and found.entries is entries:
             return found.view
         if self._entries is not entries:
-            touched = None
+            touched: Collection[Hashable] | Everything = EVERYTHING
             if self._entries is not None:
                 touched = touched_between(self._entries, entries, known)
             self._layout = Layout.following(self._layout, entries, BLOCK_SIZE, touched)
@@ -280,7 +280,7 @@ class KindBlocks:
         def flats(keys: Iterable[str]) -> Iterable[Flat]:
             return map(row, map(_ROWS, map(entries.__getitem__, keys)))
 
-        made = found.made if found is not None else Made()
+        made = found.made if found is not None else FamilyBlocks()
         view = made.view(self._layout, flats)
-        self._families[slot] = _FamilyBlocks(entries, made, view)
+        self._families[slot] = _KindFamily(entries, made, view)
         return view
