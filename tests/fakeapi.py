@@ -18,13 +18,11 @@ from klein import Klein
 from twisted.internet.defer import Deferred
 from twisted.web.iweb import IRequest
 
-PLURALS = ("resourceclaims", "resourceslices", "deviceclasses", "devicetaintrules")
-KINDS = {
-    "resourceclaims": "ResourceClaim",
-    "resourceslices": "ResourceSlice",
-    "deviceclasses": "DeviceClass",
-    "devicetaintrules": "DeviceTaintRule",
-}
+from kdraexp.dra.listing import GROUP, LIST_ORDER
+
+KINDS = {kind.plural: kind.kind for kind in LIST_ORDER if kind.group == GROUP}
+"""What it serves: every kind of resource.k8s.io the exporter lists."""
+PLURALS = tuple(KINDS)
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:

@@ -905,3 +905,61 @@ def test_kube_prometheus_stack_in_one_step() -> None:
     }
     assert labelled == {"ServiceMonitor", "PrometheusRule", "ConfigMap"}
     assert resource(docs, "ConfigMap")["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+def test_the_schema_takes_every_kind_listed() -> None:
+    """``exporter.resources`` takes exactly the kinds the exporter lists, in their order."""
+    import json
+
+    from kdraexp.dra.listing import LIST_ORDER
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    resources = schema["properties"]["exporter"]["properties"]["resources"]
+    assert resources["items"]["enum"] == [kind.plural for kind in LIST_ORDER]
+
+
+OPTION_SAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
+    "port": ({}, {"port": 9000}, "--listen=:9000"),
+    "telemetryPort": ({}, {"telemetryPort": 9001}, "--telemetry-listen=:9001"),
+    "logLevel": ({}, {"logLevel": "debug"}, "--log-level=debug"),
+    "logFormat": ({}, {"logFormat": "text"}, "--log-format=text"),
+    "mode": ({}, {"mode": "watch"}, "--mode=watch"),
+    "maxStaleness": (
+        {"mode": "watch"},
+        {"mode": "watch", "maxStaleness": 120},
+        "--max-staleness=120",
+    ),
+    "maxResponseBytes": ({}, {"maxResponseBytes": "32Mi"}, "--max-response-bytes=32Mi"),
+    "timeout": ({}, {"timeout": 25}, "--timeout=25"),
+    "pageSize": ({}, {"pageSize": 100}, "--page-size=100"),
+    "resources": ({}, {"resources": ["deviceclasses"]}, "--resources=deviceclasses"),
+    "deviceTaintRules": (
+        {},
+        {"deviceTaintRules": True},
+        "--resources=resourceclaims,resourceslices,deviceclasses,devicetaintrules",
+    ),
+    "metricAllowlist": ({}, {"metricAllowlist": ["kube_x"]}, "--metric-allowlist=kube_x"),
+    "metricDenylist": ({}, {"metricDenylist": ["kube_y"]}, "--metric-denylist=kube_y"),
+    "metricOptInList": ({}, {"metricOptInList": ["kube_z"]}, "--metric-opt-in-list=kube_z"),
+    "deviceAttributes": ({}, {"deviceAttributes": ["profile"]}, "--device-attributes=profile"),
+    "claimDeviceData": ({}, {"claimDeviceData": ["uuid"]}, "--claim-device-data=uuid"),
+    "deviceCapacities": ({}, {"deviceCapacities": "memory"}, "--device-capacities=memory"),
+    "costShareCapacity": ({}, {"costShareCapacity": "cores"}, "--cost-share-capacity=cores"),
+}
+"""Per ``exporter.*`` value: the values it is set beside, a value set, the argument it makes."""
+
+
+def test_every_exporter_value_reaches_an_argument() -> None:
+    """Each value of the schema's ``exporter`` changes the exporter's arguments as it says.
+
+    A new value must be added here with the argument it makes: one the template forgets to
+    pass fails, as does one passed under another option.
+    """
+    import json
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(schema["properties"]["exporter"]["properties"]) == set(OPTION_SAMPLES)
+    for name, (beside, changed, argument) in OPTION_SAMPLES.items():
+        before = container(render({"exporter": beside}))["args"]
+        after = container(render({"exporter": changed}))["args"]
+        assert argument in after and argument not in before, (name, after)

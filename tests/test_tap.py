@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import attrs
 import pytest
@@ -216,3 +216,50 @@ def test_listen_takes_a_host_name() -> None:
         "localhost:9382",
         "localhost:9383",
     )
+
+
+SHOWN_OTHERWISE = {
+    "shard": "`0`",  # not given: 0, or the ordinal of --pod
+    "device-capacities": "every name but `memorySlice<N>`",  # a regular expression, in words
+}
+"""Defaults the README's options table writes for a reader rather than as the code holds them."""
+
+
+def _readme_options() -> dict[str, str]:
+    """Each option of the README's options table, by its long name, with the default shown."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    table = readme[readme.index("### Options") : readme.index("### List or watch")]
+    shown: dict[str, str] = {}
+    for line in table.splitlines():
+        if not line.startswith("| `--"):
+            continue
+        names, default = (cell.strip() for cell in line.strip("|").split("|")[:2])
+        longs = [name.strip("`") for name in names.split(", ") if name.startswith("`--")]
+        defaults = default.split(", ") if len(longs) > 1 and default else [default] * len(longs)
+        for name, value in zip(longs, defaults, strict=True):
+            shown[name.removeprefix("--")] = value
+    return shown
+
+
+def test_the_readme_options_table_is_the_command_s() -> None:
+    """Every option of the command is in the README's table with its default, and no other.
+
+    A default is compared as the option reads it (``64Mi`` is the bytes the code holds).
+    """
+    shown = _readme_options()
+    options = Options()
+    rows = cast(list[list[Any]], options.optParameters)
+    taken = {row[0]: row for row in rows}
+    flags = {name.removeprefix("opt_") for name in dir(options) if name.startswith("opt_")}
+    assert set(shown) == set(taken) | flags - {"help"}, "the README's table and --help differ"
+    for name, row in taken.items():
+        default, coerce = row[2], row[4] if len(row) > 4 else str
+        written = shown[name]
+        if name in SHOWN_OTHERWISE:
+            assert written == SHOWN_OTHERWISE[name], name
+            continue
+        if default in (None, ""):
+            assert written == "", f"--{name}: the README shows {written}, it has no default"
+            continue
+        assert written.startswith("`") and written.endswith("`"), f"--{name}: {written}"
+        assert coerce(written.strip("`")) == default, f"--{name}: {written} is not {default!r}"

@@ -17,7 +17,7 @@ from twisted.python import usage
 from kdraexp import __version__
 from kdraexp.app import logs
 from kdraexp.app.service import Settings, build_service
-from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES
+from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES, LIST_ORDER
 from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES
 from kdraexp.families.selection import SelectionError, select
@@ -120,8 +120,7 @@ class Options(usage.Options):
             "resources",
             None,
             ",".join(DEFAULT_RESOURCES),
-            "Resources to list: resourceclaims, resourceslices, deviceclasses, devicetaintrules, "
-            "pods.",
+            f"Resources to list: {', '.join(kind.plural for kind in LIST_ORDER)}.",
         ],
         ["metric-allowlist", None, "", "Comma-separated regexes: write only families matching."],
         ["metric-denylist", None, "", "Comma-separated regexes: write no family matching."],

@@ -13,7 +13,7 @@ and :mod:`kdraexp.util`; never the store, a source or the exposition.
 
 from __future__ import annotations
 
-from kdraexp.dra.listing import Kind
+from kdraexp.dra.listing import LIST_ORDER, Kind
 from kdraexp.families import (
     deviceclass,
     devicetaintrule,
@@ -53,6 +53,8 @@ KINDS: dict[Kind, KindSpec] = {
     )
 }
 """Per listed kind, its declaration: each object is read once, by its view, for all families."""
+if set(KINDS) != set(LIST_ORDER):
+    raise AssertionError("a kind listed without a KindSpec, or a KindSpec of a kind not listed")
 
 DEVICE_INFO = resourceslice.device_info
 DEVICE_CLASS = resourceslice.device_class

@@ -35,7 +35,7 @@ class DataKey:
 
 
 @attrs.frozen
-class Options:
+class FamilyOptions:
     """How the families are written (``--device-attributes`` and the like)."""
 
     device_attributes: tuple[DeviceAttribute, ...] = ()
@@ -53,7 +53,7 @@ class Options:
 class Context:
     """The options and classes an object is read with, and what could not be read of it."""
 
-    options: Options
+    options: FamilyOptions
     problems: Problems = attrs.Factory(Problems)
     classes: ClassIndex = attrs.Factory(ClassIndex)
     class_errors: list[tuple[str, str]] = attrs.Factory(list)

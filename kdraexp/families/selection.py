@@ -15,7 +15,12 @@ import attrs
 from kdraexp.cel import matching
 from kdraexp.dra.listing import BY_PLURAL, DEFAULT_RESOURCES, DEVICE_CLASSES, LIST_ORDER, Kind
 from kdraexp.families import CLAIM_DEVICE_INFO, DEVICE_INFO, FAMILIES
-from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES, DataKey, DeviceAttribute, Options
+from kdraexp.families.context import (
+    DEFAULT_DEVICE_CAPACITIES,
+    DataKey,
+    DeviceAttribute,
+    FamilyOptions,
+)
 from kdraexp.families.family import Family
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
@@ -34,7 +39,7 @@ class Selection:
     families: tuple[Family, ...]
     """The families written, in the order written (the device info family may carry the
     ``--device-attributes`` labels)."""
-    options: Options
+    options: FamilyOptions
     warnings: tuple[str, ...] = ()
 
     @property
@@ -152,7 +157,7 @@ def select(
         raise SelectionError(f"--cost-share-capacity: {cost_share_capacity!r} is not a name")
     attributes = device_attributes_of(device_attributes)
     data_keys = claim_device_data_of(claim_device_data)
-    options = Options(attributes, capacities, cost_share_capacity, data_keys)
+    options = FamilyOptions(attributes, capacities, cost_share_capacity, data_keys)
 
     def wanted(family: Family) -> bool:
         if not family.needs <= chosen:

@@ -30,7 +30,7 @@ from kdraexp.cel.matching import Matcher
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Kind
 from kdraexp.dra.problems import Problem
 from kdraexp.families import KINDS
-from kdraexp.families.context import Options
+from kdraexp.families.context import FamilyOptions
 from kdraexp.families.family import CLUSTER, Family, Row
 from kdraexp.families.selection import Selection
 from kdraexp.store.changes import Change, Made, change, many, touched_between
@@ -226,7 +226,7 @@ class Collection:
     def of(cls, given: list[tuple[Family, list[Row]]]) -> Collection:
         """A collection of the given rows (for code that builds rows itself, and tests)."""
         families = tuple(family for family, _ in given)
-        selection = Selection(frozenset(), families, Options())
+        selection = Selection(frozenset(), families, FamilyOptions())
         laid = {family.name: Laid({0: flatten(rows)}, {}) for family, rows in given}
         keys: dict[str, Hashable] = {name: ("given", id(found)) for name, found in laid.items()}
         return cls(selection, {}, keys, laid, [], {}, {})
