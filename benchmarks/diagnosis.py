@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.run import Run, get
+from benchmarks.processes import Run, get
 
 PENDING = 1000
 ANSWERS = (

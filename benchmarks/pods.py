@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cluster import DEVICES_PER_NODE, PODS_PER_DEVICE
-from benchmarks.run import Run, get
+from benchmarks.processes import Run, get
 
 WITH_PODS = ["--resources", "resourceclaims,resourceslices,deviceclasses,pods"]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cluster import DEVICES_PER_NODE
-from benchmarks.run import Run, get
+from benchmarks.processes import Run, get
 from kdraexp.families import FAMILIES
 from kdraexp.sources.celidle import IDLE
 

@@ -18,7 +18,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from benchmarks.run import SCRAPE_HEADERS, Run, get
+from benchmarks.processes import SCRAPE_HEADERS, Run, get
 
 CHURN = 20
 """Claims changed a second."""

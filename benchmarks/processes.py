@@ -1,0 +1,315 @@
+"""The exporter and its fake API as child processes, scraped and measured.
+
+What every measurement of ``make bench`` shares: :mod:`benchmarks.run` and the modules it runs
+import it, and none of them imports another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cluster import DEVICES_PER_NODE
+
+BIN = Path(sys.executable).parent
+PAGE_SIZE = 500
+SCRAPE_HEADERS = {"Accept": "text/plain;version=0.0.4;q=0.9,*/*;q=0.1", "Accept-Encoding": "gzip"}
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """GET *path* on a new connection; (status, body)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    try:
+        connection.request("GET", path, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def wait_for(condition: Any, limit: float, what: str) -> None:
+    """Poll *condition* until true, at most *limit* seconds."""
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            if condition():
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not within {limit:g}s")
+        time.sleep(0.05)
+
+
+class Run:
+    """One cluster size: the fake API and the exporter, as child processes.
+
+    With *api*, the exporter reads that run's fake API instead of starting one; the API
+    started otherwise holds *pending* pending claims more (see benchmarks.cluster.PENDING), and
+    the cluster's pods *with_pods*.
+    """
+
+    def __init__(
+        self,
+        devices: int,
+        directory: Path,
+        exporter_args: list[str],
+        api: Run | None = None,
+        pending: int = 0,
+        with_pods: bool = False,
+    ) -> None:
+        self.devices = devices
+        self.nodes = max(1, devices // DEVICES_PER_NODE)
+        self.port = free_port()
+        self.api: subprocess.Popen[str] | None = None
+        self.api_port: int = api.api_port if api is not None else free_port()
+        if api is None:
+            self.api = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.fakeapi",
+                    str(self.nodes),
+                    str(self.api_port),
+                    str(pending),
+                    "1" if with_pods else "0",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert self.api.stdout is not None and self.api.stdout.readline().strip() == "ready"
+        directory.mkdir(parents=True, exist_ok=True)
+        config = directory / f"kubeconfig-{devices}"
+        config.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "bench",
+                    "clusters": [
+                        {
+                            "name": "bench",
+                            "cluster": {"server": f"http://127.0.0.1:{self.api_port}"},
+                        }
+                    ],
+                    "contexts": [
+                        {"name": "bench", "context": {"cluster": "bench", "user": "bench"}}
+                    ],
+                    "users": [{"name": "bench", "user": {"token": "bench"}}],
+                }
+            )
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+        env["KUBECONFIG"] = str(config)
+        self.log = directory / f"exporter-{devices}.log"
+        with self.log.open("wb") as log:
+            self.exporter = subprocess.Popen(
+                [
+                    str(BIN / "kdraexp"),
+                    "--telemetry-listen",
+                    "",
+                    "--timeout",
+                    "120",
+                    "--page-size",
+                    str(PAGE_SIZE),
+                    "--listen",
+                    f"127.0.0.1:{self.port}",
+                    *exporter_args,
+                ],
+                cwd=directory,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        wait_for(lambda: get(self.port, "/healthz")[0] == 200, 60, "the exporter starting")
+
+    def series(self) -> dict[str, int]:
+        """Series per DRA family in one uncompressed scrape."""
+        code, body = get(self.port, "/metrics")
+        if code != 200:
+            raise RuntimeError(f"scrape answered {code}: {body[:300]!r}")
+        counts: dict[str, int] = {}
+        for line in body.decode().splitlines():
+            if line.startswith("kube_") and not line.startswith("kube_dra_exporter_"):
+                name = line.split("{", 1)[0].split(" ", 1)[0]
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def list_requests(self) -> int:
+        """List requests the fake API has answered so far."""
+        return sum(json.loads(get(self.api_port, "/stats")[1]).values())
+
+    def scrape(self) -> float:
+        """Seconds one scrape takes, as Prometheus asks for it."""
+        start = time.perf_counter()
+        code, body = get(self.port, "/metrics", SCRAPE_HEADERS)
+        elapsed = time.perf_counter() - start
+        if code != 200:
+            raise RuntimeError(f"scrape answered {code}: {body[:300]!r}")
+        return elapsed
+
+    def peak_rss(self) -> int:
+        """The exporter's peak resident memory so far (since :meth:`reset_peak`), in bytes.
+
+        With its CEL evaluation process's: the sum of both peaks (what the pod may need).
+        """
+        return sum(self._status(pid, "VmHWM") for pid in self._pids())
+
+    def rss(self) -> int:
+        """The exporter's resident memory now, with its CEL evaluation process's, in bytes."""
+        return sum(self._status(pid, "VmRSS") for pid in self._pids())
+
+    def reset_peak(self) -> None:
+        """Start measuring the peak again from now (Linux: write 5 to clear_refs)."""
+        for pid in self._pids():
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+    def children(self) -> list[int]:
+        """The processes the exporter started (its CEL evaluation process, while it runs)."""
+        return self._pids()[1:]
+
+    def _pids(self) -> list[int]:
+        """The exporter and the processes it started (the CEL evaluation process)."""
+        pids = [self.exporter.pid]
+        for task in Path(f"/proc/{self.exporter.pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                pids += [int(pid) for pid in (task / "children").read_text().split()]
+        return pids
+
+    @staticmethod
+    def _status(pid: int, field: str) -> int:
+        try:
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except OSError:
+            return 0  # a child that ended meanwhile
+        for line in lines:
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError(f"no {field}")
+
+    def cpu(self) -> float:
+        """CPU seconds the exporter and its CEL evaluation process have used so far."""
+        used = 0.0
+        for pid in self._pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            used += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return used
+
+    def body_sizes(self) -> tuple[int, int]:
+        """Bytes of one scrape's body, plain and gzip."""
+        plain = get(self.port, "/metrics")[1]
+        gzipped = get(self.port, "/metrics", SCRAPE_HEADERS)[1]
+        return len(plain), len(gzipped)
+
+    def memory_burst(self, headers: dict[str, str], count: int = 40) -> int:
+        """Bytes added to the peak RSS by *count* concurrent scrapes asking with *headers*."""
+        get(self.port, "/metrics", headers)  # nothing left to render: only the writing counts
+        self.reset_peak()
+        before = self.rss()
+        barrier = threading.Barrier(count)
+        errors: list[BaseException] = []
+
+        def scrape() -> None:
+            barrier.wait()
+            try:
+                code, _ = get(self.port, "/metrics", headers)
+                if code != 200:
+                    raise RuntimeError(f"scrape answered {code}")
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=scrape) for _ in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        return max(0, self.peak_rss() - before)
+
+    def floor(self) -> float:
+        """Seconds a separate process takes to fetch and decode every page."""
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.floor", str(self.api_port), str(PAGE_SIZE)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return float(out.stdout)
+
+    def healthz_during_scrape(self) -> tuple[float, float]:
+        """The slowest /healthz answer while a scrape is made, and the scrape's seconds."""
+        done = threading.Event()
+        took: list[float] = []
+
+        def scrape() -> None:
+            try:
+                took.append(self.scrape())
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=scrape)
+        thread.start()
+        slowest = 0.0
+        while not done.is_set():
+            start = time.perf_counter()
+            get(self.port, "/healthz")
+            slowest = max(slowest, time.perf_counter() - start)
+            time.sleep(0.02)
+        thread.join()
+        return slowest, took[0]
+
+    def concurrent(self, count: int = 40) -> int:
+        """List requests reaching the API while *count* scrapes arrive together.
+
+        The fake API answers half a second late meanwhile, so that the collection is still in
+        flight when the last of the scrapes arrives, however the threads are scheduled.
+        """
+        get(self.api_port, "/delay?seconds=0.5")
+        before = self.list_requests()
+        barrier = threading.Barrier(count)
+        errors: list[BaseException] = []
+
+        def scrape() -> None:
+            barrier.wait()
+            try:
+                self.scrape()
+            except BaseException as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=scrape) for _ in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        get(self.api_port, "/delay?seconds=0")
+        if errors:
+            raise errors[0]
+        return self.list_requests() - before
+
+    def stop(self) -> None:
+        """Stop the exporter, and the fake API if this run started it."""
+        self.exporter.terminate()
+        self.exporter.wait(timeout=60)
+        if self.api is not None:
+            self.api.terminate()
+            self.api.wait(timeout=60)
