@@ -43,6 +43,27 @@ def get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[in
         connection.close()
 
 
+def at_once(count: int, work: Any) -> None:
+    """Run *work* in *count* threads released together; raise the first error any met."""
+    barrier = threading.Barrier(count)
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        barrier.wait()
+        try:
+            work()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=one) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
 def wait_for(condition: Any, limit: float, what: str) -> None:
     """Poll *condition* until true, at most *limit* seconds."""
     deadline = time.monotonic() + limit
@@ -225,25 +246,13 @@ class Run:
         get(self.port, "/metrics", headers)  # nothing left to render: only the writing counts
         self.reset_peak()
         before = self.rss()
-        barrier = threading.Barrier(count)
-        errors: list[BaseException] = []
 
         def scrape() -> None:
-            barrier.wait()
-            try:
-                code, _ = get(self.port, "/metrics", headers)
-                if code != 200:
-                    raise RuntimeError(f"scrape answered {code}")
-            except BaseException as error:
-                errors.append(error)
+            code, _ = get(self.port, "/metrics", headers)
+            if code != 200:
+                raise RuntimeError(f"scrape answered {code}")
 
-        threads = [threading.Thread(target=scrape) for _ in range(count)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
+        at_once(count, scrape)
         return max(0, self.peak_rss() - before)
 
     def floor(self) -> float:
@@ -286,24 +295,10 @@ class Run:
         """
         get(self.api_port, "/delay?seconds=0.5")
         before = self.list_requests()
-        barrier = threading.Barrier(count)
-        errors: list[BaseException] = []
-
-        def scrape() -> None:
-            barrier.wait()
-            try:
-                self.scrape()
-            except BaseException as error:
-                errors.append(error)
-
-        threads = [threading.Thread(target=scrape) for _ in range(count)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        get(self.api_port, "/delay?seconds=0")
-        if errors:
-            raise errors[0]
+        try:
+            at_once(count, self.scrape)
+        finally:
+            get(self.api_port, "/delay?seconds=0")
         return self.list_requests() - before
 
     def stop(self) -> None:
