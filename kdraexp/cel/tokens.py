@@ -26,11 +26,16 @@ _SIMPLE_STRING = re.compile(r"""'([^'\\\n\r]*)'|"([^"\\\n\r]*)\"""")
 
 def tokens(expression: str) -> list[tuple[str, str]]:
     """The expression's tokens as (kind, text), spaces and comments left out."""
+    return [(kind, text) for kind, text, _ in located(expression)]
+
+
+def located(expression: str) -> list[tuple[str, str, int]]:
+    """The expression's tokens as (kind, text, where it starts), spaces and comments left out."""
     found = []
     for match in _TOKEN.finditer(expression):
         kind = match.lastgroup or "other"
         if kind != "space":
-            found.append((kind, match.group()))
+            found.append((kind, match.group(), match.start()))
     return found
 
 
