@@ -7,13 +7,18 @@ and costs one kill, while the other classes of the same request are answered.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from kdraexp.cel import classindex, matching, process
 from kdraexp.cel.classindex import MANY_CLASSES, ClassEntry, ClassIndex
-from kdraexp.cel.process import Evaluator
+from kdraexp.cel.process import EvaluationError, Evaluator
 from kdraexp.dra.listing import RESOURCE_SLICES
 from kdraexp.families.selection import select
 from kdraexp.store.collection import CollectionBuilder, Store
@@ -262,3 +267,81 @@ def test_no_process_while_no_family_written_reads_the_matches(evaluator: Evaluat
     matched = collect(slices=slices, classes=classes, matcher=matcher)  # read: evaluated
     assert len(values(matched, "kube_resourceslice_device_class", "device_name")) == 2
     assert matcher.evaluations > 0 and evaluator._process is not None
+
+
+SQUARE = "[" + ",".join(map(str, range(40))) + "]"
+STEADY = f"{SQUARE}.all(a, {SQUARE}.all(b, a + b >= 0)) && device.driver == 'd'"
+"""0.2-2 ms of CPU for each device: well within its budget, long enough to be killed amid."""
+PLAIN = {"driver": "d", "attributes": {}, "capacity": {}, "allowMultipleAllocations": False}
+
+
+def test_a_kill_from_outside_is_retried_not_charged(evaluator: Evaluator) -> None:
+    """SIGKILL from outside (the OOM killer, an operator), idle and amid a request: retried.
+
+    Before, the item being evaluated (or the first of the next request) was over budget for
+    good, as if it had needed more memory than the process may hold: 280 of a class's 1,000
+    devices matched, then none.  The heap cap makes an allocation fail, never a SIGKILL: one
+    the exporter did not send is not the item's doing, and a new process answers it.
+    """
+    assert evaluator.compile([STEADY]) == [None]
+    idle = evaluator._process
+    assert idle is not None
+    os.kill(idle.pid, signal.SIGKILL)
+    idle.wait(10)
+    assert evaluator.compile([STEADY, "device.driver == 'x'"]) == [None, None]
+    busy = evaluator._process
+    assert busy is not None and busy is not idle
+    killed: list[int] = []
+
+    def kill_amid() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and busy.poll() is None:
+            at = evaluator._current()
+            if 100 <= at < 1000:  # the request's 101st item at least, not its reading
+                os.kill(busy.pid, signal.SIGKILL)
+                killed.append(at)
+                return
+
+    watcher = threading.Thread(target=kill_amid)
+    watcher.start()
+    answers = evaluator.evaluate([STEADY, "device.driver == 'x'"], [PLAIN], [(0, 0)] * 1000)
+    watcher.join()
+    assert killed, "the request was answered before the kill"
+    assert answers == [True] * 1000
+    assert evaluator.kills == 0
+    assert evaluator.ended_outside == 2
+
+
+SELF_KILLING = """
+import os, signal, struct, sys
+sys.stdout.buffer.write(struct.pack(">I", 6) + bytes([0xA5]) + b"ready")
+sys.stdout.flush()
+sys.stdin.buffer.read(4)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+"""A process that says it is ready, and is killed as soon as a request comes."""
+
+
+def test_kills_from_outside_without_end_fail_the_request_not_the_class() -> None:
+    """Killed from outside again and again: the request fails, to be asked again next time.
+
+    Nothing is charged to a class: it counts a CEL error that collection, and is evaluated
+    again in the next one.
+    """
+    evaluator = Evaluator([sys.executable, "-c", SELF_KILLING])
+    try:
+        with pytest.raises(EvaluationError, match="ended from outside 3 times in one request"):
+            evaluator.evaluate([STEADY], [PLAIN], [(0, 0)])
+        matcher = matching.Matcher(evaluator)
+        written = collect(
+            slices=[pool_slice("s", [gpu("a")])],
+            classes=[classy("c", "device.driver.startsWith('gpu.')")],
+            matcher=matcher,
+        )
+        assert written.class_errors == {"c": 1}
+        said = written.class_error_messages["c"]
+        assert said.startswith("cannot evaluate selectors: the evaluation process was ended"), said
+        assert matching.transient(said) and not matcher._over
+        assert evaluator.kills == 0
+    finally:
+        evaluator.close()
