@@ -345,3 +345,58 @@ def test_kills_from_outside_without_end_fail_the_request_not_the_class() -> None
         assert evaluator.kills == 0
     finally:
         evaluator.close()
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["distinct", "shared"])
+def test_classes_that_need_no_evaluation_are_never_left_out(
+    evaluator: Evaluator, shared: bool
+) -> None:
+    """3,000 classes of the simple form over 128 distinct devices: every class has its rows.
+
+    The classes a slice's distinct devices could be matched with, were nothing cached, are
+    (262,144 + 8 x 128 + 65,536) / 128 = 2,568; the rest were left unmatched before matching,
+    the last by name, although none of them asks the process for anything: 432 classes lost
+    their rows.  Where classes share their selectors, every class sharing one with a class
+    left out read that class's answer, and all 3,000 lost them.
+    """
+    uuid, other = "device.attributes['gpu.nvidia.com'].uuid", " && device.driver != 'd{}'"
+    classes = [
+        classy(f"c{i:04d}", f"{uuid} == 'GPU-g{i % 128}'" + ("" if shared else other.format(i)))
+        for i in range(3000)
+    ]
+    matcher = matching.Matcher(evaluator)
+    written = collect(
+        slices=[pool_slice("s", [gpu(f"g{i}") for i in range(128)])],
+        classes=classes,
+        matcher=matcher,
+    )
+    matched = values(written, "kube_resourceslice_device_class", "deviceclass_name", "device_name")
+    assert len(matched) == 3000
+    assert {name for name, _ in matched} == {f"c{i:04d}" for i in range(3000)}
+    assert written.class_errors == {}
+    assert matcher.evaluations == 0 and evaluator._process is None
+
+
+def test_classes_sharing_selectors_are_left_out_together(
+    evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Classes with the same selectors ask for the same evaluations: they go, or stay, together.
+
+    Twenty classes, ten on each of two selectors over ten distinct devices, with 15
+    evaluations: one selector's ten classes are left unmatched, each said, and the other's ten
+    match every device.  Each class used to be known by the one with its selectors listed
+    last: leaving that one out gave its nine siblings its answer, unsaid, and none matched.
+    """
+    monkeypatch.setattr(matching, "EVALUATIONS", 15)
+    monkeypatch.setattr(matching, "PER_DEVICE", 0)
+    uuid = "device.attributes['gpu.nvidia.com'].uuid"
+    classes = [classy(f"c{i:02d}", f"{uuid}.startsWith('GPU-') && {i % 2} >= 0") for i in range(20)]
+    written = collect(
+        slices=[pool_slice("s", [gpu(f"g{i}") for i in range(10)])],
+        classes=classes,
+        matcher=matching.Matcher(evaluator),
+    )
+    matched = values(written, "kube_resourceslice_device_class", "deviceclass_name", "device_name")
+    even, odd = [f"c{i:02d}" for i in range(0, 20, 2)], [f"c{i:02d}" for i in range(1, 20, 2)]
+    assert {name for name, _ in matched} == set(even) and len(matched) == 100
+    assert written.class_errors == dict.fromkeys(odd, 1)
