@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Exporter, wait_until
-from tests.e2e.controlplane import APIError
 from tests.e2e.simulated import Simulated, start_simulated
 from tests.e2e.simworld import (
     CLAIMS,
@@ -29,10 +28,13 @@ from tests.e2e.simworld import (
     RESOURCE,
     SCHEDULED,
     bound,
+    claim,
+    class_selecting,
     exporter,
     ok,
     pod,
     pool_slice,
+    remove,
     samples,
     unschedulable,
     values,
@@ -75,27 +77,6 @@ DEVICES = [
 """Each form selects a different two of them (see test_each_form_selects_...)."""
 
 
-def deviceclass(name: str, expression: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
-    }
-
-
-def claim(name: str, deviceclass_name: str, *selectors: str, **exactly: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"deviceClassName": deviceclass_name, **exactly}
-    if selectors:
-        body["selectors"] = [{"cel": {"expression": e}} for e in selectors]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": body}]}},
-    }
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     simulated = start_simulated(tmp_path_factory.mktemp("forms"))
@@ -103,7 +84,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
         simulated.add_node(NODE)
         simulated.add_namespace(NAMESPACE)
         for name, expression in {**FORMS, ANY: f'device.driver == "{DRIVER}"'}.items():
-            simulated.kube.create(f"{RESOURCE}/deviceclasses", deviceclass(name, expression))
+            simulated.kube.create(f"{RESOURCE}/deviceclasses", class_selecting(name, expression))
         simulated.kube.create(
             f"{RESOURCE}/resourceslices", pool_slice(NODE, NODE, NODE, devices=DEVICES)
         )
@@ -129,23 +110,6 @@ def run(cluster: Simulated, made: dict[str, Any]) -> str:
     cluster.kube.create(CLAIMS, made)
     cluster.kube.create(PODS, pod(name, {"resourceClaimName": name}))
     return name
-
-
-def remove(cluster: Simulated, *names: str) -> None:
-    """Pods deleted at once, then their claims; wait until the claims are gone."""
-    cluster.delete_pods(NAMESPACE, *names)
-    for name in names:
-        try:
-            cluster.kube.delete(f"{CLAIMS}/{name}")
-        except APIError as error:
-            if error.code != 404:
-                raise
-
-    def gone() -> bool:
-        left = {c["metadata"]["name"] for c in cluster.kube.get(CLAIMS)["items"]}
-        return not left & set(names)
-
-    wait_until(gone, SCHEDULED, "the claims deleted (deallocated first)")
 
 
 def allocated(cluster: Simulated, name: str) -> set[str]:
@@ -174,7 +138,7 @@ def test_each_form_selects_what_the_scheduler_allocates(cluster: Simulated, tmp_
         try:
             given[name] = allocated(cluster, claim_name)
         finally:
-            remove(cluster, claim_name)
+            remove(cluster, [claim_name])
     assert matched == given
     assert len({frozenset(devices) for devices in given.values()}) == len(FORMS)
     assert all(len(devices) == 2 for devices in given.values()), given
@@ -214,4 +178,4 @@ def test_claims_own_selectors_of_each_form(cluster: Simulated, tmp_path: Path) -
         assert matching == {(many, "available"): 2}
         assert "kube_dra_exporter_cel_errors_total{" not in telemetry
     finally:
-        remove(cluster, fits, many, none)
+        remove(cluster, [fits, many, none])
