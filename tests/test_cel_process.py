@@ -400,3 +400,20 @@ def test_classes_sharing_selectors_are_left_out_together(
     even, odd = [f"c{i:02d}" for i in range(0, 20, 2)], [f"c{i:02d}" for i in range(1, 20, 2)]
     assert {name for name, _ in matched} == set(even) and len(matched) == 100
     assert written.class_errors == dict.fromkeys(odd, 1)
+
+
+def test_many_refused_expressions_are_compiled_in_frames_that_fit(
+    evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refusals come back BATCH expressions a frame at most: never a frame too large to read.
+
+    All the expressions of a request were answered in one frame, refusals of up to 200
+    characters each: 84,000 distinct refused selectors passed MAX_FRAME, and every class then
+    read "the evaluation process sent a frame too large".  (Here: 3 a frame of 700 bytes.)
+    """
+    monkeypatch.setattr(process, "MAX_FRAME", 700)
+    monkeypatch.setattr(process, "BATCH", 3)
+    refused = [f"device.driver == '{'x' * 100}{i}' &&& true" for i in range(8)]
+    answers = evaluator.compile([*refused, "device.driver == 'x'"])
+    assert answers[-1] is None
+    assert all(isinstance(one, str) and "Syntax error" in one for one in answers[:-1])

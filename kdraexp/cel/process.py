@@ -49,10 +49,11 @@ STARTS = 3
 """Processes that may fail to start in a row before evaluation pauses for :data:`RETRY` s."""
 RETRY = 60.0
 MAX_FRAME = 16 << 20
-"""A frame holds answers of 200 characters at most (4,096 of them, or one per expression
-compiled); a longer one means the process is not ours."""
+"""A frame holds answers of 200 characters at most, :data:`BATCH` of them; a longer one means
+the process is not ours."""
 BATCH = 4096
-"""Items sent in one request at most (reading a request is not any item's budget)."""
+"""Items, or expressions to compile, sent in one request at most (reading a request is not any
+item's budget)."""
 POLL = 0.02
 """Seconds between two looks at the process's progress while it evaluates."""
 OUTSIDE_ENDS = 2
@@ -142,6 +143,12 @@ class Evaluator:
 
         :raises EvaluationError: when no process could be started to compile with.
         """
+        if len(expressions) > BATCH:  # refusals of BATCH expressions fit a frame
+            return [
+                found
+                for start in range(0, len(expressions), BATCH)
+                for found in self.compile(expressions[start : start + BATCH])
+            ]
         outside = 0
         while True:
             try:
