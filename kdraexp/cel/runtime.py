@@ -26,6 +26,8 @@ from kdraexp.cel.tokens import located
 
 FIELDS = ("driver", "allowMultipleAllocations", "attributes", "capacity")
 """The fields of ``device``, which every device has."""
+_VARIABLES = {field: f"device.{field}" for field in FIELDS}
+"""Each field's variable."""
 _HAS_DEVICE = [("ident", "has"), ("other", "("), ("ident", "device"), ("other", ".")]
 
 
@@ -33,13 +35,12 @@ def _environment() -> Any:
     types = _cel.Type
     value = types.Map(types.STRING, types.DYN)  # a quantity or a semver (kdraexp.cel.values)
     s, b, i, d = types.STRING, types.BOOL, types.INT, types.DOUBLE
-    fields = dict(
-        zip(
-            FIELDS,
-            [s, b, types.Map(s, types.Map(s, types.DYN)), types.Map(s, types.Map(s, value))],
-            strict=True,
-        )
-    )
+    fields = {  # as Kubernetes' DRA library declares them
+        "driver": s,
+        "allowMultipleAllocations": b,
+        "attributes": types.Map(s, types.Map(s, types.DYN)),  # per domain, by name
+        "capacity": types.Map(s, types.Map(s, value)),  # per domain, by name: quantities
+    }
     # name: [(overload id, result, parameters, member)]; implementations in library.
     declared: dict[str, list[tuple[str, Any, list[Any], bool]]] = {
         "quantity": [("quantity_string", value, [s], False)],
@@ -88,7 +89,7 @@ def _environment() -> Any:
         for name, overloads in declared.items()
     ]
     return _cel.NewEnv(
-        variables={f"device.{name}": declared for name, declared in fields.items()},
+        variables={_VARIABLES[field]: fields[field] for field in FIELDS},
         functions=functions,
         extensions=[ext_strings.ExtStrings()],
     )
@@ -124,7 +125,7 @@ def _fields_present(expression: str) -> str:
 def evaluate(program: Any, device: dict[str, Any]) -> bool | str:
     """Whether *device* satisfies *program*, or why that cannot be said."""
     try:
-        result = program.eval(data={f"device.{name}": value for name, value in device.items()})
+        result = program.eval(data={_VARIABLES[field]: value for field, value in device.items()})
         value = result.value()
     except MemoryError:
         raise
