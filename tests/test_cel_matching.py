@@ -144,3 +144,60 @@ def test_devices_that_read_alike_are_evaluated_once() -> None:
     )
     assert len(values(written, "kube_resourceslice_device_class", "device_name")) == 500
     assert matcher.evaluations == 2
+
+
+NVIDIA_ATTRIBUTES = "device.attributes['gpu.nvidia.com']"
+
+
+@pytest.mark.parametrize(
+    ("expression", "selected"),
+    [
+        (f"{NVIDIA_ATTRIBUTES}.exists(k, k == 'profile')", {"part"}),
+        (f"{NVIDIA_ATTRIBUTES}.all(k, k != 'profile')", {"full", "bare"}),
+        (f"{NVIDIA_ATTRIBUTES}.filter(k, k in ['uuid', 'productName']).size() == 1", {"bare"}),
+        ("device.capacity['gpu.nvidia.com'].exists(k, k == 'memory')", {"full", "part"}),
+        (
+            "device.capacity['gpu.nvidia.com'].all(k, device.capacity['gpu.nvidia.com'][k]"
+            ".isLessThan(quantity('10'))) && device.capacity['gpu.nvidia.com'].size() > 0",
+            {"bare"},
+        ),
+        ("device.attributes.exists(d, d == 'gpu.nvidia.com')", {"full", "part", "bare"}),
+        ("device.attributes['other.example'].exists(k, true)", set()),
+    ],
+    ids=["exists", "all", "filter", "capacity-exists", "capacity-all", "domains", "no-domain"],
+)
+def test_macros_over_a_domain(expression: str, selected: set[str]) -> None:
+    """A domain's attributes and capacities are maps, as Kubernetes declares them.
+
+    ``exists``, ``all`` and ``filter`` over ``device.attributes['<domain>']`` compile in the
+    Kubernetes environment (kube-apiserver accepts them); Google's runtime refused them here
+    ("expression of type 'dyn' cannot be the range of a comprehension"), so the class matched
+    nothing.
+    """
+    devices = [
+        gpu("full"),
+        gpu("part", "mig"),
+        device("bare", {"cores": "8"}, attributes(uuid="b")),
+    ]
+    assert matches(expression, *devices) == selected
+
+
+@pytest.mark.parametrize(
+    ("expression", "selected"),
+    [
+        ("has(device.driver) && has(device.attributes) && has(device.capacity)", {"a", "b"}),
+        ("!has(device.allowMultipleAllocations)", set()),
+        ("has(device.attributes['gpu.nvidia.com'].profile)", {"b"}),
+        (
+            "device.driver != 'has(device.allowMultipleAllocations)' // has(device.driver)",
+            {"a", "b"},
+        ),
+    ],
+    ids=["fields", "not-multiple", "attribute", "quoted"],
+)
+def test_a_device_has_its_fields(expression: str, selected: set[str]) -> None:
+    """``has()`` of a field of ``device`` is true, as in Kubernetes, whatever the field's value.
+
+    ``!has(device.allowMultipleAllocations)`` must not read the field's value (false).
+    """
+    assert matches(expression, gpu("a"), gpu("b", "mig")) == selected

@@ -17,10 +17,26 @@ from kdraexp.cel.matching import Matcher, Selector, device_paths, string_literal
 from kdraexp.cel.native import native
 from kdraexp.cel.process import Evaluator
 from kdraexp.dra import wire
-from tests.collect import EVALUATOR
+from tests.collect import EVALUATOR, collect, values
+from tests.objects import classy, gpu, pool_slice
 
 NVIDIA = "gpu.nvidia.com"
 GPU = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+
+
+SPLIT = [
+    "device.driver = = 'gpu.nvidia.com'",
+    "device.driver ! = 'other.example'",
+    "device.driver == 'gpu.nvidia.com' & & device.driver != 'x'",
+    "device.driver == 'gpu.nvidia.com' & /* */ & device.driver != 'x'",
+    "device.driver == 'gpu.nvidia.com' &// a comment\n& device.driver != 'x'",
+    "device.driver =\n= 'gpu.nvidia.com'",
+    "device.driver\u00a0== 'gpu.nvidia.com'",  # no space to CEL: it takes \t\n\f\r and ' '
+    "device.driver ==\v'gpu.nvidia.com'",
+    "device.driver\x1c== 'gpu.nvidia.com'",
+    "device.driver == 'gpu.nvidia.com\r'",  # a plain string holds no line break
+]
+"""Refused by CEL (and by the API server), however close to the simple form they read."""
 
 
 @pytest.mark.parametrize(
@@ -32,6 +48,7 @@ GPU = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].
         "device.attributes['resource.kubernetes.io'].pciBusID == '0000:17:00.0'",
         "device.attributes['d'].count == 3 && device.attributes['d'].on == true",
         "device.attributes['d'].count != 0 // a comment",
+        "device.driver\r\n==\f'x' &&\tdevice.driver != 'y'",  # every space CEL knows
     ],
 )
 def test_simple_forms_are_evaluated_here(expression: str) -> None:
@@ -57,6 +74,7 @@ def test_simple_forms_are_evaluated_here(expression: str) -> None:
         "device.driver == 'a' &&",
         "device.driver == 'a' && true",
         "device.attributes['d'].count == 9223372036854775808",
+        *SPLIT,
     ],
 )
 def test_anything_else_is_for_cel(expression: str) -> None:
@@ -158,3 +176,48 @@ def test_a_cluster_of_simple_classes_needs_no_process() -> None:
         assert other.error is not None and matching.transient(other.error)
     finally:
         broken.close()
+
+
+@pytest.mark.skipif(not matching.AVAILABLE, reason="no CEL engine on this platform")
+@pytest.mark.parametrize("expression", SPLIT)
+def test_what_cel_refuses_matches_nothing(expression: str) -> None:
+    """A selector CEL refuses matches nothing and counts a CEL error, however simple it reads.
+
+    ``= =`` was read here as ``==``: the class matched every GPU and counted no error.
+    """
+    written = collect(
+        slices=[pool_slice("s", [gpu("a"), gpu("b")])],
+        classes=[classy("split", expression), classy("fine", "device.driver == 'gpu.nvidia.com'")],
+    )
+    assert values(written, "kube_resourceslice_device_class", "deviceclass_name") == {("fine",): 1}
+    assert written.class_errors == {"split": 2}
+    assert "Syntax error" in written.class_error_messages["split"]
+
+
+_SEPARATORS = st.sampled_from(
+    [" ", "", "\t", "\n", "\r\n", "\f", "\u00a0", "\v", "\x1c", "\u2028", "// c\n", "/* */"]
+)
+
+
+@st.composite
+def _spelled(draw: st.DrawFn) -> str:
+    """A simple selector's tokens, each followed by a separator CEL may or may not take."""
+    pieces = ["device", ".", "driver", "==", "'gpu.nvidia.com'"]
+    for _ in range(draw(st.integers(0, 1))):
+        pieces += ["&&", "device", ".", "attributes", "[", "'d'", "]", ".", "type", "!=", "3"]
+    split = {"==": ["=", "="], "!=": ["!", "="], "&&": ["&", "&"]}
+    spelled = ""
+    for piece in pieces:
+        for part in split[piece] if piece in split and draw(st.booleans()) else [piece]:
+            spelled += part + draw(_SEPARATORS)
+    return spelled
+
+
+@pytest.mark.skipif(not matching.AVAILABLE, reason="no CEL engine on this platform")
+@given(_spelled())
+@example("device.driver = = 'gpu.nvidia.com'")
+@example("device.driver\u00a0== 'gpu.nvidia.com'")
+def test_what_is_read_here_compiles(expression: str) -> None:
+    """Whatever is read as the simple form here, CEL compiles: the two never disagree on it."""
+    if native(expression) is not None:
+        assert EVALUATOR.compile([expression]) == [None], repr(expression)

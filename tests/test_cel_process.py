@@ -7,13 +7,18 @@ and costs one kill, while the other classes of the same request are answered.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from kdraexp.cel import classindex, matching, process
 from kdraexp.cel.classindex import MANY_CLASSES, ClassEntry, ClassIndex
-from kdraexp.cel.process import Evaluator
+from kdraexp.cel.process import EvaluationError, Evaluator
 from kdraexp.dra.listing import RESOURCE_SLICES
 from kdraexp.families.selection import select
 from kdraexp.store.collection import CollectionBuilder, Store
@@ -262,3 +267,153 @@ def test_no_process_while_no_family_written_reads_the_matches(evaluator: Evaluat
     matched = collect(slices=slices, classes=classes, matcher=matcher)  # read: evaluated
     assert len(values(matched, "kube_resourceslice_device_class", "device_name")) == 2
     assert matcher.evaluations > 0 and evaluator._process is not None
+
+
+SQUARE = "[" + ",".join(map(str, range(40))) + "]"
+STEADY = f"{SQUARE}.all(a, {SQUARE}.all(b, a + b >= 0)) && device.driver == 'd'"
+"""0.2-2 ms of CPU for each device: well within its budget, long enough to be killed amid."""
+PLAIN = {"driver": "d", "attributes": {}, "capacity": {}, "allowMultipleAllocations": False}
+
+
+def test_a_kill_from_outside_is_retried_not_charged(evaluator: Evaluator) -> None:
+    """SIGKILL from outside (the OOM killer, an operator), idle and amid a request: retried.
+
+    Before, the item being evaluated (or the first of the next request) was over budget for
+    good, as if it had needed more memory than the process may hold: 280 of a class's 1,000
+    devices matched, then none.  The heap cap makes an allocation fail, never a SIGKILL: one
+    the exporter did not send is not the item's doing, and a new process answers it.
+    """
+    assert evaluator.compile([STEADY]) == [None]
+    idle = evaluator._process
+    assert idle is not None
+    os.kill(idle.pid, signal.SIGKILL)
+    idle.wait(10)
+    assert evaluator.compile([STEADY, "device.driver == 'x'"]) == [None, None]
+    busy = evaluator._process
+    assert busy is not None and busy is not idle
+    killed: list[int] = []
+
+    def kill_amid() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and busy.poll() is None:
+            at = evaluator._current()
+            if 100 <= at < 1000:  # the request's 101st item at least, not its reading
+                os.kill(busy.pid, signal.SIGKILL)
+                killed.append(at)
+                return
+
+    watcher = threading.Thread(target=kill_amid)
+    watcher.start()
+    answers = evaluator.evaluate([STEADY, "device.driver == 'x'"], [PLAIN], [(0, 0)] * 1000)
+    watcher.join()
+    assert killed, "the request was answered before the kill"
+    assert answers == [True] * 1000
+    assert evaluator.kills == 0
+    assert evaluator.ended_outside == 2
+
+
+SELF_KILLING = """
+import os, signal, struct, sys
+sys.stdout.buffer.write(struct.pack(">I", 6) + bytes([0xA5]) + b"ready")
+sys.stdout.flush()
+sys.stdin.buffer.read(4)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+"""A process that says it is ready, and is killed as soon as a request comes."""
+
+
+def test_kills_from_outside_without_end_fail_the_request_not_the_class() -> None:
+    """Killed from outside again and again: the request fails, to be asked again next time.
+
+    Nothing is charged to a class: it counts a CEL error that collection, and is evaluated
+    again in the next one.
+    """
+    evaluator = Evaluator([sys.executable, "-c", SELF_KILLING])
+    try:
+        with pytest.raises(EvaluationError, match="ended from outside 3 times in one request"):
+            evaluator.evaluate([STEADY], [PLAIN], [(0, 0)])
+        matcher = matching.Matcher(evaluator)
+        written = collect(
+            slices=[pool_slice("s", [gpu("a")])],
+            classes=[classy("c", "device.driver.startsWith('gpu.')")],
+            matcher=matcher,
+        )
+        assert written.class_errors == {"c": 1}
+        said = written.class_error_messages["c"]
+        assert said.startswith("cannot evaluate selectors: the evaluation process was ended"), said
+        assert matching.transient(said) and not matcher._over
+        assert evaluator.kills == 0
+    finally:
+        evaluator.close()
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["distinct", "shared"])
+def test_classes_that_need_no_evaluation_are_never_left_out(
+    evaluator: Evaluator, shared: bool
+) -> None:
+    """3,000 classes of the simple form over 128 distinct devices: every class has its rows.
+
+    The classes a slice's distinct devices could be matched with, were nothing cached, are
+    (262,144 + 8 x 128 + 65,536) / 128 = 2,568; the rest were left unmatched before matching,
+    the last by name, although none of them asks the process for anything: 432 classes lost
+    their rows.  Where classes share their selectors, every class sharing one with a class
+    left out read that class's answer, and all 3,000 lost them.
+    """
+    uuid, other = "device.attributes['gpu.nvidia.com'].uuid", " && device.driver != 'd{}'"
+    classes = [
+        classy(f"c{i:04d}", f"{uuid} == 'GPU-g{i % 128}'" + ("" if shared else other.format(i)))
+        for i in range(3000)
+    ]
+    matcher = matching.Matcher(evaluator)
+    written = collect(
+        slices=[pool_slice("s", [gpu(f"g{i}") for i in range(128)])],
+        classes=classes,
+        matcher=matcher,
+    )
+    matched = values(written, "kube_resourceslice_device_class", "deviceclass_name", "device_name")
+    assert len(matched) == 3000
+    assert {name for name, _ in matched} == {f"c{i:04d}" for i in range(3000)}
+    assert written.class_errors == {}
+    assert matcher.evaluations == 0 and evaluator._process is None
+
+
+def test_classes_sharing_selectors_are_left_out_together(
+    evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Classes with the same selectors ask for the same evaluations: they go, or stay, together.
+
+    Twenty classes, ten on each of two selectors over ten distinct devices, with 15
+    evaluations: one selector's ten classes are left unmatched, each said, and the other's ten
+    match every device.  Each class used to be known by the one with its selectors listed
+    last: leaving that one out gave its nine siblings its answer, unsaid, and none matched.
+    """
+    monkeypatch.setattr(matching, "EVALUATIONS", 15)
+    monkeypatch.setattr(matching, "PER_DEVICE", 0)
+    uuid = "device.attributes['gpu.nvidia.com'].uuid"
+    classes = [classy(f"c{i:02d}", f"{uuid}.startsWith('GPU-') && {i % 2} >= 0") for i in range(20)]
+    written = collect(
+        slices=[pool_slice("s", [gpu(f"g{i}") for i in range(10)])],
+        classes=classes,
+        matcher=matching.Matcher(evaluator),
+    )
+    matched = values(written, "kube_resourceslice_device_class", "deviceclass_name", "device_name")
+    even, odd = [f"c{i:02d}" for i in range(0, 20, 2)], [f"c{i:02d}" for i in range(1, 20, 2)]
+    assert {name for name, _ in matched} == set(even) and len(matched) == 100
+    assert written.class_errors == dict.fromkeys(odd, 1)
+
+
+def test_many_refused_expressions_are_compiled_in_frames_that_fit(
+    evaluator: Evaluator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refusals come back BATCH expressions a frame at most: never a frame too large to read.
+
+    All the expressions of a request were answered in one frame, refusals of up to 200
+    characters each: 84,000 distinct refused selectors passed MAX_FRAME, and every class then
+    read "the evaluation process sent a frame too large".  (Here: 3 a frame of 700 bytes.)
+    """
+    monkeypatch.setattr(process, "MAX_FRAME", 700)
+    monkeypatch.setattr(process, "BATCH", 3)
+    refused = [f"device.driver == '{'x' * 100}{i}' &&& true" for i in range(8)]
+    answers = evaluator.compile([*refused, "device.driver == 'x'"])
+    assert answers[-1] is None
+    assert all(isinstance(one, str) and "Syntax error" in one for one in answers[:-1])

@@ -88,3 +88,30 @@ def test_every_image_platform_installs_one_engine(machine: str) -> None:
         if r.name in engines and r.marker and r.marker.evaluate(environment)
     ]
     assert len(chosen) == 1, chosen
+
+
+@pytest.mark.skipif(not _installed("cel-expr-python"), reason="Google's runtime is not installed")
+@pytest.mark.parametrize(
+    ("expression", "refused"),
+    [
+        ("device.driver == 1", "found no matching overload for '_==_' applied to '(string, int)'"),
+        ("device.allowMultipleAllocations == 'yes'", "applied to '(bool, string)'"),
+        ("device.capacity['d'].memory == '1Gi'", "applied to '(map(string, dyn), string)'"),
+        ("device.serial == 'x'", "undeclared reference to 'device.serial'"),
+        ("device.attributes['d'].exists(k, k == 'type')", None),
+        ("device.attributes['d'].filter(k, k.startsWith('t')).size() == 1", None),
+        ("device.capacity['d'].all(k, device.capacity['d'][k].sign() > 0)", None),
+    ],
+)
+def test_googles_runtime_types_the_device_as_kubernetes(
+    expression: str, refused: str | None
+) -> None:
+    """The fields have Kubernetes' types: a comparison Kubernetes refuses does not compile."""
+    from kdraexp.cel import runtime
+
+    try:
+        runtime.compile_selector(expression)
+    except Exception as error:  # the runtime's own exception type
+        assert refused is not None and refused in str(error), error
+    else:
+        assert refused is None

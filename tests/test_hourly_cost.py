@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from kdraexp.allocator.idlecost import price
 from kdraexp.families.deviceclass import HourlyCostError, parse_hourly_cost
 from kdraexp.families.resourceslice import D
 from tests.collect import collect, values
-from tests.objects import classy, gpu, new_claim, pool_slice, result
+from tests.objects import classy, counters, gpu, new_claim, pool_slice, result
 
 SHAPE = "expected a non-negative decimal with a dot separator"
 RANGE = "hourly cost is outside the finite float64 range"
@@ -113,3 +114,52 @@ def test_a_device_is_priced_by_the_dearest_class_with_a_valid_cost() -> None:
     )
     idle = values(listed, "kube_resourcepool_idle_hourly_cost", "pool")
     assert idle == {("pool",): 5.0}
+
+
+LARGEST = str(int(sys.float_info.max))
+"""The largest finite float64 written out: a valid hourly-cost, and absurd."""
+
+
+def test_a_cost_past_float64_is_not_written_as_infinite() -> None:
+    """Two devices at the largest price: their sum is no number, and is said so, not +Inf.
+
+    The class's own cost is what it says.  The pool's idle cost, and a claim holding both,
+    were written +Inf; a partition priced so priced its GPU at nothing, silently.
+    """
+    dear = classy("dear", None, LARGEST)
+    asks = [{"name": "gpu", "exactly": {"deviceClassName": "dear", "count": 2}}]
+    every = counters(memory_slice_0="1", memory_slice_1="1")
+    half = [{"counterSet": "g", "counters": counters(memory_slice_0="1")}]
+    slices = [
+        pool_slice("s", [gpu("g0"), gpu("g1")]),
+        pool_slice("c", pool="mig", count=2, sharedCounters=[{"name": "g", "counters": every}]),
+        pool_slice("d", [gpu("p0", "mig", consumesCounters=half)], pool="mig", count=2),
+    ]
+    idle = collect(slices=slices, classes=[dear])
+    assert values(idle, "kube_deviceclass_hourly_cost", "deviceclass_name") == {
+        ("dear",): sys.float_info.max
+    }
+    assert values(idle, "kube_resourcepool_idle_hourly_cost", "pool") == {}
+    said = [(p.resource, p.field, p.message) for p in idle.problems]
+    assert said == [
+        (
+            "deviceclasses",
+            "hourly-cost",
+            f"pool gpu.nvidia.com/{pool} node {node!r}: the idle hourly cost of its priced "
+            "devices is past the largest float64, so it is not written",
+        )
+        for pool, node in (("pool", "pool"), ("mig", "mig"))
+    ]
+    held = collect(
+        slices=slices[:1],
+        classes=[dear],
+        claims=[new_claim("both", [result("g0"), result("g1")], requests=asks)],
+    )
+    assert values(held, "kube_resourceclaim_hourly_cost", "resourceclaim_name") == {}
+    assert [(p.field, p.message) for p in held.problems] == [
+        (
+            "hourly-cost",
+            "ResourceClaim workloads/both: the hourly cost of its devices of DeviceClass dear "
+            "is past the largest float64, so it is not written",
+        )
+    ]

@@ -374,10 +374,11 @@ def test_idle_cost_per_node_of_a_pool() -> None:
     assert idle(written) == {("spread", "node-a"): 1.0, ("spread", "node-b"): 1.0}
 
 
-def test_a_share_too_small_to_price_by_prices_nothing() -> None:
-    """A vanishing share at a huge price would price its GPU at +Inf: it prices nothing.
+def test_a_share_too_small_to_price_by_is_no_price() -> None:
+    """A vanishing share at a huge price prices its GPU past float64: no idle cost is written.
 
-    Else a used GPU would be written NaN (Inf times 0).
+    A problem says so.  Used whole, the GPU idles nothing whatever its price: 0, not NaN (Inf
+    times 0).  (It used to price nothing, so the idle GPU read 2.00, its whole's price alone.)
     """
     shared = counters(memory="1E")
     slices = [
@@ -401,5 +402,7 @@ def test_a_share_too_small_to_price_by_prices_nothing() -> None:
         classy("gpu", 'device.attributes["gpu.nvidia.com"].type == "gpu"', "2.00"),
     ]
     used = [new_claim("c", [result("whole", "p")])]
-    assert idle(collect(slices=slices, classes=classes)) == {("p", "p"): 2.0}
+    unused = collect(slices=slices, classes=classes)
+    assert idle(unused) == {}
+    assert [(p.resource, p.field) for p in unused.problems] == [("deviceclasses", "hourly-cost")]
     assert idle(collect(slices=slices, classes=classes, claims=used)) == {("p", "p"): 0.0}

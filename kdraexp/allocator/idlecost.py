@@ -5,6 +5,10 @@ Summing each class's ``hourly-cost`` over the devices it selects counts a device
 price is the highest among its classes', the pool is cut into the units utilisation counts (a
 counter set, a device consuming none), and each unit's unused share is priced once: a counter
 set at the whole GPU's list price, worked out from whichever of its devices is priced.
+
+A cost is a float64: prices near its largest (``hourly-cost`` accepts any finite one) can sum
+past it.  Such a node's idle cost is no number, so it is not written and the collection counts
+a value not read, rather than write ``+Inf`` as a price.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import math
 from collections.abc import Iterator, Mapping
 
 from kdraexp.allocator.facts import DeviceFacts
-from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, set_use
+from kdraexp.allocator.index import HOURLY_COST, USABLE, ClusterIndex, Pool, set_use
 
 
 def price(costs: Mapping[str, float], device: DeviceFacts) -> float | None:
@@ -29,11 +33,13 @@ def price(costs: Mapping[str, float], device: DeviceFacts) -> float | None:
 def idle_costs(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, float]]:
     """(node, idle cost per hour) for each node of the pool with a priced unit.
 
-    Nothing for a pool the allocator cannot use, nor one whose devices are all gone.  A unit's
-    idle share is 1 minus its use, never below 0 (an over-committed counter idles nothing).  A
-    counter set's price is the largest, over the priced devices consuming it, of the device's
-    price over the share of the set it consumes: a 1g partition of a seventh of a GPU priced
-    0.55 prices the GPU at 3.85, the whole GPU priced 5.00 at 5.00, and the set costs 5.00.
+    Nothing for a pool the allocator cannot use, nor one whose devices are all gone, nor a node
+    whose cost is past float64 (a problem then).  A unit's idle share is 1 minus its use, never
+    below 0 (an over-committed counter idles nothing); a unit that idles nothing costs nothing
+    whatever its price.  A counter set's price is the largest, over the priced devices consuming
+    it, of the device's price over the share of the set it consumes: a 1g partition of a
+    seventh of a GPU priced 0.55 prices the GPU at 3.85, the whole GPU priced 5.00 at 5.00, and
+    the set costs 5.00.
     """
     if pool.state != USABLE or not pool.devices:
         return
@@ -52,11 +58,22 @@ def idle_costs(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, float]]:
             if priced is None:
                 continue
             share = set_use(pool, counter_set, {(counter_set, c): v for c, v in counters.items()})
-            whole = priced / share if share > 0 else math.inf
-            if math.isfinite(whole) and whole > set_prices.get(counter_set, -1.0):
-                set_prices[counter_set] = whole  # a share too small to price by prices nothing
+            if share <= 0:
+                continue  # consuming none of the set, it cannot price the whole
+            whole = priced / share
+            if whole > set_prices.get(counter_set, -1.0):
+                set_prices[counter_set] = whole
     for counter_set, whole in set_prices.items():
         node = set_nodes[counter_set]
-        idle = max(0.0, 1.0 - set_use(pool, counter_set)) * whole
-        sums[node] = sums.get(node, 0.0) + idle
-    yield from sums.items()
+        idle = max(0.0, 1.0 - set_use(pool, counter_set))
+        sums[node] = sums.get(node, 0.0) + (idle * whole if idle else 0.0)
+    for node, total in sums.items():
+        if math.isfinite(total):
+            yield node, total
+        else:
+            index.problems.add(
+                "deviceclasses",
+                HOURLY_COST,
+                f"pool {pool.driver}/{pool.name} node {node!r}: the idle hourly cost of its "
+                "priced devices is past the largest float64, so it is not written",
+            )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
 
 USABLE, INCOMPLETE, INVALID = "usable", "incomplete", "invalid"
 """A pool's states, in the allocator's terms (kube_resourcepool_state)."""
+HOURLY_COST = "hourly-cost"
+"""Where a cost summed past float64 is counted: the DeviceClass annotation that priced it."""
 _NO_RULES: Mapping[str, list[RuleFacts]] = MappingProxyType({})
 """What selects a pool's devices when no taint rule is listed (one read-only mapping for all)."""
 _PLACEMENT = re.compile(r"\d+$")
@@ -524,7 +527,10 @@ class ClusterIndex:
                     yield device.labels, name, max(0.0, capacity - used.get(name, 0.0))
 
     def claim_costs(self) -> Iterator[tuple[GroupValues, str, float]]:
-        """Per claim and class: the class's hourly cost times the share of each device used."""
+        """Per claim and class: the class's hourly cost times the share of each device used.
+
+        A sum past float64 is no cost: not written, and counted as a value not read.
+        """
         for claim in self.claims:
             if not claim.home:
                 continue
@@ -537,7 +543,15 @@ class ClusterIndex:
                 if share is not None:
                     sums[result.deviceclass] = sums.get(result.deviceclass, 0.0) + cost * share
             for deviceclass, total in sums.items():
-                yield claim.labels, deviceclass, total
+                if math.isfinite(total):
+                    yield claim.labels, deviceclass, total
+                    continue
+                self.problems.add(
+                    "deviceclasses",
+                    HOURLY_COST,
+                    f"{claim.where}: the hourly cost of its devices of DeviceClass {deviceclass} "
+                    "is past the largest float64, so it is not written",
+                )
 
     def _share(self, claim: ClaimFacts, result: ResultFacts) -> float | None:
         device = self.devices.get((result.driver, result.pool, result.device))

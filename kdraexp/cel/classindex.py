@@ -79,7 +79,6 @@ class ClassIndex:
         why: the costliest, when its evaluations ran out."""
         self._unmatched_in = -1
         self._live_made: tuple[int, list[tuple[ClassEntry, CompiledClass]]] | None = None
-        self._names_made: dict[int, str] | None = None
 
     @property
     def _compiled(self) -> list[tuple[ClassEntry, CompiledClass]]:
@@ -139,8 +138,9 @@ class ClassIndex:
             return
         keys = list(pending)
         fit = (self._matcher.left + ANSWERS) // len(keys)
-        """The classes this slice's distinct devices can be matched with, were nothing cached."""
-        beyond = len(self._compiled) - len(self._left_out()) - fit
+        """The selectors this slice's distinct devices can be matched with, were nothing cached."""
+        evaluated = {e.expressions for e, c in self._live() if not c.evaluated_here}
+        beyond = len(evaluated) - fit
         if beyond > 0:  # more than any cache could spare: the costliest go now
             self._leave_out({}, beyond)
         start = 0
@@ -149,7 +149,7 @@ class ClassIndex:
             step = max(1, PAIRS // max(1, len(live)))  # a thousand classes: 65 devices at a time
             some = keys[start : start + step]
             start += step
-            requests = [(c, pending[key]) for key in some for _, c in live]
+            requests = [(e.name, c, pending[key]) for key in some for e, c in live]
             answers = iter(self._match_all(requests))
             for key in some:
                 found = self._sort([(entry.name, next(answers)) for entry, _ in live])
@@ -172,7 +172,7 @@ class ClassIndex:
         known = self._prepared.get(id(device)) if key is None else self._by_projection.get(key)
         if known is None:
             live = self._live()
-            answers = self._match_all([(compiled, device) for _, compiled in live])
+            answers = self._match_all([(e.name, compiled, device) for e, compiled in live])
             known = self._sort([(e.name, a) for (e, _), a in zip(live, answers, strict=True)])
             if key is not None:
                 self._keep(key, known)
@@ -203,8 +203,10 @@ class ClassIndex:
             listed[-1] = (name, f"{reason} (and {more} more classes left unmatched, not listed)")
         return listed
 
-    def _match_all(self, requests: list[tuple[CompiledClass, DeviceFields]]) -> list[bool | str]:
-        """Each request's answer; a class left unmatched answers why.
+    def _match_all(
+        self, requests: list[tuple[str, CompiledClass, DeviceFields]]
+    ) -> list[bool | str]:
+        """Each (class name, its selectors, device)'s answer; a class left unmatched answers why.
 
         Where the collection's evaluations would run out, the class that asked for the most of
         them (this collection and now) is left unmatched until the collection ends, and the
@@ -212,15 +214,14 @@ class ClassIndex:
         """
         assert self._matcher is not None
         unmatched = self._left_out()
-        names = self._names()
         while True:
-            asked = [i for i, (c, _) in enumerate(requests) if names[id(c)] not in unmatched]
+            asked = [i for i, (name, _, _) in enumerate(requests) if name not in unmatched]
             try:
-                found = self._matcher.match_all([requests[i] for i in asked])
+                found = self._matcher.match_all([requests[i][1:] for i in asked])
             except TooManyEvaluations as error:
                 self._leave_out(error.wanted)
                 continue
-            answers: list[bool | str] = [unmatched.get(names[id(c)], "") for c, _ in requests]
+            answers: list[bool | str] = [unmatched.get(name, "") for name, _, _ in requests]
             for i, answer in zip(asked, found, strict=True):
                 answers[i] = answer
             return answers
@@ -234,12 +235,6 @@ class ClassIndex:
             live = [(e, c) for e, c in self._compiled if e.name not in unmatched]
             self._live_made = (len(unmatched), live)
         return self._live_made[1]
-
-    def _names(self) -> dict[int, str]:
-        """Each compiled class's name, by its identity."""
-        if self._names_made is None:
-            self._names_made = {id(compiled): entry.name for entry, compiled in self._compiled}
-        return self._names_made
 
     def _left_out(self) -> dict[str, str]:
         """The classes left unmatched in the matcher's collection (none in a new one).
@@ -256,32 +251,42 @@ class ClassIndex:
             self._live_made = None
         return self._unmatched
 
-    def _leave_out(self, wanted: dict[str, int], classes: int = 0) -> None:
-        """Leave unmatched the classes that asked for the most evaluations, *wanted* now too.
+    def _leave_out(self, wanted: dict[str, int], selectors: int = 0) -> None:
+        """Leave unmatched the classes whose selectors asked for the most evaluations.
 
-        As many as give back what *wanted* asks for beyond what is left, or *classes* of them.
+        Those asked for this collection, and *wanted* now.  Classes with the same selectors ask
+        for the same evaluations, so they go together; classes that asked the process nothing
+        and would not (:attr:`.CompiledClass.evaluated_here`) never go.  As many selectors go
+        as give back what *wanted* asks for beyond what is left, or *selectors* of them.
         """
         assert self._matcher is not None
         spent, left = self._matcher.spent, self._matcher.left
         unmatched = self._left_out()
-        costs: dict[str, tuple[int, int]] = {}
-        """Per class still matched: (evaluations asked for in the collection, of them now)."""
-        for entry, _ in self._compiled:
-            if entry.name not in unmatched:
-                now = sum(wanted.get(e, 0) for e in entry.expressions)
-                costs[entry.name] = (sum(spent.get(e, 0) for e in entry.expressions) + now, now)
+        names: dict[tuple[str, ...], list[str]] = {}
+        costs: dict[tuple[str, ...], tuple[int, int]] = {}
+        """Per selectors of classes still matched: (evaluations asked for in the collection, of
+        them now)."""
+        for entry, compiled in self._compiled:
+            if entry.name in unmatched:
+                continue
+            now = sum(wanted.get(e, 0) for e in entry.expressions)
+            cost = sum(spent.get(e, 0) for e in entry.expressions) + now
+            if cost or not compiled.evaluated_here:
+                names.setdefault(entry.expressions, []).append(entry.name)
+                costs[entry.expressions] = (cost, now)
         assert costs, "what ran out was asked for by a class still matched"
         beyond = sum(wanted.values()) - left
-        for name in sorted(costs, key=lambda name: (costs[name][0], name), reverse=True):
-            unmatched[name] = (
-                f"{UNMATCHED}its selectors need more evaluations than were left of a "
-                f"collection's {EVALUATIONS} and {PER_DEVICE} per device ({costs[name][0]} asked "
-                f"for, among the most of {len(self.entries)} classes); matched again when its "
-                "slices or the classes change"
-            )
-            beyond -= costs[name][1]
-            classes -= 1
-            if beyond <= 0 and classes <= 0:
+        for key in sorted(costs, key=lambda key: (costs[key][0], max(names[key])), reverse=True):
+            for name in names[key]:
+                unmatched[name] = (
+                    f"{UNMATCHED}its selectors need more evaluations than were left of a "
+                    f"collection's {EVALUATIONS} and {PER_DEVICE} per device ({costs[key][0]} "
+                    f"asked for, among the most of {len(self.entries)} classes); matched again "
+                    "when its slices or the classes change"
+                )
+            beyond -= costs[key][1]
+            selectors -= 1
+            if beyond <= 0 and selectors <= 0:
                 return
 
     def _key(self, device: DeviceFields) -> Any:

@@ -180,6 +180,16 @@ class CompiledClass:
     selectors: tuple[Selector, ...] = ()
     error: str | None = None
 
+    @property
+    def evaluated_here(self) -> bool:
+        """Whether matching it asks the process nothing, as far as the selectors tell.
+
+        True without selectors, where it cannot be evaluated, or where every selector is of
+        the simple form (:mod:`.native`; one asks the process only for a device it cannot
+        answer for).
+        """
+        return self.error is not None or all(one.native is not None for one in self.selectors)
+
 
 Request = tuple[CompiledClass, DeviceFields]
 """A class's selectors and a device to match them against."""

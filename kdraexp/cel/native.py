@@ -33,9 +33,9 @@ _RESERVED = frozenset(
     }
 )
 """Names CEL reserves: ``device.attributes['d'].in`` does not compile, so it is not read here."""
-_EQUAL = [("other", "="), ("other", "=")]
-_UNEQUAL = [("other", "!"), ("other", "=")]
-_AND = [("other", "&"), ("other", "&")]
+_EQUAL = ("other", "==")
+_UNEQUAL = ("other", "!=")
+_AND = ("other", "&&")
 DRIVER = ("driver",)
 
 
@@ -88,9 +88,9 @@ def native(expression: str) -> Native | None:
         clauses.append(clause)
         if at == len(found):
             return Native(tuple(clauses))
-        if found[at : at + 2] != _AND:
+        if found[at] != _AND:
             return None
-        at += 2
+        at += 1
 
 
 def _clause(found: list[tuple[str, str]], at: int) -> tuple[Clause | None, int]:
@@ -135,11 +135,11 @@ def _path(found: list[tuple[str, str]], at: int) -> tuple[tuple[str, ...] | None
 
 
 def _operator(found: list[tuple[str, str]], at: int) -> tuple[bool | None, int]:
-    pair = found[at : at + 2]
-    if pair == _EQUAL:
-        return True, at + 2
-    if pair == _UNEQUAL:
-        return False, at + 2
+    operator = found[at] if at < len(found) else None
+    if operator == _EQUAL:
+        return True, at + 1
+    if operator == _UNEQUAL:
+        return False, at + 1
     return None, at
 
 

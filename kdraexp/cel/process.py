@@ -5,8 +5,14 @@ writes the index of the item it is evaluating into a word of memory both share. 
 has had more than :data:`DEADLINE` seconds of the process's CPU (or :data:`WALL` seconds of
 waiting), the process is killed and that item is over budget: what Kubernetes' CEL cost limit
 does to an evaluation that runs past it.  The process caps its own heap, so an item that needs
-more memory is over budget too, and so is one during which the process ended.  A new process
-takes the rest of the request.
+more memory is over budget too, and so is one during which the process ended by itself (an
+exit, or a signal it raises: an abort, a fault).  A new process takes the rest of the request.
+
+The heap cap makes an allocation fail, never a kill: a SIGKILL (or another signal no evaluation
+raises) that the exporter did not send came from outside, the OOM killer or an operator, and
+is not the item's doing.  A new process evaluates the item again; ended from outside more than
+:data:`OUTSIDE_ENDS` times in one request, the request fails as if no process could be had
+(every answer asked again next time), never charging the classes.
 
 The wait blocks the reactor, as evaluating in the exporter's own process would, but never for
 longer than one item's budget: callers send a slice's devices at a time and give the reactor
@@ -18,6 +24,7 @@ from __future__ import annotations
 import mmap
 import os
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -42,12 +49,21 @@ STARTS = 3
 """Processes that may fail to start in a row before evaluation pauses for :data:`RETRY` s."""
 RETRY = 60.0
 MAX_FRAME = 16 << 20
-"""A frame holds answers of 200 characters at most (4,096 of them, or one per expression
-compiled); a longer one means the process is not ours."""
+"""A frame holds answers of 200 characters at most, :data:`BATCH` of them; a longer one means
+the process is not ours."""
 BATCH = 4096
-"""Items sent in one request at most (reading a request is not any item's budget)."""
+"""Items, or expressions to compile, sent in one request at most (reading a request is not any
+item's budget)."""
 POLL = 0.02
 """Seconds between two looks at the process's progress while it evaluates."""
+OUTSIDE_ENDS = 2
+"""Ends from outside one request is evaluated again after (a third fails it)."""
+_OWN_SIGNALS = frozenset(
+    getattr(signal, name)
+    for name in ("SIGABRT", "SIGBUS", "SIGFPE", "SIGILL", "SIGSEGV", "SIGSYS", "SIGTRAP")
+    if hasattr(signal, name)
+)
+"""Signals a process raises on itself (an abort where an allocation fails, a fault)."""
 
 _HEADER = struct.Struct(">I")
 _PROGRESS = struct.Struct("=I")
@@ -75,16 +91,26 @@ class EvaluationError(Exception):
     """The evaluation process cannot be started or does not speak its protocol."""
 
 
-class _Over(Exception):
-    """Item *index* of the request had its budget; *answers* arrived before the process went."""
+class _Stopped(Exception):
+    """The process went while evaluating item *index*; *answers* arrived before it went.
 
-    def __init__(self, index: int, budget: OverBudget, answers: list[Any]) -> None:
-        super().__init__(index, budget, answers)
-        self.index, self.budget, self.answers = index, budget, answers
+    *budget* is the item's, where it had it; None where the process was ended from outside.
+    """
+
+    def __init__(self, index: int, budget: OverBudget | None, answers: list[Any], how: str) -> None:
+        super().__init__(index, budget, answers, how)
+        self.index, self.budget, self.answers, self.how = index, budget, answers, how
 
 
 class _Ended(Exception):
-    """The process ended, or was killed (args[0] is "killed"), before answering everything."""
+    """The process ended, or was killed (args[0] is "killed"), before answering everything.
+
+    *outside*: by a signal it did not raise and the exporter did not send.
+    """
+
+    def __init__(self, how: str, outside: bool = False) -> None:
+        super().__init__(how)
+        self.outside = outside
 
 
 class Evaluator:
@@ -100,6 +126,8 @@ class Evaluator:
         self._why = ""
         self.kills = 0
         """How many times an item over budget had the process killed."""
+        self.ended_outside = 0
+        """How many times the process was ended from outside while in use."""
         self.waited = 0.0
         """Seconds spent waiting for processes to start, in all."""
         self._lock = threading.RLock()
@@ -115,12 +143,25 @@ class Evaluator:
 
         :raises EvaluationError: when no process could be started to compile with.
         """
-        try:
-            (found,) = self._ask(["compile", list(expressions)], 1)
-        except _Over as over:  # one of them had the budget: which, each compiled alone says
-            if len(expressions) == 1:
-                return [over.budget]
-            return [self.compile([expression])[0] for expression in expressions]
+        if len(expressions) > BATCH:  # refusals of BATCH expressions fit a frame
+            return [
+                found
+                for start in range(0, len(expressions), BATCH)
+                for found in self.compile(expressions[start : start + BATCH])
+            ]
+        outside = 0
+        while True:
+            try:
+                (found,) = self._ask(["compile", list(expressions)], 1)
+                break
+            except _Stopped as stopped:
+                if stopped.budget is None:
+                    outside = self._ended_from_outside(outside, stopped.how)
+                    continue
+                if len(expressions) == 1:
+                    return [stopped.budget]
+                # One of them had the budget: which, each compiled alone says.
+                return [self.compile([expression])[0] for expression in expressions]
         if not isinstance(found, list) or len(found) != len(expressions):
             self.close()
             raise EvaluationError("the evaluation process answered a compile with something else")
@@ -139,6 +180,7 @@ class Evaluator:
         """
         answers: list[Answer | None] = [None] * len(items)
         todo = list(range(len(items)))
+        outside = 0
         while todo:
             batch = todo[:BATCH]
             used: dict[int, int] = {}  # the devices this batch reads, numbered again
@@ -147,19 +189,35 @@ class Evaluator:
                 found = self._ask(
                     ["evaluate", list(expressions), [devices[d] for d in used], sent], len(batch)
                 )
-            except _Over as over:
-                for position, answer in zip(batch, over.answers, strict=False):
+            except _Stopped as stopped:
+                for position, answer in zip(batch, stopped.answers, strict=False):
                     answers[position] = answer
-                culprit = items[batch[over.index]][0]
-                for position in todo:  # the expression is over budget for every device
-                    if answers[position] is None and items[position][0] == culprit:
-                        answers[position] = over.budget
+                if stopped.budget is None:  # not the item's doing: asked again
+                    outside = self._ended_from_outside(outside, stopped.how)
+                else:
+                    culprit = items[batch[stopped.index]][0]
+                    for position in todo:  # the expression is over budget for every device
+                        if answers[position] is None and items[position][0] == culprit:
+                            answers[position] = stopped.budget
                 todo = [i for i in todo if answers[i] is None]
                 continue
             for position, answer in zip(batch, found, strict=True):
                 answers[position] = answer
             todo = todo[BATCH:]
         return [answer for answer in answers if answer is not None]
+
+    def _ended_from_outside(self, before: int, how: str) -> int:
+        """Count one more end from outside in this request, *before* it; fail it past a bound.
+
+        :raises EvaluationError: past :data:`OUTSIDE_ENDS`.
+        """
+        self.ended_outside += 1
+        if before >= OUTSIDE_ENDS:
+            raise EvaluationError(
+                f"the evaluation process was ended from outside {before + 1} times in one "
+                f"request ({how})"
+            )
+        return before + 1
 
     def idle(self, after: float) -> bool:
         """End the process if it has had nothing to do for *after* seconds; whether it was.
@@ -250,7 +308,7 @@ class Evaluator:
     def _ask(self, request: list[Any], expected: int) -> list[Any]:
         """Send *request*; its *expected* answers.
 
-        :raises _Over: for the item being evaluated when its budget ran out or the process
+        :raises _Stopped: for the item being evaluated when its budget ran out or the process
             ended (the process is gone then; the next request starts another).
         """
         process = self._ready_process()
@@ -265,8 +323,9 @@ class Evaluator:
             current = self._current()
             culprit = min(max(0 if current == READING else current, len(answers)), expected - 1)
             self.close()
-            budget = TIME if ended.args[0] == "killed" else MEMORY
-            raise _Over(culprit, budget, answers[:culprit]) from None
+            how = str(ended.args[0])
+            budget = None if ended.outside else TIME if how == "killed" else MEMORY
+            raise _Stopped(culprit, budget, answers[:culprit], how) from None
 
     def _send(self, process: subprocess.Popen[bytes], body: bytes) -> None:
         assert process.stdin is not None
@@ -280,7 +339,7 @@ class Evaluator:
             try:
                 data = data[os.write(descriptor, data) :]
             except BrokenPipeError:
-                raise _Ended(self._status(process)) from None
+                raise _ended(process) from None
 
     def _receive(
         self,
@@ -302,7 +361,7 @@ class Evaluator:
             if select.select([descriptor], [], [], POLL)[0]:
                 chunk = os.read(descriptor, 1 << 16)
                 if not chunk:
-                    raise _Ended(self._status(process))
+                    raise _ended(process)
                 self._buffer += chunk
                 continue
             now = self._current()
@@ -365,14 +424,17 @@ class Evaluator:
         self.kills += 1
         process.kill()
 
-    @staticmethod
-    def _status(process: subprocess.Popen[bytes]) -> str:
-        try:
-            code = process.wait(timeout=WALL)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            return "not answering"
-        return f"signal {-code}" if code < 0 else f"exit code {code}"
+
+def _ended(process: subprocess.Popen[bytes]) -> _Ended:
+    """How the process ended (its pipe closed): by itself, or from outside."""
+    try:
+        code = process.wait(timeout=WALL)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return _Ended("not answering")
+    if code < 0:
+        return _Ended(f"signal {-code}", outside=-code not in _OWN_SIGNALS)
+    return _Ended(f"exit code {code}")
 
 
 def _now() -> float:

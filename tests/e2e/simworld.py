@@ -6,12 +6,14 @@ scheduler bound a pod, its conditions, the exporter's samples), and the exporter
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import Exporter, write_kubeconfig
+from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
+from tests.e2e.controlplane import APIError
 from tests.e2e.simulated import Simulated
 from tests.objects import resource_slice
 
@@ -44,13 +46,51 @@ def counters(**values: str) -> dict[str, dict[str, str]]:
 
 
 def device_class(name: str, kind: str) -> dict[str, Any]:
-    expression = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{kind}"'
+    """The class of the driver's devices of type *kind*."""
+    return class_selecting(
+        name, f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "{kind}"'
+    )
+
+
+def class_selecting(name: str, *expressions: str) -> dict[str, Any]:
+    """A DeviceClass with these CEL selectors."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
         "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+        "spec": {"selectors": [{"cel": {"expression": e}} for e in expressions]},
     }
+
+
+def claim(name: str, deviceclass: str, *selectors: str, **exactly: Any) -> dict[str, Any]:
+    """A claim of one request, ``dev``, for devices of *deviceclass* that satisfy *selectors*."""
+    body: dict[str, Any] = {"deviceClassName": deviceclass, **exactly}
+    if selectors:
+        body["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "dev", "exactly": body}]}},
+    }
+
+
+def remove(simulated: Simulated, names: Iterable[str]) -> None:
+    """Pods deleted at once, then their claims; wait until the claims are gone."""
+    names = list(names)
+    simulated.delete_pods(NAMESPACE, *names)
+    for name in names:
+        try:
+            simulated.kube.delete(f"{CLAIMS}/{name}")
+        except APIError as error:
+            if error.code != 404:
+                raise
+
+    def gone() -> bool:
+        left = {c["metadata"]["name"] for c in simulated.kube.get(CLAIMS)["items"]}
+        return not left & set(names)
+
+    wait_until(gone, SCHEDULED, "the claims deleted (deallocated first)")
 
 
 def claim_spec(device_class_name: str, uuid: str | None = None) -> dict[str, Any]:

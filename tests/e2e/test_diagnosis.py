@@ -28,11 +28,13 @@ from tests.e2e.simworld import (
     RESOURCE,
     SCHEDULED,
     bound,
+    claim,
     counters,
     device_class,
     exporter,
     ok,
     pool_slice,
+    remove,
     samples,
     unschedulable,
     values,
@@ -136,18 +138,6 @@ SLICES = [
 KINDS = ("gpu", "mig", "nic", "spare", "lost")
 
 
-def claim(name: str, deviceclass: str, *selectors: str, **exactly: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"deviceClassName": deviceclass, **exactly}
-    if selectors:
-        body["selectors"] = [{"cel": {"expression": e}} for e in selectors]
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"devices": {"requests": [{"name": "dev", "exactly": body}]}},
-    }
-
-
 def pod(name: str, claim_name: str, node: str | None = None, cpu: str = "100m") -> dict[str, Any]:
     spec: dict[str, Any] = {
         "containers": [
@@ -168,23 +158,6 @@ def run(cluster: Simulated, name: str, made: dict[str, Any], **where: Any) -> No
     """A claim and a pod of the same name that uses it."""
     cluster.kube.create(CLAIMS, made)
     cluster.kube.create(PODS, pod(name, name, **where))
-
-
-def remove(cluster: Simulated, names: list[str]) -> None:
-    """Pods deleted at once, then their claims; wait until the claims are gone."""
-    cluster.delete_pods(NAMESPACE, *names)
-    for name in names:
-        try:
-            cluster.kube.delete(f"{CLAIMS}/{name}")
-        except APIError as error:
-            if error.code != 404:
-                raise
-
-    def gone() -> bool:
-        left = {c["metadata"]["name"] for c in cluster.kube.get(CLAIMS)["items"]}
-        return not left & set(names)
-
-    wait_until(gone, SCHEDULED, "the claims deleted (deallocated first)")
 
 
 @pytest.fixture(scope="module")

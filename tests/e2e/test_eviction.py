@@ -31,6 +31,7 @@ from tests.e2e.simworld import (
     RESOURCE,
     SCHEDULED,
     bound,
+    claim,
     device_class,
     exporter,
     gpu,
@@ -63,17 +64,7 @@ KEPT = {"exact": "true", "no-effect": "false", "seconds": "false"}
 
 def holder(name: str) -> dict[str, Any]:
     """A claim for one GPU tolerating the taint key as *name* says."""
-    exactly = {
-        "deviceClassName": "evict-gpu",
-        "count": 1,
-        "tolerations": [TOLERATIONS[name]],
-    }
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
-    }
+    return claim(name, "evict-gpu", count=1, tolerations=[TOLERATIONS[name]])
 
 
 @pytest.fixture(scope="module")
