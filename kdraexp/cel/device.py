@@ -9,7 +9,8 @@ what they read besides.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -163,7 +164,8 @@ class SelectorView:
         return projections
 
 
-_NO_VALUES: dict[str, msgspec.Raw] = {}
+_NO_VALUES: Mapping[str, msgspec.Raw] = MappingProxyType({})
+"""A device without attributes or capacities (one read-only mapping for all)."""
 
 
 def keys_of(driver: str, domain: str, name: str) -> tuple[str, ...]:
