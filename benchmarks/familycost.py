@@ -185,7 +185,8 @@ def table(result: dict[str, Any], first_scrape_cpu: float) -> str:
         [
             f"One first collection at {result['devices']:,} devices with {result['pending']:,} "
             f"pending claims, read in process: {collection:.2f} s of CPU (fastest of {RUNS}); a "
-            f"first scrape of the same cluster, scraped: {first_scrape_cpu:.2f} s (median).",
+            f"collection made at start of the same cluster, by the exporter: "
+            f"{first_scrape_cpu:.2f} s (median).",
             "",
             "| family | CPU (s) | share of the collection | share of a first scrape |",
             "|---|---:|---:|---:|",

@@ -159,6 +159,17 @@ class Run:
                 stderr=subprocess.STDOUT,
             )
         wait_for(lambda: get(self.port, "/healthz")[0] == 200, 60, "the exporter starting")
+        self.start_cpu = self.cpu()
+        self.healthz_while_starting, self.start_seconds = self._healthz_while(self._until_ready)
+        self.start_cpu = self.cpu() - self.start_cpu
+        """What the exporter did from answering /healthz to /readyz saying ready: in list mode,
+        the collection made and rendered at start; in watch mode, every resource synchronised."""
+
+    def _until_ready(self) -> float:
+        """Seconds until /readyz answers 200 (at most ten minutes)."""
+        start = time.perf_counter()
+        wait_for(lambda: get(self.port, "/readyz")[0] == 200, 600, "the exporter ready")
+        return time.perf_counter() - start
 
     def series(self) -> dict[str, int]:
         """Series per DRA family in one uncompressed scrape."""
@@ -267,16 +278,20 @@ class Run:
 
     def healthz_during_scrape(self) -> tuple[float, float]:
         """The slowest /healthz answer while a scrape is made, and the scrape's seconds."""
+        return self._healthz_while(self.scrape)
+
+    def _healthz_while(self, work: Any) -> tuple[float, float]:
+        """The slowest /healthz answer while *work* runs in a thread, and what *work* gave."""
         done = threading.Event()
         took: list[float] = []
 
-        def scrape() -> None:
+        def working() -> None:
             try:
-                took.append(self.scrape())
+                took.append(work())
             finally:
                 done.set()
 
-        thread = threading.Thread(target=scrape)
+        thread = threading.Thread(target=working)
         thread.start()
         slowest = 0.0
         while not done.is_set():
@@ -285,6 +300,8 @@ class Run:
             slowest = max(slowest, time.perf_counter() - start)
             time.sleep(0.02)
         thread.join()
+        if not took:
+            raise RuntimeError("the work measured failed (see above)")
         return slowest, took[0]
 
     def concurrent(self, count: int = 40) -> int:

@@ -4,10 +4,11 @@
 tables, writes ``--json`` and ``--plot`` files, and checks the targets (``--check``): at 16k
 devices the median scrape within 1.5x the floor and peak RSS within 128 MiB; 40 concurrent
 scrapes making one set of list calls, and adding at most one body's size to the peak RSS, plain
-or gzip; /healthz within 100 ms during the first and later scrapes at every size; scrapes
-growing with the cluster as the floor does (linear); at 64k the first scrape within 4x the
-floor.  Watch mode and shards, pending claims, each family's cost, the Pod view and scrapes of
-objects all new are measured by the modules named after them (``--*-size`` 0 leaves one out).
+or gzip; /healthz within 100 ms while the collection made at start runs and during scrapes at
+every size; scrapes growing with the cluster as the floor does (linear); from 16k devices the
+first scrape after start (the exporter ready) within 2x a calm one.  Watch mode and shards,
+pending claims, each family's cost, the Pod view and scrapes of objects all new are measured
+by the modules named after them (``--*-size`` 0 leaves one out).
 
 Scrapes ask what Prometheus asks: the text format, gzip-compressed.
 """
@@ -38,9 +39,9 @@ def measure(
     run = Run(devices, directory, exporter_args)
     try:
         cpu = run.cpu()
-        # The first scrape: every object read, every family rendered.
-        healthz_cold, cold = run.healthz_during_scrape()
-        cold_cpu = run.cpu() - cpu
+        # The first scrape after start: the collection made at start read and rendered it all.
+        healthz_first, first = run.healthz_during_scrape()
+        first_cpu = run.cpu() - cpu
         before, cpu = run.list_requests(), run.cpu()
         times = [run.scrape() for _ in range(scrapes)]
         warm_cpu = (run.cpu() - cpu) / scrapes
@@ -59,8 +60,10 @@ def measure(
         "devices": run.nodes * DEVICES_PER_NODE,
         "nodes": run.nodes,
         "claims": run.nodes * DEVICES_PER_NODE // 2,
-        "scrape_cold": cold,
-        "cpu_cold": cold_cpu,
+        "start": run.start_seconds,
+        "start_cpu": run.start_cpu,
+        "scrape_first": first,
+        "cpu_first": first_cpu,
         "cpu_per_scrape": warm_cpu,
         "scrape_min": min(times),
         "scrape_median": statistics.median(times),
@@ -70,7 +73,8 @@ def measure(
         "peak_rss_bytes": rss,
         "lists_per_scrape": per_scrape,
         "lists_during_40_concurrent": burst,
-        "healthz_max_during_cold_scrape": healthz_cold,
+        "healthz_max_during_start": run.healthz_while_starting,
+        "healthz_max_during_first_scrape": healthz_first,
         "healthz_max_during_scrape": healthz_warm,
         "series": series,
         "body_plain_bytes": plain_body,
@@ -83,19 +87,22 @@ def measure(
 def table(results: list[dict[str, Any]]) -> str:
     """Time and CPU, as a markdown table."""
     lines = [
-        "| devices | claims | first scrape (s) | its CPU (s) | scrape min / median / max (s) "
-        "| CPU per scrape (s) | floor (s) | median ÷ floor | lists per scrape "
-        "| lists for 40 concurrent | /healthz max, first / later scrape (ms) |",
-        "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| devices | claims | ready after (s) | its CPU (s) | first scrape (s) "
+        "| scrape min / median / max (s) | CPU per scrape (s) | floor (s) | median ÷ floor "
+        "| first ÷ median | lists per scrape | lists for 40 concurrent "
+        "| /healthz max, start / first / later scrape (ms) |",
+        "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         lines.append(
-            f"| {r['devices']:,} | {r['claims']:,} | {r['scrape_cold']:.3f} | "
-            f"{r['cpu_cold']:.2f} | "
+            f"| {r['devices']:,} | {r['claims']:,} | {r['start']:.3f} | {r['start_cpu']:.2f} | "
+            f"{r['scrape_first']:.3f} | "
             f"{r['scrape_min']:.3f} / {r['scrape_median']:.3f} / {r['scrape_max']:.3f} | "
             f"{r['cpu_per_scrape']:.2f} | {r['floor_median']:.3f} | {r['ratio']:.2f} | "
+            f"{r['scrape_first'] / r['scrape_median']:.2f} | "
             f"{r['lists_per_scrape']:g} | {r['lists_during_40_concurrent']} | "
-            f"{r['healthz_max_during_cold_scrape'] * 1000:.0f} / "
+            f"{r['healthz_max_during_start'] * 1000:.0f} / "
+            f"{r['healthz_max_during_first_scrape'] * 1000:.0f} / "
             f"{r['healthz_max_during_scrape'] * 1000:.0f} |"
         )
     return "\n".join(lines)
@@ -154,18 +161,24 @@ def targets(results: list[dict[str, Any]]) -> list[tuple[str, bool]]:
                 r["peak_rss_bytes"] <= 128 * 2**20,
             )
         )
-    if 64000 in by_size:
-        r = by_size[64000]
+    for r in results:
+        if r["devices"] >= 16000:  # smaller scrapes take milliseconds: a ratio of noise
+            checks.append(
+                (
+                    f"{r['devices']:,} devices: the first scrape after start <= 2x a calm one",
+                    r["scrape_first"] <= 2 * r["scrape_median"],
+                )
+            )
+        slowest = max(
+            r["healthz_max_during_start"],
+            r["healthz_max_during_first_scrape"],
+            r["healthz_max_during_scrape"],
+        )
         checks.append(
             (
-                "64,000 devices: first scrape <= 4x the floor",
-                r["scrape_cold"] <= 4 * r["floor_median"],
+                f"{r['devices']:,} devices: /healthz within 100 ms at start and during scrapes",
+                slowest <= 0.1,
             )
-        )
-    for r in results:
-        slowest = max(r["healthz_max_during_cold_scrape"], r["healthz_max_during_scrape"])
-        checks.append(
-            (f"{r['devices']:,} devices: /healthz within 100 ms during scrapes", slowest <= 0.1)
         )
         for form in ("plain", "gzip"):
             allowed = max(r["body_plain_bytes"], CONNECTION_ALLOWANCE)

@@ -138,6 +138,8 @@ class Exporter:
     """The exporter's root resource, for requests that bypass treq's gzip decoding."""
     telemetry: Any
     """A StubTreq over the telemetry listener's resource."""
+    app: ExporterApp
+    """The main listener's app (its resource is :attr:`resource`)."""
 
     def settle(self) -> None:
         """Deliver what is in flight between the fake API, the exporter and its clients."""
@@ -193,6 +195,9 @@ def exporter(fake: FakeKubeAPI, clock: Clock) -> Exporter:
     client, agent = in_memory_client(fake, clock)
     stats = CollectionStats(10.0)
     gatherer = Gatherer(client, clock, 10.0, stats, select())
-    resource = ExporterApp(gatherer, clock, ":8081").app.resource()
+    app = ExporterApp(gatherer, clock, ":8081")
+    resource = app.app.resource()
     telemetry = StubTreq(TelemetryApp(registry(stats)).app.resource())
-    return Exporter(fake, clock, stats, gatherer, StubTreq(resource), agent, resource, telemetry)
+    return Exporter(
+        fake, clock, stats, gatherer, StubTreq(resource), agent, resource, telemetry, app
+    )

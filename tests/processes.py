@@ -186,6 +186,12 @@ async def get(url: str, **kwargs: Any) -> tuple[int, bytes] | None:
         return None
 
 
+async def ready(port: int) -> bool:
+    """Whether the exporter on *port* says it is ready (``/readyz`` answers 200)."""
+    answer = await get(f"http://127.0.0.1:{port}/readyz")
+    return answer is not None and answer[0] == 200
+
+
 async def stop(process: subprocess.Popen[bytes], limit: float = 10.0) -> int:
     """SIGTERM the process and return its exit status."""
     if process.poll() is None:

@@ -64,7 +64,7 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     judged = json.loads((tmp_path / "results.json").read_text())["diagnosis"]
     assert judged["pending_reason_series"] > 0
     assert 0 < judged["list_first_cpu_fastest"] <= judged["list_first_cpu"]
-    assert "first scrape's CPU (s, fastest of 5)" in result.stdout
+    assert "collection at start, its CPU (s, fastest of 5)" in result.stdout
     assert judged["without_answers_list_first_cpu_fastest"] > 0
     assert "the families an operator acts on (kube_resourcepool_idle_hourly_cost" in result.stdout
     costed = json.loads((tmp_path / "results.json").read_text())["families"]

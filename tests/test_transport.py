@@ -203,3 +203,22 @@ def test_headers_past_their_bounds_are_refused_saying_which(
         "headers": "the response headers are larger than 256 KiB",
     }[refused]
     assert str(inner.lost.value) == message
+
+
+def test_a_connection_cancelled_while_being_made_is_a_cancellation() -> None:
+    """Stopping while a list connects is no transport failure: nothing is logged as an error.
+
+    A HostnameEndpoint cancelled mid-connect fails with ConnectingCancelledError, alone or among
+    a connection attempt's reasons; it was logged as ``Transport: ConnectingCancelledError``.
+    """
+    from twisted.internet.address import HostnameAddress
+    from twisted.internet.error import ConnectingCancelledError
+    from twisted.python.failure import Failure
+    from twisted.web._newclient import RequestGenerationFailed
+
+    from kdraexp.kube.transport import cancelled
+
+    connecting = Failure(ConnectingCancelledError(HostnameAddress(b"127.0.0.1", 6443)))
+    assert cancelled(connecting)
+    assert cancelled(Failure(RequestGenerationFailed([connecting])))
+    assert not cancelled(Failure(ConnectionRefusedError()))

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from treq.testing import RequestTraversalAgent, StubTreq
 from twisted.web.http_headers import Headers
 
+from kdraexp.exposition import rendering
 from kdraexp.serve.web import ExporterApp
 from tests.conftest import Exporter, result_of
 from tests.fakeapi import Fault, status
@@ -260,3 +261,61 @@ def test_pieces_cut_and_joined(sizes: list[int]) -> None:
     small = [size for size in sizes if 0 < size <= 300]
     if len(small) > 1 and len(small) == len([s for s in sizes if s]):
         assert len(pieces) == 1, "small parts go out together"
+
+
+def test_the_first_collection_is_made_at_start_and_ready_follows_it(
+    exporter: Exporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Warmed at start, the exporter lists and renders; /readyz says ready once that ended.
+
+    The first scrape then reads only what changed since: with nothing changed, its lists are
+    made again and answered from the collection and text made at start.
+    """
+    exporter.fake.add("deviceclasses", device_class("gpu", "3"))
+    exporter.fake.faults["resourceclaims"] = Fault(hang=True)
+    exporter.app.warm(10.0)
+    exporter.settle()
+    assert len(exporter.fake.lists()) == 3
+    code, _, body = exporter.get("/readyz")
+    assert (code, body) == (503, b"making the first collection after start\n")
+    exporter.fake.faults.clear()
+    exporter.fake.hanging.pop().callback(b'{"items": []}')
+    exporter.settle()
+    assert exporter.get("/readyz")[0] == 200
+    rendered: list[str] = []
+    render = rendering.Renderer._render
+
+    def counting(renderer: rendering.Renderer, collection: Any, name: str, key: Any) -> Any:
+        rendered.append(name)
+        return render(renderer, collection, name, key)
+
+    monkeypatch.setattr(rendering.Renderer, "_render", counting)
+    code, _, body = exporter.get("/metrics")
+    assert code == 200 and b'kube_deviceclass_hourly_cost{deviceclass_name="gpu"} 3\n' in body
+    assert len(exporter.fake.lists()) == 6, "a scrape lists again"
+    assert rendered == [], "what was rendered at start is written"
+
+
+def test_ready_after_the_timeout_of_a_first_collection_that_hangs(exporter: Exporter) -> None:
+    """A first collection that hangs makes the exporter ready after --timeout at most.
+
+    Readiness waits for the collection made at start, not for the API server: a rollout does
+    not hang on an API that stalls, and scrapes then answer as they would.
+    """
+    exporter.fake.faults["resourceclaims"] = Fault(hang=True)
+    exporter.app.warm(10.0)
+    exporter.settle()
+    assert exporter.get("/readyz")[0] == 503
+    exporter.clock.advance(10)
+    exporter.settle()
+    assert exporter.get("/readyz")[0] == 200
+    exporter.gatherer.stop()
+
+
+def test_ready_after_a_first_collection_that_failed(exporter: Exporter) -> None:
+    """Refused lists end the collection made at start: ready, and scrapes answer 500 as always."""
+    exporter.fake.faults["resourceclaims"] = Fault(403, {"reason": "Forbidden", "code": 403})
+    exporter.app.warm(10.0)
+    exporter.settle()
+    assert exporter.get("/readyz")[0] == 200
+    assert exporter.get("/metrics")[0] == 500

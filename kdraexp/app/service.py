@@ -109,15 +109,21 @@ class KubeClientService(Service):
 
 
 class SourceService(Service):
-    """Starts the source with the exporter (watches synchronise), and stops it with it."""
+    """Starts the source with the exporter (watches synchronise), and stops it with it.
 
-    def __init__(self, source: CollectionSource) -> None:
+    Started, it makes the first collection at once (:meth:`ExporterApp.warm`).
+    """
+
+    def __init__(self, source: CollectionSource, exporter: ExporterApp, timeout: float) -> None:
         self.source = source
+        self.exporter = exporter
+        self.timeout = timeout
 
     def startService(self) -> None:
-        """Start the source."""
+        """Start the source; collect and render once."""
         super().startService()
         self.source.start()
+        self.exporter.warm(self.timeout)
 
     def stopService(self) -> None:
         """Cancel what is in flight: lists, watches."""
@@ -282,7 +288,8 @@ def build_service(
         gatherer = Gatherer(
             source, reactor, settings.timeout, stats, settings.selection, settings.shard
         )
-    SourceService(gatherer).setServiceParent(top)
+    exporter = ExporterApp(gatherer, reactor, settings.telemetry_listen)
+    SourceService(gatherer, exporter, settings.timeout).setServiceParent(top)
     if os.getpid() == 1:
         log.info("Running as PID 1: reaping orphaned processes every {period:g}s", period=PERIOD)
         OrphanReaper().setServiceParent(top)
@@ -300,7 +307,7 @@ def build_service(
             total=settings.shard.total,
         )
     main = BoundedSite(
-        ExporterApp(gatherer, reactor, settings.telemetry_listen).app.resource(),
+        exporter.app.resource(),
         "main",
         http_stats,
         HANDLERS,

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
+from twisted.internet.error import ConnectingCancelledError
 from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
 from twisted.internet.main import CONNECTION_DONE
 from twisted.internet.protocol import Protocol
@@ -246,8 +247,11 @@ class EndpointFactory:
 
 
 def cancelled(failure: Failure) -> bool:
-    """Whether a transport failure is in fact a cancellation (the collection was abandoned)."""
-    if failure.check(CancelledError):
+    """Whether a transport failure is in fact a cancellation (the collection was abandoned).
+
+    A connection being made when it is cancelled fails with ``ConnectingCancelledError``.
+    """
+    if failure.check(CancelledError, ConnectingCancelledError):
         return True
     reasons = getattr(failure.value, "reasons", None) or ()
     return any(isinstance(reason, Failure) and cancelled(reason) for reason in reasons)

@@ -15,7 +15,7 @@ from typing import Any, cast
 from klein import Klein
 from prometheus_client.registry import CollectorRegistry
 from twisted.internet.defer import CancelledError, Deferred
-from twisted.internet.interfaces import IConsumer, IPushProducer, IReactorTime
+from twisted.internet.interfaces import IConsumer, IDelayedCall, IPushProducer, IReactorTime
 from twisted.web.iweb import IRequest
 from zope.interface import implementer
 
@@ -92,10 +92,46 @@ class ExporterApp:
         self, gatherer: CollectionSource, clock: IReactorTime, telemetry: str = ""
     ) -> None:
         self._gatherer = gatherer
+        self._clock = clock
         self._telemetry = telemetry
         """--telemetry-listen, which the landing page links."""
         self._renderer = rendering.Renderer(clock)
         """Keeps each family's text compressed, shared by every scrape until the family changes."""
+        self._warming: Deferred[None] | None = None
+        """The collection made and rendered at start, until it ends (see :meth:`warm`)."""
+
+    def warm(self, within: float) -> None:
+        """Collect and render once now: the first scrape then costs what a calm one costs.
+
+        A first scrape reads, joins and renders every object (at 64,000 devices, 3.3 times a
+        calm one); made at start, before ``/readyz`` says ready, it costs a restart, a rollout
+        or a shard taken over nothing a scrape waits for.  Lists are still made for every
+        scrape: only the work on objects unchanged since is saved.  Ready once it ended,
+        failed included (each failed list is logged and counted; scrapes then answer as they
+        would), or after *within* seconds (``--timeout``) at most.  Nothing is made where a
+        scrape could not be answered yet (watch mode, until every resource is synchronised).
+        """
+        if not self._gatherer.ready:
+            return
+        warming = Deferred.fromCoroutine(self._warm())
+        if warming.called:
+            return
+        self._warming = warming
+        ended = self._clock.callLater(within, self._warmed)
+        warming.addBoth(lambda _: self._warmed(ended))
+
+    async def _warm(self) -> None:
+        try:
+            collection = await self._gatherer.gather()
+            await self._renderer.segments(collection)
+        except (CollectionFailed, NotSynced, CancelledError):
+            pass  # each failed list was logged and counted; a stopping exporter says so
+
+    def _warmed(self, ended: IDelayedCall | None = None) -> None:
+        """Ready: the first collection ended, or *ended* (its bound) has passed."""
+        self._warming = None
+        if ended is not None and ended.active():
+            ended.cancel()
 
     _front(app, lambda self, request: _main_links(request, self._telemetry))
 
@@ -105,6 +141,10 @@ class ExporterApp:
 
         Ready, it says which resources' events wait a second or more to be applied.
         """
+        if self._warming is not None:
+            request.setResponseCode(503)
+            request.setHeader("Content-Type", "text/plain; charset=utf-8")
+            return b"making the first collection after start\n"
         if self._gatherer.ready:
             return _ok(request) + _behind(self._gatherer.behind())
         request.setResponseCode(503)
