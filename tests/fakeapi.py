@@ -128,10 +128,10 @@ class FakeKubeAPI:
             if watch.plural == plural:
                 watch.send(event, obj)
 
-    def bookmark(self) -> None:
-        """Send every open watch a bookmark of the current version."""
+    def bookmark(self, version: int | None = None) -> None:
+        """Send every open watch a bookmark of *version* (the current one by default)."""
         for watch in list(self.watches):
-            watch.send("BOOKMARK", _bookmark(watch.plural, self.version))
+            watch.send("BOOKMARK", _bookmark(watch.plural, version or self.version))
 
     def close_watches(self) -> None:
         """End every open watch, as the server does at a watch's timeoutSeconds."""

@@ -323,6 +323,35 @@ def test_stale_past_the_bound_fails(fake: FakeKubeAPI, clock: Clock) -> None:
     assert watched.metric(failing, {"resource": "resourceclaims"}) is None
 
 
+def test_bookmarks_of_an_older_version_keep_nothing_fresh(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A bookmark older than what was applied says nothing current: the watch goes idle, stale.
+
+    Something replaying old bookmarks (a proxy, a misbehaving server) kept the last state
+    served as current for ever, though nothing newer came.  Such a bookmark is ignored, and
+    does not move the version back either.
+    """
+    seed(fake)
+    watched = Watched(fake, clock, staleness=10)
+    watched.gatherer.start()
+    watched.settle()
+    watch = watched.gatherer._watches["resourceclaims"]
+    version = watch._version
+    assert version is not None and int(version) > 1
+    for _ in range(int(IDLE) // 30 + 2):
+        clock.advance(30)
+        fake.bookmark(int(version) - 1)
+        watched.settle()
+    assert watch._version == version
+    failed = watched.gatherer.gather()
+    watched.settle()
+    error = failure_of(failed).value
+    assert isinstance(error, CollectionFailed)
+    assert {(e.resource, e.reason) for e in error.errors} >= {("resourceclaims", "Timeout")}
+    fake.bookmark()  # one of the version now: current again
+    watched.settle()
+    assert "kube_resourceclaim_info{" in watched.text()
+
+
 def test_accepted_then_broken_at_once_goes_stale(fake: FakeKubeAPI, clock: Clock) -> None:
     """Staleness runs from the last event or bookmark applied, not from the last 200.
 

@@ -258,14 +258,17 @@ class KindWatch:
 
         def event(kind: str, raw: msgspec.Raw) -> None:
             nonlocal done
-            self._alive()
             if kind == "BOOKMARK":
                 meta = _BOOKMARK.decode(raw).metadata
                 annotations = (meta.annotations if meta else None) or {}
                 ends = annotations.get(INITIAL_EVENTS_END) == "true"
+                if not ends and self._behind(meta):
+                    return
+                self._alive()
                 done = done or ends
                 self._bookmark(meta, ends)
                 return
+            self._alive()
             if done:
                 self._apply(kind, raw)
             else:
@@ -282,12 +285,15 @@ class KindWatch:
 
     async def _follow(self) -> None:
         def event(kind: str, raw: msgspec.Raw) -> None:
+            meta = wire.IDENTITY.decode(raw).metadata if kind == "BOOKMARK" else None
+            if kind == "BOOKMARK" and self._behind(meta):
+                return
             self._alive()
             self._heard = True
             if self._dropping:
                 return  # not even a bookmark: it would move the version past what was dropped
             if kind == "BOOKMARK":
-                self._bookmark(wire.IDENTITY.decode(raw).metadata, False)
+                self._bookmark(meta, False)
                 return
             self._apply(kind, raw)
 
@@ -338,6 +344,27 @@ class KindWatch:
         """Applying an event in the lane raised: the watch ends with that error."""
         self._broken = error
         self._restart_watch()
+
+    def _behind(self, meta: Any) -> bool:
+        """Whether a bookmark names a version older than the one applied: it says nothing current.
+
+        Versions are compared as the numbers kube-apiserver makes them (etcd revisions); one
+        that is not a number is taken as it comes.  Something replaying old bookmarks kept the
+        state served as current for ever, though nothing newer came.
+        """
+        version = meta.resource_version if meta else None
+        known = self._version
+        if not (version and known and _number(version) and _number(known)):
+            return False
+        if int(version) >= int(known):
+            return False
+        log.debug(
+            "Ignoring a bookmark of {resource} at {version}, older than {known}",
+            resource=self.kind.plural,
+            version=version,
+            known=known,
+        )
+        return True
 
     def _bookmark(self, meta: Any, ends_initial: bool) -> None:
         version = meta.resource_version if meta else None
@@ -616,3 +643,8 @@ def _as_list_error(kind: Kind, raised: Exception) -> ListError:
     if isinstance(raised, ListError):
         return raised
     return ListError(kind.plural, Reason.DECODE, None, str(raised), verb="watch")
+
+
+def _number(version: str) -> bool:
+    """Whether a resourceVersion is a plain decimal number (not too long to compare)."""
+    return len(version) <= 40 and version.isascii() and version.isdigit()
