@@ -462,3 +462,50 @@ def test_a_list_that_keeps_failing_keeps_memory_flat(
     assert grown < 8 * 2**20, [size // 2**20 for size in sizes]
     assert scrape(port)[0] == 200
     assert chart_cgroup.oom_kills() == 0
+
+
+def test_a_huge_object_in_a_file_is_refused_before_it_is_read(
+    chart_cgroup: MemoryCgroup, tmp_path: Path
+) -> None:
+    """A 50 MB --source file holding one 46 MB slice is refused without being decoded.
+
+    Within the 64 MiB cap, the file is read; its one slice, decoded whole before the reader
+    refused it, took the exporter to 545 MiB (killed in the chart's 192 MiB), and the file was
+    held twice while it was read.  It is refused by its size first, as a list's object is: 114
+    MiB at the peak, the file's 50 MB with it.
+    """
+    device = {
+        "attributes": {
+            "uuid": {"string": "GPU-000000000000-aaaa-bbbb-cccc"},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"},
+        },
+        "capacity": {"memory": {"value": "80Gi"}},
+    }
+    one = json.loads(_slices(1, [])).get("items")[0]
+    one.update({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice"})
+    one["spec"]["devices"] = [{"name": f"gpu-{i}", **device} for i in range(300_000)]
+    dump = tmp_path / "cluster.json"
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [one]}))
+    assert dump.stat().st_size > 40 * 2**20
+    port = free_port()
+    process = start(
+        ["--listen", f"tcp:{port}:interface=127.0.0.1", "--source", f"file:{dump}"],
+        tmp_path,
+        cgroup=chart_cgroup,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                code, body = scrape(port)
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        assert code == 500, body
+        assert b"TooLarge: ResourceSlice s0 is " in body, body
+        assert memory(process.pid)["VmHWM"] < 140 * 2**20
+        assert chart_cgroup.oom_kills() == 0
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

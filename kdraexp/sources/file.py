@@ -36,9 +36,11 @@ from kdraexp.dra.listing import (
     Reason,
     ShapeError,
 )
+from kdraexp.store.reader import OBJECT_SHARE, object_too_large
 from kdraexp.util.aliases import expands_past
 from kdraexp.util.files import read_regular
 from kdraexp.util.singleflight import SingleFlight
+from kdraexp.util.text import printable
 from kdraexp.util.turns import feed
 
 try:
@@ -146,7 +148,7 @@ class FileSource:
                 pass  # YAML in flow style, or broken JSON: the YAML parser says where
             else:
                 items = listed.items if listed.items is not None else [msgspec.Raw(content)]
-                return _Parsed(stamp, self._sort([{"items": _Decoded(items)}]))
+                return _Parsed(stamp, self._sort([{"items": _Decoded(self._bounded(items))}]))
         if len(content) > self.limit // YAML_SHARE:
             raise self._error(
                 None,
@@ -177,6 +179,29 @@ class FileSource:
                 f"{self.path}: its YAML aliases expand to more than {EXPANSION} values",
             )
         return _Parsed(stamp, self._sort(documents))
+
+    def _bounded(self, items: list[msgspec.Raw]) -> list[msgspec.Raw]:
+        """The JSON objects of the kinds listed, each within what a list may hold of one.
+
+        Checked before any is decoded: decoded whole, a 46 MB slice took 545 MiB before the
+        reader refused it.  Objects of other kinds are passed over unread.
+        """
+        wanted = {kind.kind: kind for kind in LIST_ORDER}
+        kept = []
+        for raw in items:
+            try:
+                known = wire.IDENTITY.decode(raw)
+            except (msgspec.DecodeError, RecursionError):
+                kept.append(raw)  # _sort says what is wrong with it
+                continue
+            kind = wanted.get(known.kind or "")
+            if kind is None:
+                continue
+            if len(raw) > self.limit // OBJECT_SHARE:
+                name = (known.metadata.name if known.metadata else None) or "(no name)"
+                raise object_too_large(kind, printable(name, 253), len(raw), self.limit)
+            kept.append(raw)
+        return kept
 
     def _sort(self, documents: list[Any]) -> dict[str, list[msgspec.Raw]]:
         wanted = {kind.kind: kind for kind in LIST_ORDER}

@@ -220,11 +220,7 @@ class KindReader:
                     self.warming[key] = old  # type: ignore[index]
                 return old
         if len(raw) > self._limit // OBJECT_SHARE:  # only what is read: a calm list is not
-            raise self._too_large(
-                f"{self.kind.kind} {_name(raw)} is {len(raw)} bytes, more than "
-                f"1/{OBJECT_SHARE} of --max-response-bytes={self._limit} (the API server "
-                "stores objects of at most 1.5 MiB)"
-            )
+            raise object_too_large(self.kind, _name(raw), len(raw), self._limit)
         item = self._decode(self.kind.decoder, raw)
         parts = self._spec.parts(item) if self._spec.parts is not None else 0
         self._count(parts)
@@ -259,12 +255,7 @@ class KindReader:
         """Count an object's *parts* against the response's bound (see :data:`PART_BYTES`)."""
         self._parts += parts
         if self._parts > self._limit // PART_BYTES:
-            raise self._too_large(
-                f"a page of {self.kind.plural} holds more than "
-                f"{self._limit // PART_BYTES} devices, each counted as {PART_BYTES} "
-                f"bytes of --max-response-bytes={self._limit}: read, they would not fit "
-                "beside it"
-            )
+            raise page_too_large(self.kind, self._limit)
 
     def resync(self) -> None:
         """Start listing again while keeping what is known: unchanged objects keep their entry."""
@@ -276,9 +267,6 @@ class KindReader:
     def response(self) -> None:
         """A new response's objects follow: what they become is bounded per response."""
         self._parts = 0
-
-    def _too_large(self, why: str) -> ListError:
-        return ListError(self.kind.plural, Reason.TOO_LARGE, None, why, public=True)
 
     def apply(self, event: str, raw: msgspec.Raw) -> tuple[str, str | None]:
         """One watch event: ``ADDED`` or ``MODIFIED`` reads the object again, ``DELETED`` drops it.
@@ -358,6 +346,31 @@ class KindReader:
     def changed_from(self, previous: Mapping[str, Entry]) -> bool:
         """Whether this list differs from the last one (an object new, changed or gone)."""
         return self.changed or self.entries.keys() != previous.keys()
+
+
+def object_too_large(kind: Kind, name: str, size: int, limit: int) -> ListError:
+    """An object of *size* bytes, past :data:`OBJECT_SHARE` of the response limit *limit*."""
+    return ListError(
+        kind.plural,
+        Reason.TOO_LARGE,
+        None,
+        f"{kind.kind} {name} is {size} bytes, more than 1/{OBJECT_SHARE} of "
+        f"--max-response-bytes={limit} (the API server stores objects of at most 1.5 MiB)",
+        public=True,
+    )
+
+
+def page_too_large(kind: Kind, limit: int) -> ListError:
+    """A response whose objects hold more parts than :data:`PART_BYTES` allow of *limit*."""
+    return ListError(
+        kind.plural,
+        Reason.TOO_LARGE,
+        None,
+        f"a page of {kind.plural} holds more than {limit // PART_BYTES} devices, each counted "
+        f"as {PART_BYTES} bytes of --max-response-bytes={limit}: read, they would not fit "
+        "beside it",
+        public=True,
+    )
 
 
 def _content_version(raw: msgspec.Raw) -> str:

@@ -33,7 +33,10 @@ def read_regular(path: str | os.PathLike[str], limit: int = SMALL) -> bytes:
             raise FileProblem(f"{os.fspath(path)} is larger than {limit} bytes")
         parts, size = [], 0
         while size <= limit:
-            part = os.read(descriptor, min(1 << 20, limit + 1 - size))
+            # The whole file at once: one part is returned as it is, not copied by the join
+            # (a 50 MB file was held twice); more comes only if the file grew meanwhile.
+            wanted = status.st_size + 1 if not parts else 1 << 20
+            part = os.read(descriptor, min(wanted, limit + 1 - size))
             if not part:
                 break
             parts.append(part)
