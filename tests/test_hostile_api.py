@@ -464,8 +464,14 @@ def test_a_list_that_keeps_failing_keeps_memory_flat(
     assert chart_cgroup.oom_kills() == 0
 
 
+@pytest.fixture
+def alone_in_the_chart_limit() -> Iterator[MemoryCgroup]:
+    """The chart's memory limit for one exporter alone."""
+    yield from memory_cgroup("chart-limit-alone", CHART_LIMIT)
+
+
 def test_a_huge_object_in_a_file_is_refused_before_it_is_read(
-    chart_cgroup: MemoryCgroup, tmp_path: Path
+    alone_in_the_chart_limit: MemoryCgroup, tmp_path: Path
 ) -> None:
     """A 50 MB --source file holding one 46 MB slice is refused without being decoded.
 
@@ -491,7 +497,7 @@ def test_a_huge_object_in_a_file_is_refused_before_it_is_read(
     process = start(
         ["--listen", f"tcp:{port}:interface=127.0.0.1", "--source", f"file:{dump}"],
         tmp_path,
-        cgroup=chart_cgroup,
+        cgroup=alone_in_the_chart_limit,
     )
     try:
         deadline = time.monotonic() + 120
@@ -505,7 +511,7 @@ def test_a_huge_object_in_a_file_is_refused_before_it_is_read(
         assert code == 500, body
         assert b"TooLarge: ResourceSlice s0 is " in body, body
         assert memory(process.pid)["VmHWM"] < 140 * 2**20
-        assert chart_cgroup.oom_kills() == 0
+        assert alone_in_the_chart_limit.oom_kills() == 0
     finally:
         process.terminate()
         process.wait(timeout=30)
