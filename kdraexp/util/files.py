@@ -31,7 +31,8 @@ def read_regular(path: str | os.PathLike[str], limit: int = SMALL) -> bytes:
             raise FileProblem(f"{os.fspath(path)} is not a regular file")
         if status.st_size > limit:
             raise FileProblem(f"{os.fspath(path)} is larger than {limit} bytes")
-        parts, size = [], 0
+        parts: list[bytes] = []
+        size = 0
         while size <= limit:
             # The whole file at once: one part is returned as it is, not copied by the join
             # (a 50 MB file was held twice); more comes only if the file grew meanwhile.
