@@ -15,7 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -89,6 +89,28 @@ def _claims(batch: str, count: int) -> bytes:
     return json.dumps({"kind": "List", "metadata": {}, "items": items}).encode()
 
 
+def _pods(count: int, annotations: int) -> bytes:
+    """A list of *count* pods asking for nothing, each carrying *annotations* annotations."""
+    items = [
+        {
+            "metadata": {
+                "name": f"p{n}",
+                "namespace": "ns",
+                "uid": f"pu{n}",
+                "resourceVersion": "1",
+                "annotations": {f"note-{i:06d}": "v" * 20 for i in range(annotations)},
+            },
+            "spec": {"containers": [{"name": "c"}]},
+        }
+        for n in range(count)
+    ]
+    return json.dumps({"kind": "PodList", "metadata": {}, "items": items}).encode()
+
+
+FAT_PODS = _pods(18, 90_000)
+"""58 MB: 18 pods of 3.2 MB, each within what one object may be (4 MiB by default)."""
+HUGE_POD = _pods(1, 1_700_000)
+"""58 MB: one pod, far past what one object may be."""
 BARE = _slices(2000, [{"name": f"d{i}"} for i in range(128)])
 """5 MB: 2,000 slices of 128 devices with nothing but a name, 256,000 devices in one page."""
 FAT = _slices(
@@ -131,17 +153,44 @@ class Hostile:
                 request = connection.recv(65536)
                 if not request:
                     return
+                line = request.split(b"\r\n", 1)[0]
+                if b"watch=1" in line:  # watch mode: no streaming list, watches that idle
+                    self._watch(connection, b"sendInitialEvents=true" in line)
+                    return
                 answer: Callable[[socket.socket], None] = getattr(self, "_" + self.behaviour)
                 if self.behaviour in ("bare", "fat") and b"/resourceslices" not in request:
                     answer = self._ok  # the other lists are empty
                 if self.behaviour == "churn" and b"/resourceclaims" in request:
                     answer = self._new_claims
+                if self.behaviour in ("fat_pods", "huge_pod") and b"/pods" not in request:
+                    answer = self._ok
                 answer(connection)
             except OSError:
                 self.closed.set()
 
     def _ok(self, connection: socket.socket) -> None:
         self._body(connection, EMPTY)
+
+    def _watch(self, connection: socket.socket, streaming: bool) -> None:
+        """A streaming list refused (the exporter lists instead); a watch open, and silent."""
+        if streaming:
+            body = b'{"kind":"Status","status":"Failure","reason":"Invalid","code":422}'
+            connection.sendall(
+                b"HTTP/1.1 422 Unprocessable Entity\r\nContent-Type: application/json\r\n"
+                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            return
+        connection.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        self.closed.wait(300)
+
+    def _fat_pods(self, connection: socket.socket) -> None:
+        self._body(connection, FAT_PODS)
+
+    def _huge_pod(self, connection: socket.socket) -> None:
+        self._body(connection, HUGE_POD)
 
     def _endless(self, connection: socket.socket) -> None:
         connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[")
@@ -257,9 +306,12 @@ def exporter(
 
 
 def _exporter(
-    hostile: Hostile, cgroup: MemoryCgroup, directory: Path, args: list[str]
-) -> Iterator[tuple[int, int]]:
-    """An exporter reading *hostile*, run in *cgroup*: its port and pid."""
+    hostile: Hostile, cgroup: MemoryCgroup, directory: Path, args: list[str], ready: bool = True
+) -> Generator[tuple[int, int], None, None]:
+    """An exporter reading *hostile*, run in *cgroup*: its port and pid.
+
+    Given once a scrape answers 200 (unless not *ready*: once /healthz does).
+    """
     config = directory / "kubeconfig"
     config.write_text(
         json.dumps(
@@ -289,20 +341,25 @@ def _exporter(
         cgroup=cgroup,
     )
     deadline = time.monotonic() + 60
-    while True:
-        try:
-            if scrape(port)[0] == 200:
-                break
-        except OSError:
-            pass
-        assert process.poll() is None and time.monotonic() < deadline, (
-            directory / "output.log"
-        ).read_text()
-        time.sleep(0.2)
-    assert cgroup.path.name in Path(f"/proc/{process.pid}/cgroup").read_text()
-    yield port, process.pid
-    process.terminate()
-    process.wait(timeout=30)
+    try:
+        while True:
+            try:
+                if ready and scrape(port)[0] == 200:
+                    break
+                if not ready:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=60):
+                        break
+            except OSError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, (
+                directory / "output.log"
+            ).read_text()
+            time.sleep(0.2)
+        assert cgroup.path.name in Path(f"/proc/{process.pid}/cgroup").read_text()
+        yield port, process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 @pytest.mark.parametrize(
@@ -515,3 +572,51 @@ def test_a_huge_object_in_a_file_is_refused_before_it_is_read(
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("mode", ["list", "watch"])
+@pytest.mark.parametrize(
+    ("behaviour", "answered"),
+    [("fat_pods", 200), ("huge_pod", 500)],
+)
+def test_pages_of_large_pods_fit_the_chart_memory_limit(
+    hostile: Hostile,
+    alone_in_the_chart_limit: MemoryCgroup,
+    tmp_path: Path,
+    mode: str,
+    behaviour: str,
+    answered: int,
+) -> None:
+    """Pods of megabytes, with the Pod view, in list and watch mode, in the chart's 192 MiB.
+
+    A page of 18 pods of 3.2 MB each is read, each pod decoded and dropped in turn (peak 139-140
+    MiB, one page and one pod decoded at a time); a 58 MB pod is refused unread (TooLarge) and
+    what it was read with goes with the failed list (peak 125-126 MiB).  In watch mode the
+    failure was kept with its traceback, whose frames held the refused page until the watch
+    was current again: 132 MiB between lists, 190 MiB while the next list read it again.
+    """
+    hostile.behaviour = behaviour
+    args = ["--mode", mode, "--resources", "resourceclaims,resourceslices,deviceclasses,pods"]
+    running = _exporter(hostile, alone_in_the_chart_limit, tmp_path, args, answered == 200)
+    try:
+        port, pid = next(running)
+        if answered == 200:
+            code, body = scrape(port)
+            assert code == 200, body
+        elif mode == "list":
+            code, body = scrape(port)
+            assert code == 500 and b"TooLarge: Pod p0 is " in body, body
+        else:  # refused twice: what the first refusal read would sit beside the second's
+            deadline = time.monotonic() + 30
+            while (tmp_path / "output.log").read_text().count("TooLarge: Pod p0 is ") < 2:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        deadline = time.monotonic() + 20  # watch mode lists again meanwhile: between two
+        while memory(pid)["VmRSS"] >= 110 * 2**20:  # lists, what the last one read is gone
+            assert time.monotonic() < deadline, memory(pid)
+            time.sleep(0.05)
+        assert memory(pid)["VmHWM"] < 176 * 2**20, memory(pid)
+        assert alone_in_the_chart_limit.oom_kills() == 0
+    finally:
+        running.close()
+        hostile.behaviour = "ok"

@@ -187,7 +187,10 @@ class KindWatch:
             except (ListError, ShapeError) as caught:
                 raised = caught
             self._broken = None
-            failure = _as_list_error(self.kind, raised)
+            # Without its traceback: its frames hold what the failed list read (a refused
+            # 58 MB page), kept with the error until the watch is current again.
+            failure = _as_list_error(self.kind, raised).with_traceback(None)
+            del raised
             expired = failure.code == 410 or failure.reason in (
                 StatusReason.EXPIRED,
                 StatusReason.GONE,
