@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from kdraexp.dra.gated import TimedToleration
+from kdraexp.dra.nodeselector import NodeSelector
 from kdraexp.util.labels import GroupValues
 
 Counters = tuple[tuple[str, dict[str, float]], ...]
@@ -52,6 +53,8 @@ class DeviceFacts(msgspec.Struct, gc=False):
     """(key, value, effect, timeAdded) of each taint whose time is known."""
     listed: tuple[tuple[str, str, str], ...] = ()
     """(key, value, effect) of each taint of a known effect (None too), as published."""
+    selector: NodeSelector | None = None
+    """The nodes it serves when a node selector says which (its own, or its slice's)."""
 
 
 class SliceFacts(msgspec.Struct, gc=False):

@@ -130,6 +130,8 @@ class Allocation(Wire):
     """``status.allocation``: absent while the claim is pending."""
 
     devices: DeviceAllocation | None = None
+    node_selector: msgspec.Raw = msgspec.field(default=ABSENT, name="nodeSelector")
+    """Where a pod using the claim may run (see dra/nodeselector)."""
     allocation_timestamp: Any = msgspec.field(default=None, name="allocationTimestamp")
     """When the scheduler allocated (gated: DRADeviceBindingConditions; not always set)."""
 
@@ -174,6 +176,9 @@ class Device(Wire):
     attributes: dict[str, msgspec.Raw] | None = None
     capacity: dict[str, msgspec.Raw] | None = None
     node_name: str | None = msgspec.field(default=None, name="nodeName")
+    node_selector: msgspec.Raw = msgspec.field(default=ABSENT, name="nodeSelector")
+    """Under ``perDeviceNodeSelection``: the nodes the device serves (see dra/nodeselector)."""
+    all_nodes: bool | None = msgspec.field(default=None, name="allNodes")
     taints: msgspec.Raw = ABSENT
     consumes_counters: msgspec.Raw = msgspec.field(default=ABSENT, name="consumesCounters")
     allow_multiple_allocations: Any = msgspec.field(default=None, name="allowMultipleAllocations")
@@ -193,6 +198,8 @@ class SliceSpec(Wire):
     driver: str | None = None
     pool: Pool | None = None
     node_name: str | None = msgspec.field(default=None, name="nodeName")
+    node_selector: msgspec.Raw = msgspec.field(default=ABSENT, name="nodeSelector")
+    """The nodes the slice's devices serve (a multi-host pool; see dra/nodeselector)."""
     all_nodes: bool | None = msgspec.field(default=None, name="allNodes")
     per_device_node_selection: bool | None = msgspec.field(
         default=None, name="perDeviceNodeSelection"

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 
 import attrs
+import msgspec
 
 from kdraexp.cel.classindex import ClassIndex
-from kdraexp.dra import gated, wire
+from kdraexp.dra import gated, nodeselector, wire
+from kdraexp.dra.nodeselector import NodeSelector
 from kdraexp.dra.problems import Problems
 
 DEFAULT_DEVICE_CAPACITIES = r"(?!(.*/)?memorySlice[0-9]+$).*"
@@ -58,6 +60,14 @@ class Context:
     classes: ClassIndex = attrs.Factory(ClassIndex)
     class_errors: list[tuple[str, str]] = attrs.Factory(list)
     """(class, reason) for each device whose match with a class could not be decided."""
+
+    def node_selector(self, raw: msgspec.Raw, resource: str, where: str) -> NodeSelector | None:
+        """A node selector, or None: absent, or unreadable (the problem reported)."""
+        try:
+            return nodeselector.read(raw)
+        except gated.Unreadable as error:
+            self.problems.add(resource, "nodeSelector", f"{where} nodeSelector: {error}")
+            return None
 
     def created(self, resource: str, meta: wire.ObjectMeta, where: str) -> float | None:
         """The object's creation time in seconds; None, the problem reported, if unreadable."""

@@ -538,6 +538,25 @@ def status_device_info(view: ClaimView) -> Iterator[Row]:
         )
 
 
+@family(
+    "kube_resourceclaim_allocation_node_info",
+    "The nodes a pod using an allocated claim may run on (its allocation's node selector): "
+    'node_name where the selector names exactly one node, else ""; the selector as '
+    "kube_resourceslice_node_selector_info writes it.",
+    (C, "node_name", "selector"),
+    RESOURCE_CLAIMS,
+    "status.allocation.nodeSelector",
+)
+def allocation_node_info(view: ClaimView) -> Iterator[Row]:
+    """One row per allocated claim whose allocation names nodes (none for network devices)."""
+    allocation = view.status.allocation
+    if allocation is None:
+        return
+    selector = view.context.node_selector(allocation.node_selector, _RESOURCE, view.where)
+    if selector is not None:
+        yield (view.labels, selector.node, selector.text, 1.0)
+
+
 FAMILIES = (
     allocated_device,
     reserved_for_pod,
@@ -556,6 +575,7 @@ FAMILIES = (
     allocation_orphaned,
     allocation_tainted,
     status_device_info,
+    allocation_node_info,
 )
 
 

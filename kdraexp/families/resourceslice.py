@@ -65,6 +65,7 @@ class DeviceView(SelectorView):
         "_taints",
         "labels",
         "node_name",
+        "node_selector",
     )
 
     def __init__(self, device: wire.Device, view: SliceView) -> None:
@@ -72,6 +73,14 @@ class DeviceView(SelectorView):
         self.name = device.name or ""
         self.driver = view.driver
         self.node_name = (device.node_name if view.per_device else view.node_name) or ""
+        self.node_selector = (
+            view.context.node_selector(
+                device.node_selector, _RESOURCE, f"{view.where} device {self.name}"
+            )
+            if view.per_device
+            else None
+        )
+        """Its own node selector (per-device node selection); the slice's is the slice's."""
         self.labels = D.values(view.name, view.driver, view.pool, self.name, self.node_name)
         self.attributes = device.attributes or {}
         self.capacity_raw = device.capacity or {}
@@ -197,6 +206,7 @@ class SliceView:
         "generation",
         "name",
         "node_name",
+        "node_selector",
         "per_device",
         "pool",
         "shared_counters",
@@ -219,6 +229,8 @@ class SliceView:
         self.node_name = spec.node_name or ""
         self.all_nodes = spec.all_nodes is True
         self.per_device = spec.per_device_node_selection is True
+        self.node_selector = context.node_selector(spec.node_selector, _RESOURCE, self.where)
+        """The nodes a multi-host pool's devices serve (``spec.nodeSelector``)."""
         self.devices = [DeviceView(device, self) for device in spec.devices or ()]
         context.classes.prepare(self.devices)  # one evaluation request for the whole slice
         self.shared_counters = gated.counter_sets(
@@ -249,6 +261,7 @@ class SliceView:
                     device.node_name,
                     tuple([(k, v, e, t) for k, v, e, t in taints if t is not None]),
                     tuple([(k, v, effect) for k, v, effect, _ in taints]),
+                    device.node_selector or self.node_selector,
                 )
             )
         return SliceFacts(
@@ -484,6 +497,24 @@ def device_taint_added(index: ClusterIndex) -> Iterator[Row]:
     yield from index.taint_times()
 
 
+@family(
+    "kube_resourceslice_node_selector_info",
+    'The nodes a slice\'s devices (device_name "") or one device serve, when a node selector '
+    "says which: terms joined by ||, each term's requirements by a comma.",
+    (D, "selector"),
+    RESOURCE_SLICES,
+    "spec.nodeSelector, spec.devices[].nodeSelector (perDeviceNodeSelection)",
+)
+def node_selector_info(view: SliceView) -> Iterator[Row]:
+    """One row per slice with a node selector, and per device with one of its own."""
+    if view.node_selector is not None:
+        labels = D.values(view.name, view.driver, view.pool, "", view.node_name)
+        yield (labels, view.node_selector.text, 1.0)
+    for device in view.devices:
+        if device.node_selector is not None:
+            yield (device.labels, device.node_selector.text, 1.0)
+
+
 FAMILIES = (
     capacity_memory_bytes,
     capacity_multiprocessors,
@@ -497,6 +528,7 @@ FAMILIES = (
     device_state,
     device_capacity_available,
     device_taint_added,
+    node_selector_info,
 )
 
 

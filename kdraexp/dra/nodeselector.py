@@ -1,0 +1,140 @@
+"""Node selectors (``v1.NodeSelector``): which nodes a pool, a device or an allocation serves.
+
+A slice with ``nodeSelector`` (or, under ``perDeviceNodeSelection``, a device with one) serves
+the nodes it matches; an allocation's ``nodeSelector`` says where the pod using it may run.
+Read as kube-apiserver's node affinity reads them (``k8s.io/component-helpers``'
+``nodeaffinity``): terms are alternatives, a term's requirements all hold, a term without
+requirements matches no node; ``matchFields`` name ``metadata.name`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+import msgspec
+
+from kdraexp.dra.gated import Unreadable
+
+OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+NAME_FIELD = "metadata.name"
+
+
+class _Requirement(msgspec.Struct, gc=False):
+    key: str | None = None
+    operator: str | None = None
+    values: list[str] | None = None
+
+
+class _Term(msgspec.Struct, gc=False):
+    match_expressions: list[_Requirement] | None = msgspec.field(
+        default=None, name="matchExpressions"
+    )
+    match_fields: list[_Requirement] | None = msgspec.field(default=None, name="matchFields")
+
+
+class _Selector(msgspec.Struct, gc=False):
+    node_selector_terms: list[_Term] | None = msgspec.field(default=None, name="nodeSelectorTerms")
+
+
+_DECODER = msgspec.json.Decoder(_Selector)
+
+
+@attrs.frozen
+class Requirement:
+    """One requirement: a label (or, with *field*, the node's name) against values."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...]
+    field: bool = False
+
+    def holds(self, name: str, labels: Mapping[str, str]) -> bool:
+        """Whether the node *name* with *labels* meets it."""
+        value = name if self.field else labels.get(self.key)
+        if self.operator == "In":
+            return value is not None and value in self.values
+        if self.operator == "NotIn":
+            return value is None or value not in self.values
+        if self.operator == "Exists":
+            return value is not None
+        if self.operator == "DoesNotExist":
+            return value is None
+        try:  # Gt, Lt: the label and the one value as integers
+            number, bound = int(value or ""), int(self.values[0])
+        except (ValueError, IndexError):
+            return False
+        return number > bound if self.operator == "Gt" else number < bound
+
+    @property
+    def text(self) -> str:
+        """``key in (a,b)``, ``key notin (a)``, ``key``, ``!key``, ``key > 5``, ``name=n``."""
+        key = "name" if self.field else self.key
+        if self.field and self.operator == "In" and len(self.values) == 1:
+            return f"name={self.values[0]}"
+        if self.operator in ("In", "NotIn"):
+            return f"{key} {self.operator.lower()} ({','.join(self.values)})"
+        if self.operator == "Exists":
+            return key
+        if self.operator == "DoesNotExist":
+            return f"!{key}"
+        return f"{key} {'>' if self.operator == 'Gt' else '<'} {','.join(self.values)}"
+
+
+@attrs.frozen
+class NodeSelector:
+    """A node selector, read: its terms, each a tuple of requirements."""
+
+    terms: tuple[tuple[Requirement, ...], ...]
+
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        """Whether the node *name* with *labels* is one it selects."""
+        return any(
+            term and all(requirement.holds(name, labels) for requirement in term)
+            for term in self.terms
+        )
+
+    @property
+    def text(self) -> str:
+        """Terms joined by `` || ``, each term's requirements by ``, ``."""
+        return " || ".join(", ".join(r.text for r in term) for term in self.terms)
+
+    @property
+    def node(self) -> str:
+        """The one node it names (a single term: ``metadata.name`` in one name), else ""."""
+        if len(self.terms) == 1 and len(self.terms[0]) == 1:
+            (only,) = self.terms[0]
+            if only.field and only.operator == "In" and len(only.values) == 1:
+                return only.values[0]
+        return ""
+
+
+def read(raw: msgspec.Raw) -> NodeSelector | None:
+    """The node selector of *raw* (a field's undecoded JSON); None when absent or null.
+
+    :raises Unreadable: for one that is not a node selector (an unknown operator, a field
+        other than ``metadata.name``, a requirement without a key).
+    """
+    if not raw or bytes(raw) == b"null":
+        return None
+    try:
+        decoded = _DECODER.decode(raw)
+    except (msgspec.DecodeError, RecursionError) as error:
+        raise Unreadable(f"not a node selector: {error}") from None
+    terms = []
+    for term in decoded.node_selector_terms or ():
+        requirements = []
+        for field, found in ((False, term.match_expressions), (True, term.match_fields)):
+            for one in found or ():
+                if not one.key or one.operator not in OPERATORS:
+                    raise Unreadable(
+                        f"a requirement {one.key!r} {one.operator!r}: expected a key and one of "
+                        f"{', '.join(sorted(OPERATORS))}"
+                    )
+                if field and one.key != NAME_FIELD:
+                    raise Unreadable(f"a field requirement on {one.key!r}: only {NAME_FIELD}")
+                requirements.append(
+                    Requirement(one.key, one.operator, tuple(one.values or ()), field)
+                )
+        terms.append(tuple(requirements))
+    return NodeSelector(tuple(terms))

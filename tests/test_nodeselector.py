@@ -1,0 +1,142 @@
+"""Node selectors: read as the node-affinity code reads them, written for people, and families."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from kdraexp.dra.gated import Unreadable
+from kdraexp.dra.nodeselector import read
+from tests.collect import collect, values
+from tests.objects import gpu, new_claim, pool_slice, result
+
+
+def _selector(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeSelectorTerms": list(terms)}
+
+
+def _read(selector: Any) -> Any:
+    return read(msgspec.Raw(msgspec.json.encode(selector)))
+
+
+RACK = _selector(
+    {
+        "matchExpressions": [
+            {"key": "rack", "operator": "In", "values": ["r1", "r2"]},
+            {"key": "gpu", "operator": "Exists"},
+            {"key": "drain", "operator": "DoesNotExist"},
+            {"key": "zone", "operator": "NotIn", "values": ["z9"]},
+        ]
+    },
+    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["spare"]}]},
+    {"matchExpressions": [{"key": "cores", "operator": "Gt", "values": ["64"]}]},
+)
+
+
+def test_read_and_written_as_terms_and_requirements() -> None:
+    """Terms joined by ``||``, requirements by ``, ``; a name field as ``name=``."""
+    selector = _read(RACK)
+    assert selector.text == (
+        "rack in (r1,r2), gpu, !drain, zone notin (z9) || name=spare || cores > 64"
+    )
+    assert selector.node == ""
+    assert _read(_selector({"matchFields": [NODE_A]})).node == "a"
+
+
+NODE_A = {"key": "metadata.name", "operator": "In", "values": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("name", "labels", "selected"),
+    [
+        ("n1", {"rack": "r1", "gpu": ""}, True),
+        ("n1", {"rack": "r1", "gpu": "", "drain": "yes"}, False),  # DoesNotExist
+        ("n1", {"rack": "r1", "gpu": "", "zone": "z9"}, False),  # NotIn
+        ("n1", {"rack": "r3", "gpu": ""}, False),
+        ("n1", {"gpu": ""}, False),  # In: the label must be there
+        ("n1", {"zone": "z1"}, False),
+        ("spare", {}, True),  # the second term
+        ("n1", {"cores": "128"}, True),  # Gt, as integers
+        ("n1", {"cores": "64"}, False),
+        ("n1", {"cores": "many"}, False),
+    ],
+)
+def test_terms_are_alternatives_and_requirements_all_hold(
+    name: str, labels: dict[str, str], selected: bool
+) -> None:
+    assert _read(RACK).matches(name, labels) is selected
+
+
+def test_a_term_without_requirements_matches_no_node() -> None:
+    assert not _read(_selector({})).matches("n1", {})
+    assert not _read(_selector()).matches("n1", {})
+
+
+@pytest.mark.parametrize(
+    "term",
+    [
+        {"matchExpressions": [{"key": "rack", "operator": "Near", "values": ["r1"]}]},
+        {"matchFields": [{"key": "metadata.labels", "operator": "In", "values": ["x"]}]},
+        {"matchExpressions": [{"operator": "Exists"}]},
+    ],
+)
+def test_what_is_not_a_node_selector_is_unreadable(term: dict[str, Any]) -> None:
+    with pytest.raises(Unreadable):
+        _read(_selector(term))
+    assert read(msgspec.Raw(b"null")) is None
+
+
+def test_slices_and_devices_say_which_nodes_they_serve() -> None:
+    """A multi-host pool's slice, and devices with their own selector, each one row."""
+    channels = pool_slice(
+        "channels", [gpu("ch-0"), gpu("ch-1")], pool="channels", nodeSelector=RACK
+    )
+    del channels["spec"]["nodeName"]
+    own = pool_slice(
+        "own",
+        [
+            {**gpu("d0"), "nodeSelector": _selector({"matchFields": [NODE_A]})},
+            {**gpu("d1"), "nodeName": "b"},
+        ],
+        pool="own",
+        perDeviceNodeSelection=True,
+    )
+    del own["spec"]["nodeName"]
+    bad = pool_slice(
+        "bad",
+        [gpu("x")],
+        pool="bad",
+        nodeSelector=_selector(*[{"matchExpressions": [{"key": "k", "operator": "Near"}]}]),
+    )
+    del bad["spec"]["nodeName"]
+    collection = collect(slices=[channels, own, bad])
+    assert values(
+        collection,
+        "kube_resourceslice_node_selector_info",
+        "resourceslice_name",
+        "device_name",
+        "selector",
+    ) == {
+        ("channels", "", _read(RACK).text): 1.0,
+        ("own", "d0", "name=a"): 1.0,
+    }
+    assert [p.field for p in collection.problems] == ["nodeSelector"]
+
+
+def test_an_allocation_names_its_node_or_its_nodes() -> None:
+    """node_name where the allocation's selector names one node, else ""; no selector, no row."""
+    one, several, network = (
+        new_claim(name, [result("gpu-0")]) for name in ("one", "several", "network")
+    )
+    one["status"]["allocation"]["nodeSelector"] = _selector({"matchFields": [NODE_A]})
+    several["status"]["allocation"]["nodeSelector"] = RACK
+    collection = collect(claims=[one, several, network])
+    assert values(
+        collection,
+        "kube_resourceclaim_allocation_node_info",
+        "resourceclaim_name",
+        "node_name",
+        "selector",
+    ) == {("one", "a", "name=a"): 1.0, ("several", "", _read(RACK).text): 1.0}
