@@ -35,7 +35,8 @@ install: $(TESTING)
 demo: runtime
 	@echo "Serving examples/cluster.yaml: the DRA metrics on $(LISTEN), the exporter's own on $(TELEMETRY)"
 	$(BIN)/kdraexp --listen $(LISTEN) --telemetry-listen $(TELEMETRY) --source file:examples/cluster.yaml \
-	  --resources resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods \
+	  --resources resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods,nodes \
+	  --expect-pools gpu.nvidia.com=nvidia.com/gpu.present=true \
 	  --device-attributes profile --claim-device-data uuid
 
 lint: install

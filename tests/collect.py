@@ -78,6 +78,7 @@ def collect(
     classes: Iterable[dict[str, Any]] = (),
     rules: Iterable[dict[str, Any]] = (),
     pods: Iterable[dict[str, Any]] = (),
+    nodes: Iterable[dict[str, Any]] = (),
     selection: Selection | None = None,
     matcher: Matcher | None = None,
     store: Store | None = None,
@@ -93,6 +94,7 @@ def collect(
         "deviceclasses": list(classes),
         "devicetaintrules": list(rules),
         "pods": list(pods),
+        "nodes": list(nodes),
     }
     builder = CollectionBuilder(chosen, matcher or Matcher(EVALUATOR), store, shard)
     for first in (True, False):

@@ -26,6 +26,7 @@ ALERTS = (
     "DRAUnhealthyDeviceInUse",
     "DRAResourcePoolIncomplete",
     "DRAResourcePoolStaleGeneration",
+    "DRANodePoolMissing",
     "KubeDraExporterDown",
     "KubeDraExporterListErrors",
     "KubeDraExporterWatchNotSynced",
@@ -61,7 +62,7 @@ def test_rules_check_and_unit_tests(prometheus_release: Path, tmp_path: Path) ->
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
     checked = promtool(prometheus_release, tmp_path, "check", "rules", "rules.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 20 rules found" in checked.stdout
+    assert "SUCCESS: 21 rules found" in checked.stdout
     tested = promtool(prometheus_release, tmp_path, "test", "rules", RULE_TESTS.name)
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
@@ -110,6 +111,7 @@ def test_values_shape_the_rules() -> None:
         },
         "DRAResourcePoolIncomplete": {"enabled": False},
         "DRAResourcePoolStaleGeneration": {"enabled": False},
+        "DRANodePoolMissing": {"enabled": False},
     }
     spec = rules({"job": "dra", "alerts": alerts, "recordingRules": False})
     groups = {g["name"]: g["rules"] for g in spec["groups"]}

@@ -549,7 +549,7 @@ def test_extra_objects_and_env() -> None:
     ("values", "message"),
     [
         ({"replicaCount": "three"}, "at '/replicaCount': got string, want integer"),
-        ({"exporter": {"resources": ["nodes"]}}, "at '/exporter/resources/0'"),
+        ({"exporter": {"resources": ["namespaces"]}}, "at '/exporter/resources/0'"),
         ({"exporter": {"resources": []}}, "at '/exporter/resources'"),
         ({"exporter": {"timeout": 0}}, "at '/exporter/timeout'"),
         ({"exporter": {"pageSize": "500"}}, "at '/exporter/pageSize': got string, want integer"),
@@ -945,6 +945,14 @@ OPTION_SAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "claimDeviceData": ({}, {"claimDeviceData": ["uuid"]}, "--claim-device-data=uuid"),
     "deviceCapacities": ({}, {"deviceCapacities": "memory"}, "--device-capacities=memory"),
     "costShareCapacity": ({}, {"costShareCapacity": "cores"}, "--cost-share-capacity=cores"),
+    "expectPools": (
+        {"resources": ["deviceclasses", "resourceslices", "nodes"]},
+        {
+            "resources": ["deviceclasses", "resourceslices", "nodes"],
+            "expectPools": ["gpu.nvidia.com=nvidia.com/gpu.present=true"],
+        },
+        "--expect-pools=gpu.nvidia.com=nvidia.com/gpu.present=true",
+    ),
 }
 """Per ``exporter.*`` value: the values it is set beside, a value set, the argument it makes."""
 
@@ -963,3 +971,18 @@ def test_every_exporter_value_reaches_an_argument() -> None:
         before = container(render({"exporter": beside}))["args"]
         after = container(render({"exporter": changed}))["args"]
         assert argument in after and argument not in before, (name, after)
+
+
+def test_nodes_granted_only_when_listed() -> None:
+    """The ClusterRole grants list (and watch) on nodes, in the core group, when they are listed."""
+    for listed, granted in ((["resourceslices"], False), (["resourceslices", "nodes"], True)):
+        for mode in ("list", "watch"):
+            docs = render({"exporter": {"resources": listed, "mode": mode}})
+            role = next(doc for doc in docs if doc["kind"] == "ClusterRole")
+            rules = [r for r in role["rules"] if "nodes" in r["resources"]]
+            verbs = ["list", "watch"] if mode == "watch" else ["list"]
+            assert rules == (
+                [{"apiGroups": [""], "resources": ["nodes"], "verbs": verbs}] if granted else []
+            )
+            dra = next(r for r in role["rules"] if r["apiGroups"] == ["resource.k8s.io"])
+            assert "nodes" not in dra["resources"]

@@ -29,7 +29,11 @@ from tests.collect import collect
 from tests.objects import classy, counters, gpu, new_claim, pool_slice, result
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster.yaml"
-EVERYTHING = select(resources=",".join(k.plural for k in LIST_ORDER), opt_in=".*")
+EVERYTHING = select(
+    resources=",".join(k.plural for k in LIST_ORDER),
+    opt_in=".*",
+    expect_pools=("gpu.nvidia.com=nvidia.com/gpu.present=true",),
+)
 
 Sample = tuple[str, tuple[tuple[str, str], ...], float]
 
@@ -70,6 +74,7 @@ def test_example_cluster_every_family() -> None:
         classes=by_kind["DeviceClass"],
         rules=by_kind["DeviceTaintRule"],
         pods=by_kind["Pod"],
+        nodes=by_kind["Node"],
         selection=EVERYTHING,
     )
     assert {f.name for f, _ in collection.families()} == {f.name for f in EVERYTHING.families}

@@ -74,6 +74,7 @@ def test_example_cluster() -> None:
         resources=",".join(kind.plural for kind in LIST_ORDER),
         opt_in=".*",
         device_attributes="profile",
+        expect_pools=("gpu.nvidia.com=nvidia.com/gpu.present=true",),
     )
     gatherer = Gatherer(
         FileSource(str(EXAMPLE), Clock(), run=maybeDeferred),

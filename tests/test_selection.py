@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from kdraexp.cel import matching
+from kdraexp.dra.listing import DEFAULT_RESOURCES
 from kdraexp.families import FAMILIES
 from kdraexp.families.selection import SelectionError, select
 
@@ -48,8 +49,11 @@ def test_resources_choose_lists_and_families() -> None:
 
 def test_allowlist_and_denylist() -> None:
     """Regexes searched in family names; the allowlist keeps, the denylist drops."""
+    listed = set(DEFAULT_RESOURCES)
     assert names(allowlist="kube_resourcepool_") == {
-        f.name for f in FAMILIES if f.name.startswith("kube_resourcepool_") and not f.opt_in
+        f.name
+        for f in FAMILIES
+        if f.name.startswith("kube_resourcepool_") and not f.opt_in and f.needs <= listed
     }
     assert names(allowlist="^kube_resourceclaim_info$,^kube_deviceclass_info$") == {
         "kube_resourceclaim_info",
@@ -75,7 +79,7 @@ def test_opt_in_families() -> None:
         ({"allowlist": "kube_(unclosed"}, "--metric-allowlist: 'kube_(unclosed' is not a regular"),
         ({"denylist": "*"}, "--metric-denylist: '*' is not a regular expression"),
         ({"opt_in": "["}, "--metric-opt-in-list: '[' is not a regular expression"),
-        ({"resources": "nodes"}, "--resources: expected some of"),
+        ({"resources": "namespaces"}, "--resources: expected some of"),
         ({"resources": ""}, "--resources: expected some of"),
         ({"device_capacities": "("}, "--device-capacities: '(' is not a regular expression"),
         ({"device_attributes": "a-b"}, "--device-attributes: 'a-b' is not an attribute name"),

@@ -144,9 +144,9 @@ def test_values() -> None:
             "missing ), unterminated subpattern at position 5",
         ),
         (
-            ["--resources", "nodes"],
+            ["--resources", "namespaces"],
             "--resources: expected some of deviceclasses, devicetaintrules, "
-            "resourceslices, resourceclaims, pods, got 'nodes'",
+            "resourceslices, resourceclaims, pods, nodes, got 'namespaces'",
         ),
     ],
 )
@@ -250,7 +250,11 @@ def test_the_readme_options_table_is_the_command_s() -> None:
     options = Options()
     rows = cast(list[list[Any]], options.optParameters)
     taken = {row[0]: row for row in rows}
-    flags = {name.removeprefix("opt_") for name in dir(options) if name.startswith("opt_")}
+    flags = {
+        name.removeprefix("opt_").replace("_", "-")
+        for name in dir(options)
+        if name.startswith("opt_")
+    }
     assert set(shown) == set(taken) | flags - {"help"}, "the README's table and --help differ"
     for name, row in taken.items():
         default, coerce = row[2], row[4] if len(row) > 4 else str

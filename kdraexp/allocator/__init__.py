@@ -17,7 +17,7 @@ source.
 from __future__ import annotations
 
 from kdraexp.allocator.answers import SelectorAnswers
-from kdraexp.allocator.facts import ClaimFacts, PodFacts, RuleFacts, SliceFacts
+from kdraexp.allocator.facts import ClaimFacts, NodeFacts, PodFacts, RuleFacts, SliceFacts
 from kdraexp.allocator.index import ClusterIndex, Pools, Round
 from kdraexp.allocator.join import CLUSTER_NEEDS, Inputs, join_inputs, pool_key
 from kdraexp.allocator.scopes import ALL_CHANGED, SCOPES, Join, Per, Touched
@@ -30,6 +30,7 @@ __all__ = [
     "ClusterIndex",
     "Inputs",
     "Join",
+    "NodeFacts",
     "Per",
     "PodFacts",
     "Pools",

@@ -170,3 +170,13 @@ class PodFacts(msgspec.Struct, gc=False, frozen=True):
     """``PodScheduled``'s (status, reason, message), if it has one."""
     health: tuple[tuple[str, str, str, str], ...]
     """(container, entry name, resourceID, health) of each device in allocatedResourcesStatus."""
+
+
+class NodeFacts(msgspec.Struct, gc=False, frozen=True):
+    """What the Node view needs of one Node: which selectors match it, and its state."""
+
+    name: str
+    labels: Mapping[str, str]
+    state: str
+    """``ready``, ``not_ready`` (its ``Ready`` condition not ``True``) or ``unschedulable``
+    (cordoned, and ready)."""

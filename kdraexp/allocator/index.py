@@ -23,12 +23,14 @@ import msgspec
 from kdraexp.allocator.facts import (
     ClaimFacts,
     DeviceFacts,
+    NodeFacts,
     PodFacts,
     ResultFacts,
     RuleFacts,
     SliceFacts,
 )
 from kdraexp.dra.gated import kept
+from kdraexp.dra.nodeselector import LabelSelector
 from kdraexp.dra.problems import Problems
 from kdraexp.util.labels import GroupValues
 from kdraexp.util.turns import Turns
@@ -174,6 +176,10 @@ class Round:
     """The pods that matter (none unless pods are listed)."""
     extended: Mapping[str, str] = MappingProxyType({})
     """Extended resource name -> the DeviceClass that serves it (read with the pods)."""
+    nodes: Mapping[str, NodeFacts] | None = None
+    """Every Node by name; None when Nodes are not listed (the Node view is off)."""
+    expected: tuple[tuple[str, LabelSelector], ...] = ()
+    """``--expect-pools``: (driver, the nodes a pool of it should serve)."""
 
 
 @attrs.define
@@ -199,6 +205,9 @@ class Memo:
     """Pending requests judged in this collection (see :mod:`.pending`)."""
     claims_by_name: dict[tuple[str, str], ClaimFacts] | None = None
     """Every claim by (namespace, name), for the pods that name them: made when first asked."""
+    served: dict[Any, Any] = attrs.Factory(dict)
+    """Which Nodes pools and drivers serve (see :mod:`.nodes`): kept while the index is, as
+    neither claims nor a collection change it."""
 
     def consume(self, key: tuple[str, str]) -> None:
         """The pool *key*'s use changed: forget what was kept of it."""
@@ -258,6 +267,10 @@ class ClusterIndex:
         """The pods that matter."""
         self.extended: Mapping[str, str] = MappingProxyType({})
         """Extended resource name -> the DeviceClass that serves it."""
+        self.nodes: Mapping[str, NodeFacts] | None = None
+        """Every Node by name; None when Nodes are not listed (the Node view is off)."""
+        self.expected: tuple[tuple[str, LabelSelector], ...] = ()
+        """``--expect-pools``: (driver, the nodes a pool of it should serve)."""
 
     def begin(self, round_: Round) -> None:
         """A collection's own inputs; what was judged of the last one's claims is forgotten."""
@@ -266,6 +279,8 @@ class ClusterIndex:
         self.owns = round_.owns
         self.pods = round_.pods
         self.extended = round_.extended
+        self.nodes = round_.nodes
+        self.expected = round_.expected
         self.memo.begin()
 
     def view(self) -> ClusterIndex:
@@ -290,6 +305,10 @@ class ClusterIndex:
     def only_pod(self, key: tuple[str, str], pod: PodFacts) -> None:
         """Make this view *pod*'s alone: a family iterating ``pods`` makes its rows."""
         self.pods = [pod]
+
+    def only_node(self, key: str, node: NodeFacts) -> None:
+        """Make this view *node*'s alone: a family iterating ``nodes`` makes its rows."""
+        self.nodes = {key: node}
 
     def claim_named(self, namespace: str, name: str) -> ClaimFacts | None:
         """The claim *namespace*/*name*, if listed (for the pods that name claims)."""

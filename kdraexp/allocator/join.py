@@ -10,10 +10,11 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from kdraexp.allocator.facts import ClaimFacts, PodFacts, RuleFacts, SliceFacts
+from kdraexp.allocator.facts import ClaimFacts, NodeFacts, PodFacts, RuleFacts, SliceFacts
 from kdraexp.dra.listing import (
     DEVICE_CLASSES,
     DEVICE_TAINT_RULES,
+    NODES,
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -40,6 +41,8 @@ class Inputs(Generic[C]):
     rules: list[RuleFacts]
     pods: Mapping[str, PodFacts | None]
     """Every pod listed by its key: its facts if it matters, else None."""
+    nodes: Mapping[str, NodeFacts] | None
+    """Every Node listed by its key; None when Nodes are not listed."""
     base: tuple[int, ...]
     """The versions of :data:`REMADE_BY`: while they are the same, only claims changed."""
     claims_changed: C | None
@@ -58,6 +61,7 @@ def join_inputs(
         claims,
         list(facts.get(DEVICE_TAINT_RULES.plural, {}).values()),
         facts.get(PODS.plural, {}),
+        facts.get(NODES.plural),
         tuple(versions.get(plural, 0) for plural in REMADE_BY),
         changes.get(RESOURCE_CLAIMS.plural),
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from kdraexp.allocator.facts import ClaimFacts, PodFacts
+from kdraexp.allocator.facts import ClaimFacts, NodeFacts, PodFacts
 from kdraexp.allocator.index import ClusterIndex
 
 
@@ -32,6 +32,9 @@ class Per(StrEnum):
     them, so all of them are made again when a pool's sets are."""
     POD = "pod"
     """One set a pod that matters (``index.pods``), all made again whenever one is."""
+    NODE = "node"
+    """One set a Node (``index.nodes``, with the Node view on), all made again whenever one
+    is: what a node is served by changes with the slices, not with claims."""
 
 
 @attrs.frozen
@@ -45,6 +48,8 @@ class Join:
     """The claims with pending requests, in the same order."""
     pods: Mapping[tuple[str, str], PodFacts]
     """The pods that matter, by (namespace, name), in the order listed."""
+    nodes: Mapping[str, NodeFacts]
+    """Every Node by name, in the order listed (none without the Node view)."""
 
 
 @attrs.frozen
@@ -103,5 +108,6 @@ SCOPES: Mapping[Per, Scope] = {
         follows_pools=True,
     ),
     Per.POD: Scope(lambda join: join.pods, ClusterIndex.only_pod, None),
+    Per.NODE: Scope(lambda join: join.nodes, ClusterIndex.only_node, None),
 }
 """Every kind of owner a cross-object family's rows come in sets of."""

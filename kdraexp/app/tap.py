@@ -174,6 +174,14 @@ class Options(usage.Options):
         ["log-format", None, "text", f"Log line format: {' or '.join(logs.FORMATS)}."],
     ]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self["expect-pools"] = []
+
+    def opt_expect_pools(self, value: str) -> None:
+        """DRIVER=LABEL_SELECTOR: a pool of DRIVER serves each Node it matches; repeatable."""
+        self["expect-pools"].append(value)
+
     def opt_version(self) -> None:
         """Display the exporter's version and exit."""
         print(f"kdraexp {__version__}")
@@ -220,6 +228,7 @@ class Options(usage.Options):
                 cost_share_capacity=self["cost-share-capacity"],
                 claim_device_data=self["claim-device-data"],
                 sharded=not shard.whole,
+                expect_pools=self["expect-pools"],
             )
         except SelectionError as error:
             raise usage.UsageError(str(error)) from None

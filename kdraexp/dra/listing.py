@@ -61,7 +61,9 @@ RESOURCE_SLICES = Kind("resourceslices", "ResourceSlice", wire.ResourceSlice)
 RESOURCE_CLAIMS = Kind("resourceclaims", "ResourceClaim", wire.ResourceClaim)
 PODS = Kind("pods", "Pod", wire.Pod, group="")
 """Listed only when ``--resources`` names them: the demand no claim shows yet, device health."""
-LIST_ORDER = (DEVICE_CLASSES, DEVICE_TAINT_RULES, RESOURCE_SLICES, RESOURCE_CLAIMS, PODS)
+NODES = Kind("nodes", "Node", wire.Node, group="")
+"""Listed only when ``--resources`` names them: which nodes selector pools serve, node state."""
+LIST_ORDER = (DEVICE_CLASSES, DEVICE_TAINT_RULES, RESOURCE_SLICES, RESOURCE_CLAIMS, PODS, NODES)
 """Every kind, in the order a collection lists them: classes first, since slices need them."""
 BY_PLURAL = {kind.plural: kind for kind in LIST_ORDER}
 DEFAULT_RESOURCES = ("resourceclaims", "resourceslices", "deviceclasses")

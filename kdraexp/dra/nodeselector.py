@@ -9,6 +9,7 @@ requirements matches no node; ``matchFields`` name ``metadata.name`` only.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import attrs
@@ -138,3 +139,57 @@ def read(raw: msgspec.Raw) -> NodeSelector | None:
                 )
         terms.append(tuple(requirements))
     return NodeSelector(tuple(terms))
+
+
+@attrs.frozen
+class LabelSelector:
+    """A label selector (``a=b,c in (d,e),!f``): every requirement holds; none, every node."""
+
+    requirements: tuple[Requirement, ...]
+    text: str
+
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        """Whether a node *name* with *labels* is one it selects."""
+        return all(requirement.holds(name, labels) for requirement in self.requirements)
+
+
+_SET = re.compile(
+    r"^\s*(!?)\s*([^\s=!(),]+)\s*(?:(notin|in)\s*\(([^()]*)\)|(==|=|!=)\s*(\S*))?\s*$"
+)
+
+
+def label_selector(text: str) -> LabelSelector:
+    """A label selector as ``kubectl -l`` takes it, requirements joined by commas.
+
+    ``key=value``, ``key!=value``, ``key in (a,b)``, ``key notin (a,b)``, ``key``, ``!key``.
+
+    :raises ValueError: saying which requirement cannot be read.
+    """
+    requirements = []
+    for part in _requirements(text):
+        found = _SET.match(part)
+        if found is None:
+            raise ValueError(f"{part.strip()!r} is not a label requirement")
+        negated, key, set_operator, members, operator, value = found.groups()
+        if negated and (set_operator or operator):
+            raise ValueError(f"{part.strip()!r}: '!' goes before a key alone")
+        if set_operator:
+            values = tuple(v.strip() for v in members.split(",") if v.strip())
+            requirements.append(Requirement(key, "In" if set_operator == "in" else "NotIn", values))
+        elif operator:
+            requirements.append(Requirement(key, "NotIn" if operator == "!=" else "In", (value,)))
+        else:
+            requirements.append(Requirement(key, "DoesNotExist" if negated else "Exists", ()))
+    return LabelSelector(tuple(requirements), text.strip())
+
+
+def _requirements(text: str) -> list[str]:
+    """*text* split at the commas outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for at, character in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(character, 0)
+        if character == "," and depth == 0:
+            parts.append(text[start:at])
+            start = at + 1
+    parts.append(text[start:])
+    return [part for part in parts if part.strip()]

@@ -392,6 +392,45 @@ class Pod(Wire):
     status: PodStatus | None = None
 
 
+# --- Node ------------------------------------------------------------------------------------
+
+
+class NodeMeta(Wire):
+    """``metadata`` of a Node: its name and labels (node selectors read them)."""
+
+    name: str | None = None
+    uid: str | None = None
+    resource_version: str | None = msgspec.field(default=None, name="resourceVersion")
+    labels: dict[str, str] | None = None
+
+
+class NodeSpec(Wire):
+    """``spec`` of a Node, as far as where pods may go."""
+
+    unschedulable: Any = None
+
+
+class NodeCondition(Wire):
+    """One ``status.conditions`` entry of a Node."""
+
+    type: str | None = None
+    status: str | None = None
+
+
+class NodeStatus(Wire):
+    """``status`` of a Node: its conditions (``Ready``)."""
+
+    conditions: list[NodeCondition] | None = None
+
+
+class Node(Wire):
+    """A Node, reduced to its name, labels, ``spec.unschedulable`` and ``Ready`` condition."""
+
+    metadata: NodeMeta | None = None
+    spec: NodeSpec | None = None
+    status: NodeStatus | None = None
+
+
 class Page(Wire):
     """One page of a list, its objects left undecoded: each is decoded only if it changed."""
 

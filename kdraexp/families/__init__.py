@@ -17,6 +17,7 @@ from kdraexp.dra.listing import LIST_ORDER, Kind
 from kdraexp.families import (
     deviceclass,
     devicetaintrule,
+    node,
     pod,
     resourceclaim,
     resourcepool,
@@ -30,6 +31,7 @@ FAMILIES: tuple[Family, ...] = tuple(
         (
             *deviceclass.FAMILIES,
             *devicetaintrule.FAMILIES,
+            *node.FAMILIES,
             *pod.FAMILIES,
             *resourceclaim.FAMILIES,
             *resourcepool.FAMILIES,
@@ -50,6 +52,7 @@ KINDS: dict[Kind, KindSpec] = {
         resourceslice.KIND,
         resourceclaim.KIND,
         pod.KIND,
+        node.KIND,
     )
 }
 """Per listed kind, its declaration: each object is read once, by its view, for all families."""

@@ -9,7 +9,7 @@ import msgspec
 
 from kdraexp.cel.classindex import ClassIndex
 from kdraexp.dra import gated, nodeselector, wire
-from kdraexp.dra.nodeselector import NodeSelector
+from kdraexp.dra.nodeselector import LabelSelector, NodeSelector
 from kdraexp.dra.problems import Problems
 
 DEFAULT_DEVICE_CAPACITIES = r"(?!(.*/)?memorySlice[0-9]+$).*"
@@ -45,6 +45,8 @@ class FamilyOptions:
     cost_share_capacity: str = "memory"
     """The capacity whose consumed share of a shareable device is the share of its cost."""
     claim_device_data: tuple[DataKey, ...] = ()
+    expected_pools: tuple[tuple[str, LabelSelector], ...] = ()
+    """``--expect-pools``: (driver, the nodes a pool of it should serve)."""
 
     def capacity_wanted(self, name: str) -> bool:
         """Whether ``kube_resourceslice_device_capacity`` reports the capacity *name*."""

@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from kdraexp.allocator.headroom import allocatable
 from kdraexp.allocator.idlecost import idle_costs
 from kdraexp.allocator.index import ClusterIndex
+from kdraexp.allocator.nodes import placed
 from kdraexp.allocator.scopes import Per
-from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from kdraexp.dra.listing import DEVICE_CLASSES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.family import CLUSTER, Row, family
+from kdraexp.families.node import ABSENT
 
 _POOL = ("driver", "pool")
 
@@ -134,10 +136,16 @@ def pool_utilization(index: ClusterIndex) -> Iterator[Row]:
     evaluates_selectors=True,
 )
 def pool_allocatable(index: ClusterIndex) -> Iterator[Row]:
-    """First fit in the allocator's order, counters deducted as it goes (see headroom)."""
+    """First fit in the allocator's order, counters deducted as it goes (see headroom).
+
+    With the Node view on, the fit of devices a node selector places (a multi-host pool's) is
+    written on each node the selector matches, instead of on ``""``.
+    """
     for pool in index.pools.values():
+        nodes = placed(index, pool)
         for node, deviceclass, count in allocatable(index, pool):
-            yield (pool.driver, pool.name, node, deviceclass, count)
+            for name in (node,) if node or nodes is None else nodes:
+                yield (pool.driver, pool.name, name, deviceclass, count)
 
 
 @family(
@@ -158,6 +166,25 @@ def pool_idle_cost(index: ClusterIndex) -> Iterator[Row]:
             yield (pool.driver, pool.name, node, cost)
 
 
+@family(
+    "kube_resourcepool_node_state",
+    "The state of the Node a node-local pool's devices are on: ready, not_ready, "
+    "unschedulable (cordoned) or absent (the Node is gone, its slices linger).",
+    (*_POOL, "node_name", "state"),
+    CLUSTER,
+    "spec.nodeName, spec.devices[].nodeName; Node metadata.name, spec.unschedulable, Ready",
+    needs=(RESOURCE_SLICES, NODES),
+    per=Per.POOL,
+)
+def pool_node_state(index: ClusterIndex) -> Iterator[Row]:
+    """One row per pool and node its devices are bound to (the Node view)."""
+    nodes = index.nodes or {}
+    for pool in index.pools.values():
+        for name in dict.fromkeys(device.node for device in pool.devices if device.node):
+            node = nodes.get(name)
+            yield (pool.driver, pool.name, name, node.state if node else ABSENT, 1.0)
+
+
 FAMILIES = (
     pool_generation,
     pool_slices,
@@ -167,4 +194,5 @@ FAMILIES = (
     pool_utilization,
     pool_idle_cost,
     pool_allocatable,
+    pool_node_state,
 )

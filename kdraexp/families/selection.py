@@ -9,11 +9,20 @@ family names, as kube-state-metrics does (``kube_resourcepool_.*``, or an exact 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import attrs
 
 from kdraexp.cel import matching
-from kdraexp.dra.listing import BY_PLURAL, DEFAULT_RESOURCES, DEVICE_CLASSES, LIST_ORDER, Kind
+from kdraexp.dra.listing import (
+    BY_PLURAL,
+    DEFAULT_RESOURCES,
+    DEVICE_CLASSES,
+    LIST_ORDER,
+    NODES,
+    Kind,
+)
+from kdraexp.dra.nodeselector import LabelSelector, label_selector
 from kdraexp.families import CLAIM_DEVICE_INFO, DEVICE_INFO, FAMILIES
 from kdraexp.families.context import (
     DEFAULT_DEVICE_CAPACITIES,
@@ -126,6 +135,34 @@ def claim_device_data_of(value: str) -> tuple[DataKey, ...]:
     return tuple(found.values())
 
 
+_DRIVER = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def expected_pools_of(
+    given: Sequence[str], chosen: frozenset[str]
+) -> tuple[tuple[str, LabelSelector], ...]:
+    """``--expect-pools DRIVER=LABEL_SELECTOR``, each given: (driver, the nodes it should serve).
+
+    :raises SelectionError: for a driver or selector that cannot be read, or without the Node
+        view (``--resources`` naming ``nodes``), which says what a node is labelled.
+    """
+    found = []
+    for item in given:
+        driver, equals, selector = item.partition("=")
+        if not equals or not _DRIVER.fullmatch(driver):
+            raise SelectionError(
+                f"--expect-pools {item!r}: expected DRIVER=LABEL_SELECTOR, such as "
+                "gpu.nvidia.com=nvidia.com/gpu.present=true"
+            )
+        try:
+            found.append((driver, label_selector(selector)))
+        except ValueError as error:
+            raise SelectionError(f"--expect-pools {item!r}: {error}") from None
+    if found and NODES.plural not in chosen:
+        raise SelectionError("--expect-pools needs --resources to name nodes (the Node view)")
+    return tuple(found)
+
+
 def select(
     resources: str = ",".join(DEFAULT_RESOURCES),
     allowlist: str = "",
@@ -136,6 +173,7 @@ def select(
     cost_share_capacity: str = "memory",
     claim_device_data: str = "",
     sharded: bool = False,
+    expect_pools: Sequence[str] = (),
 ) -> Selection:
     """The selection the flags describe.
 
@@ -157,7 +195,8 @@ def select(
         raise SelectionError(f"--cost-share-capacity: {cost_share_capacity!r} is not a name")
     attributes = device_attributes_of(device_attributes)
     data_keys = claim_device_data_of(claim_device_data)
-    options = FamilyOptions(attributes, capacities, cost_share_capacity, data_keys)
+    expected = expected_pools_of(expect_pools, chosen)
+    options = FamilyOptions(attributes, capacities, cost_share_capacity, data_keys, expected)
 
     def wanted(family: Family) -> bool:
         if not family.needs <= chosen:

@@ -23,6 +23,7 @@ from kdraexp.allocator import (
     ClaimFacts,
     ClusterIndex,
     Join,
+    NodeFacts,
     PodFacts,
     Pools,
     Round,
@@ -32,6 +33,7 @@ from kdraexp.allocator import (
     pool_key,
 )
 from kdraexp.cel.classindex import ClassIndex
+from kdraexp.dra.nodeselector import LabelSelector
 from kdraexp.dra.problems import Problem, Problems
 from kdraexp.families.family import Family
 from kdraexp.store.changes import EVERYTHING, Change, Everything, Made, touched_between
@@ -98,7 +100,8 @@ class ClusterRows:
         """Per family, the key of the rows it has."""
         self._index: ClusterIndex | None = None
         self._base: tuple[int, ...] | None = None
-        """What the index was made of besides claims: slices, classes and rules versions."""
+        """What the index was made of besides claims: slices, classes and rules versions, and
+        how the Nodes read (see :meth:`_named`)."""
         self._claims: dict[str, ClaimFacts] = {}
         self._pools: Made | None = None
         """The pools, made of the slices of the version it holds (its source)."""
@@ -107,6 +110,10 @@ class ClusterRows:
         """The claims with pending requests, by key, in the claims' order."""
         self._pods: Made = Made(None, {})
         """The pods that matter by (namespace, name), made of the pods' facts (its source)."""
+        self._nodes: Made = Made(None, None)
+        """The Nodes by name, made of the Nodes' facts (its source); None without them."""
+        self._nodes_read = 0
+        """A number that changes whenever the Nodes read differently."""
 
     async def update(
         self,
@@ -118,23 +125,27 @@ class ClusterRows:
         turns: Turns,
         shard: Shard = Shard(),  # noqa: B008 - frozen
         changed_facts: Mapping[str, Change] | None = None,
+        expected: tuple[tuple[str, LabelSelector], ...] = (),
     ) -> None:
         """Make again the rows of the *families* whose key changed.
 
         *versions* and *facts* are per resource, the facts per object (the allocator's
         :func:`join_inputs` reads them).  While the versions of the slices, the classes and the
         taint rules are the same, only claims changed and only what they touch is made again;
-        *changed_facts* may say which, per resource (see :func:`touched_between`).
+        *changed_facts* may say which, per resource (see :func:`touched_between`); *expected*
+        is ``--expect-pools``.
         """
         changed = [f for f in families if self.keys.get(f.name) != keys[f.name]]
         if not changed:
             return
         inputs = join_inputs(facts, versions, changed_facts or {})
         claims = inputs.claims
+        nodes = self._named(inputs.nodes)
+        base = (*inputs.base, self._nodes_read)
         index = self._index
         self._index = None  # until the update completes: one cut short is made whole next time
         touched = ALL_CHANGED
-        if index is None or inputs.base != self._base:
+        if index is None or base != self._base:
             if self._pools is None or self._pools.source != inputs.base[0]:
                 self._pools = Made(inputs.base[0], await Pools.build(inputs.slices, turns))
             index = await ClusterIndex.build(
@@ -172,13 +183,33 @@ class ClusterRows:
                 _owner(shard),
                 list(pods.values()),
                 classes.extended,
+                nodes,
+                expected,
             )
         )
-        join = Join(index, claims, self._pending, pods)
+        join = Join(index, claims, self._pending, pods, nodes or {})
         for family in changed:
             self.laid[family.name] = await self._lay(family, join, touched, turns)
             self.keys[family.name] = keys[family.name]
-        self._index, self._base, self._claims = index, inputs.base, claims
+        self._index, self._base, self._claims = index, base, claims
+
+    def _named(self, listed: Mapping[str, NodeFacts] | None) -> dict[str, NodeFacts] | None:
+        """The Nodes by name: the mapping of before while they are equal, new ones read alike.
+
+        A Node's status is written every few minutes whatever happens (its heartbeat), so its
+        entry is read again; what the join reads of it (labels, state) rarely changes, and a
+        change of it makes the whole index again (it places pools on nodes).
+        """
+        if self._nodes.source is listed:
+            found: dict[str, NodeFacts] | None = self._nodes.made
+            return found
+        named = None if listed is None else {node.name: node for node in listed.values()}
+        if named is not None and named == self._nodes.made:
+            named = self._nodes.made
+        else:
+            self._nodes_read += 1
+        self._nodes = Made(listed, named)
+        return named
 
     async def _follow(
         self,

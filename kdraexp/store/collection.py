@@ -460,4 +460,5 @@ class CollectionBuilder:
             turns,
             self._shard,
             {p: state.fact_changes for p, state in store.kinds.items() if state.fact_changes},
+            self._selection.options.expected_pools,
         )

@@ -153,6 +153,9 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 - {{ printf "--device-capacities=%s" . | quote }}
 {{- end }}
 - {{ printf "--cost-share-capacity=%s" $e.costShareCapacity | quote }}
+{{- range $e.expectPools }}
+- {{ printf "--expect-pools=%s" . | quote }}
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}

@@ -1,0 +1,112 @@
+"""The Node view: multi-host pools placed on the nodes they serve, node state, missing pools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdraexp.families.selection import select
+from tests.collect import collect, values
+from tests.objects import NVIDIA, classy, gpu, pool_slice
+
+VIEW = select(
+    resources="resourceclaims,resourceslices,deviceclasses,nodes",
+    expect_pools=(f"{NVIDIA}=gpu=true",),
+)
+CLIQUE = {
+    "nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "clique", "operator": "In", "values": ["a"]}]}
+    ]
+}
+
+
+def node(name: str, ready: str = "True", cordoned: bool = False, **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": "1", "labels": labels},
+        "spec": {"unschedulable": True} if cordoned else {},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+def channels() -> dict[str, Any]:
+    made = pool_slice("channels", [gpu("ch-0"), gpu("ch-1")], pool="channels", nodeSelector=CLIQUE)
+    del made["spec"]["nodeName"]
+    return made
+
+
+NODES = [
+    node("n1", gpu="true", clique="a"),
+    node("n2", gpu="true", clique="a", cordoned=True),
+    node("n3", ready="False", gpu="true"),
+    node("n4", gpu="true", clique="b"),
+]
+SLICES = [pool_slice(f"s-{n}", [gpu("g0")], pool=n) for n in ("n1", "n2", "n3", "gone")]
+CLASSES = [classy(NVIDIA, f'device.driver == "{NVIDIA}"')]
+
+
+def test_a_multi_host_pool_is_placed_on_the_nodes_it_serves() -> None:
+    """Its fit is written on each node its selector matches, not on "" as without Nodes."""
+    slices = [*SLICES, channels()]
+    viewed = collect(slices=slices, classes=CLASSES, nodes=NODES, selection=VIEW)
+    plain = collect(slices=slices, classes=CLASSES)
+    fit = "kube_resourcepool_allocatable_devices"
+    assert values(plain, fit, "pool", "node_name") == {
+        ("n1", "n1"): 1.0,
+        ("n2", "n2"): 1.0,
+        ("n3", "n3"): 1.0,
+        ("gone", "gone"): 1.0,
+        ("channels", ""): 2.0,
+    }
+    assert values(viewed, fit, "pool", "node_name") == {
+        ("n1", "n1"): 1.0,
+        ("n2", "n2"): 1.0,
+        ("n3", "n3"): 1.0,
+        ("gone", "gone"): 1.0,
+        ("channels", "n1"): 2.0,
+        ("channels", "n2"): 2.0,
+    }
+
+
+def test_node_local_pools_say_how_their_node_is() -> None:
+    viewed = collect(slices=[*SLICES, channels()], classes=CLASSES, nodes=NODES, selection=VIEW)
+    assert values(viewed, "kube_resourcepool_node_state", "pool", "node_name", "state") == {
+        ("n1", "n1", "ready"): 1.0,
+        ("n2", "n2", "unschedulable"): 1.0,
+        ("n3", "n3", "not_ready"): 1.0,
+        ("gone", "gone", "absent"): 1.0,
+    }
+
+
+def test_a_node_no_pool_of_an_expected_driver_serves_is_missing_one() -> None:
+    """n4 is a GPU node (gpu=true) that no pool of the driver serves; the channels serve n1, n2.
+
+    With the channels' driver expected on the clique a nodes too, none is missing for it.
+    """
+    viewed = collect(slices=[*SLICES, channels()], classes=CLASSES, nodes=NODES, selection=VIEW)
+    assert values(viewed, "kube_node_dra_pool_missing", "node_name", "driver") == {
+        ("n4", NVIDIA): 1.0
+    }
+    alone = collect(slices=[channels()], classes=CLASSES, nodes=NODES, selection=VIEW)
+    assert values(alone, "kube_node_dra_pool_missing", "node_name") == {
+        ("n3",): 1.0,
+        ("n4",): 1.0,
+    }
+
+
+def test_nodes_that_read_alike_keep_the_index() -> None:
+    """A Node written again (its heartbeat) with nothing the view reads changed: no new join."""
+    from kdraexp.store.collection import Store
+
+    store = Store()
+    collect(slices=SLICES, classes=CLASSES, nodes=NODES, selection=VIEW, store=store)
+    index = store.cluster._index
+    again = [dict(n, metadata=dict(n["metadata"])) for n in NODES]
+    again[0]["metadata"]["resourceVersion"] = "2"  # heartbeats come one node at a time
+    collect(slices=SLICES, classes=CLASSES, nodes=again, selection=VIEW, store=store)
+    assert store.cluster._index is index
+    again[0] = dict(again[0], spec={"unschedulable": True})
+    again[0]["metadata"]["resourceVersion"] = "3"
+    changed = collect(slices=SLICES, classes=CLASSES, nodes=again, selection=VIEW, store=store)
+    assert store.cluster._index is not index
+    assert values(changed, "kube_resourcepool_node_state", "pool", "state")[("n1", "unschedulable")]
