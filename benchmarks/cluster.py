@@ -435,12 +435,73 @@ def pods(nodes: int) -> list[dict[str, Any]]:
     return made
 
 
-def cluster(
-    nodes: int, pending: int = 0, with_pods: bool = False, renewed: int = 0
-) -> dict[str, list[dict[str, Any]]]:
-    """The lists of a cluster of *nodes* nodes, *pending* pending claims more; pods if asked.
+NODES_PER_CLIQUE = 18
+"""Nodes sharing one NVLink domain (a GB200 NVL72 rack), as their clique label says."""
 
-    *renewed* (from 1) makes every object new (see :func:`renew`).
+
+def node_objects(nodes: int) -> list[dict[str, Any]]:
+    """The Nodes, as kubectl shows them: labels, capacity, addresses, conditions, images.
+
+    One in a hundred is cordoned and one in two hundred not ready.  A real Node carries a few
+    kilobytes the exporter does not read (its images above all): they are decoded past.
+    """
+    made = []
+    for index in range(nodes):
+        name = node_name(index)
+        conditions = [
+            {"type": kind, "status": "False", "reason": f"No{kind}", "message": "fine"}
+            for kind in ("MemoryPressure", "DiskPressure", "PIDPressure")
+        ]
+        ready = "False" if index % 200 == 199 else "True"
+        conditions.append({"type": "Ready", "status": ready, "reason": "KubeletReady"})
+        made.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "uid": _uuid("node", index),
+                    "resourceVersion": str(3000 + index),
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "node.kubernetes.io/instance-type": "gpu-8x",
+                        "topology.kubernetes.io/zone": f"zone-{index % 3}",
+                        "nvidia.com/gpu.present": "true",
+                        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                        "nvidia.com/gpu.clique": f"clique-{index // NODES_PER_CLIQUE}",
+                    },
+                    "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+                },
+                "spec": {"podCIDR": f"10.{index // 256}.{index % 256}.0/24"}
+                | ({"unschedulable": True} if index % 100 == 99 else {}),
+                "status": {
+                    "capacity": {"cpu": "96", "memory": "2Ti", "pods": "110"},
+                    "allocatable": {"cpu": "95", "memory": "2000Gi", "pods": "110"},
+                    "conditions": conditions,
+                    "addresses": [{"type": "InternalIP", "address": f"10.1.{index % 256}.1"}],
+                    "images": [
+                        {"names": [f"registry.example/team/image-{i}:v1.{i}"], "sizeBytes": 10**9}
+                        for i in range(20)
+                    ],
+                },
+            }
+        )
+    return made
+
+
+def cluster(
+    nodes: int,
+    pending: int = 0,
+    with_pods: bool = False,
+    renewed: int = 0,
+    with_nodes: bool = False,
+) -> dict[str, list[dict[str, Any]]]:
+    """The lists of a cluster of *nodes* nodes, *pending* pending claims more, and what is asked.
+
+    Its pods *with_pods*, its Nodes *with_nodes*; *renewed* (from 1) makes every object new
+    (see :func:`renew`).
     """
     lists = {
         "resourceclaims": resource_claims(nodes) + pending_claims(pending),
@@ -449,6 +510,8 @@ def cluster(
     }
     if with_pods:
         lists["pods"] = pods(nodes)
+    if with_nodes:
+        lists["nodes"] = node_objects(nodes)
     if renewed:
         renew(lists, renewed)
     return lists

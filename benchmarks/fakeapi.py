@@ -1,7 +1,8 @@
 """A fast fake of the three DRA lists and their watches: pages encoded ahead, counted.
 
-Run as ``python -m benchmarks.fakeapi NODES PORT [PENDING [PODS]]``; it prints ``ready`` when
-it serves (with PODS 1, the cluster's pods too, at ``/api/v1/pods``).
+Run as ``python -m benchmarks.fakeapi NODES PORT [PENDING [PODS [WITH_NODES]]]``; it prints
+``ready`` when it serves (with PODS 1, the cluster's pods too, at ``/api/v1/pods``; with
+WITH_NODES 1, its Nodes at ``/api/v1/nodes``).
 Lists honour ``limit``/``continue``.  Watches (``watch=1``) send the initial events when asked
 (``sendInitialEvents``, ending with the ``k8s.io/initial-events-end`` bookmark), then every
 change, a bookmark every ten seconds, an ERROR 410 to a watch from before the last compaction,
@@ -30,6 +31,7 @@ from benchmarks.cluster import cluster
 
 PREFIX = "/apis/resource.k8s.io/v1/"
 PODS = "/api/v1/pods"
+NODES = "/api/v1/nodes"
 DEFAULT_LIMIT = 500
 
 
@@ -42,11 +44,13 @@ def _listed(item: dict[str, Any]) -> tuple[str, str]:
 class Pages:
     """Every list's pages, encoded once per (resource, offset, limit); and the watches."""
 
-    def __init__(self, nodes: int, pending: int = 0, with_pods: bool = False) -> None:
+    def __init__(
+        self, nodes: int, pending: int = 0, with_pods: bool = False, with_nodes: bool = False
+    ) -> None:
         self.lock = threading.Lock()
         self.version = 10**6
         """The resourceVersion of the last change (the lists' items are older)."""
-        self._load(cluster(nodes, pending, with_pods))
+        self._load(cluster(nodes, pending, with_pods, with_nodes=with_nodes))
         self.requests: Counter[str] = Counter()
         self.delay = 0.0
         self.compacted = 0
@@ -105,6 +109,7 @@ class Pages:
                 "resourceslices": ("ResourceSliceList", "resource.k8s.io/v1"),
                 "deviceclasses": ("DeviceClassList", "resource.k8s.io/v1"),
                 "pods": ("PodList", "v1"),
+                "nodes": ("NodeList", "v1"),
             }[plural]
             body = (
                 b'{"kind":"'
@@ -175,9 +180,11 @@ def bookmark(plural: str, version: int, end: bool = False) -> bytes:
     return json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n"
 
 
-def serve(nodes: int, port: int, pending: int = 0, with_pods: bool = False) -> None:
-    """Serve a cluster of *nodes* nodes (*pending* pending claims, its pods) until killed."""
-    pages = Pages(nodes, pending, with_pods)
+def serve(
+    nodes: int, port: int, pending: int = 0, with_pods: bool = False, with_nodes: bool = False
+) -> None:
+    """Serve a cluster of *nodes* nodes until killed; *pending* and the others, as ``Pages``."""
+    pages = Pages(nodes, pending, with_pods, with_nodes)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -223,8 +230,9 @@ def serve(nodes: int, port: int, pending: int = 0, with_pods: bool = False) -> N
                     pages.changed.notify_all()
                 self._send(200, b"{}")
                 return
-            plural = "pods" if url.path == PODS else url.path.removeprefix(PREFIX)
-            if not url.path.startswith((PREFIX, PODS)) or plural not in pages.items:
+            core = {PODS: "pods", NODES: "nodes"}
+            plural = core.get(url.path) or url.path.removeprefix(PREFIX)
+            if not url.path.startswith((PREFIX, PODS, NODES)) or plural not in pages.items:
                 self._send(404, b'{"kind":"Status","code":404,"reason":"NotFound"}')
                 return
             if query.get("watch") == ["1"]:
@@ -309,4 +317,5 @@ if __name__ == "__main__":
         int(sys.argv[2]),
         int(sys.argv[3]) if len(sys.argv) > 3 else 0,
         len(sys.argv) > 4 and sys.argv[4] == "1",
+        len(sys.argv) > 5 and sys.argv[5] == "1",
     )

@@ -83,7 +83,7 @@ class Run:
 
     With *api*, the exporter reads that run's fake API instead of starting one; the API
     started otherwise holds *pending* pending claims more (see benchmarks.cluster.PENDING), and
-    the cluster's pods *with_pods*.
+    the cluster's pods *with_pods* and its Nodes *with_nodes*.
     """
 
     def __init__(
@@ -94,6 +94,7 @@ class Run:
         api: Run | None = None,
         pending: int = 0,
         with_pods: bool = False,
+        with_nodes: bool = False,
     ) -> None:
         self.devices = devices
         self.nodes = max(1, devices // DEVICES_PER_NODE)
@@ -110,6 +111,7 @@ class Run:
                     str(self.api_port),
                     str(pending),
                     "1" if with_pods else "0",
+                    "1" if with_nodes else "0",
                 ],
                 stdout=subprocess.PIPE,
                 text=True,

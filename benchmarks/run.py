@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import diagnosis, familycost, pods, renewal, watching
+from benchmarks import diagnosis, familycost, nodeview, pods, renewal, watching
 from benchmarks.cluster import DEVICES_PER_NODE
 from benchmarks.processes import SCRAPE_HEADERS, Run
 
@@ -281,12 +281,19 @@ def main(argv: list[str] | None = None) -> int:
         default=64000,
         help="devices at which the Pod view's cost is measured, with their pods (0: not measured)",
     )
+    parser.add_argument(
+        "--nodes-size",
+        type=int,
+        default=64000,
+        help="devices at which the Node view's cost is measured, with its Nodes (0: none)",
+    )
     args = parser.parse_args(argv)
 
     results = []
     watched: dict[str, Any] | None = None
     diagnosed: dict[str, Any] | None = None
     podded: dict[str, Any] | None = None
+    viewed: dict[str, Any] | None = None
     costed: dict[str, Any] | None = None
     renewed: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as directory:
@@ -306,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.pods_size:
             podded = pods.measure(args.pods_size, args.scrapes, Path(directory) / "pods")
             print("measured the Pod view's cost", file=sys.stderr, flush=True)
+        if args.nodes_size:
+            viewed = nodeview.measure(args.nodes_size, args.scrapes, Path(directory) / "nodes")
+            print("measured the Node view's cost", file=sys.stderr, flush=True)
         if args.renewal_size:
             renewed = renewal.measure(
                 args.renewal_size, args.scrapes, Path(directory) / "renewal", not args.no_rest
@@ -335,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
         print(pods.table(podded))
         print()
         checks += pods.targets(podded)
+    if viewed is not None:
+        print(nodeview.table(viewed))
+        print()
+        checks += nodeview.targets(viewed)
     if renewed is not None:
         print(renewal.table(renewed))
         print()
@@ -348,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                 "watch": watched,
                 "diagnosis": diagnosed,
                 "pods": podded,
+                "nodes": viewed,
                 "families": costed,
                 "renewal": renewed,
                 "targets": dict(checks),

@@ -33,6 +33,8 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
             "1000",
             "--pods-size",
             "1000",
+            "--nodes-size",
+            "1000",
             "--renewal-size",
             "1000",
             "--no-rest",
@@ -75,6 +77,10 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert (podded["devices"], podded["pods"]) == (1000, 781)
     assert podded["pod_series"] > 0
     assert "without and with its 781 pods listed" in result.stdout
+    viewed = json.loads((tmp_path / "results.json").read_text())["nodes"]
+    assert (viewed["devices"], viewed["nodes"]) == (1000, 125)
+    assert viewed["node_series"] > 0
+    assert "without and with its 125 Nodes listed" in result.stdout
     renewed = json.loads((tmp_path / "results.json").read_text())["renewal"]
     assert renewed["after_small_scrape"] > 0 and renewed["read_again_healthz_max"] > 0
     assert renewed["original_children"] == 0, "the original's families started a CEL process"
