@@ -7,8 +7,8 @@ scrapes making one set of list calls, and adding at most one body's size to the 
 or gzip; /healthz within 100 ms while the collection made at start runs and during scrapes at
 every size; scrapes growing with the cluster as the floor does (linear); from 16k devices the
 first scrape after start (the exporter ready) within 2x a calm one.  Watch mode and shards,
-pending claims, each family's cost, the Pod view and scrapes of objects all new are measured
-by the modules named after them (``--*-size`` 0 leaves one out).
+pending claims, each family's cost, the Pod and Node views and scrapes of objects all new are
+measured by the modules named after them (``--*-size`` 0 leaves one out).
 
 Scrapes ask what Prometheus asks: the text format, gzip-compressed.
 """
