@@ -110,3 +110,46 @@ def test_nodes_that_read_alike_keep_the_index() -> None:
     changed = collect(slices=SLICES, classes=CLASSES, nodes=again, selection=VIEW, store=store)
     assert store.cluster._index is not index
     assert values(changed, "kube_resourcepool_node_state", "pool", "state")[("n1", "unschedulable")]
+
+
+def _pod(name: str, claim: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "workloads", "uid": f"uid-{name}"},
+        "spec": {"resourceClaims": [{"name": "dev", "resourceClaimName": claim}], **spec},
+    }
+
+
+def test_a_feasible_request_no_node_its_pods_may_use_can_meet_is_unreachable() -> None:
+    """A channel claim whose pod is pinned outside clique a waits for ever: ``unreachable``.
+
+    Pinned inside (by nodeSelector, by required node affinity), or without the Node view, it
+    reads ``feasible``.
+    """
+    from tests.objects import new_claim
+
+    channel = classy("channel", f'device.driver == "{NVIDIA}"')
+    request = [{"name": "dev", "exactly": {"deviceClassName": "channel"}}]
+    claims = [new_claim(name, None, requests=request) for name in ("out", "in", "affine")]
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": CLIQUE}}
+    pods = [
+        _pod("out", "out", nodeSelector={"clique": "b"}),
+        _pod("in", "in", nodeSelector={"clique": "a"}),
+        _pod("affine", "affine", affinity=affinity),
+    ]
+    both = select(
+        resources="resourceclaims,resourceslices,deviceclasses,nodes,pods",
+    )
+    objects: dict[str, Any] = {"slices": [channels()], "classes": [channel], "claims": claims}
+    viewed = collect(**objects, nodes=NODES, pods=pods, selection=both)
+    assert values(viewed, "kube_resourceclaim_pending_reason", "resourceclaim_name", "reason") == {
+        ("out", "unreachable"): 1.0,
+        ("in", "feasible"): 1.0,
+        ("affine", "feasible"): 1.0,
+    }
+    without = select(resources="resourceclaims,resourceslices,deviceclasses,pods")
+    plain = collect(**objects, pods=pods, selection=without)
+    assert {
+        reason for (reason,) in values(plain, "kube_resourceclaim_pending_reason", "reason")
+    } == {"feasible"}

@@ -14,6 +14,7 @@ from kdraexp.allocator.index import Pool
 from kdraexp.allocator.pending import REASONS
 from kdraexp.cel.matching import Matcher
 from kdraexp.families.resourceslice import D
+from kdraexp.families.selection import select
 from kdraexp.store.collection import Collection, Store
 from kdraexp.util import packed
 from tests.collect import collect, samples, values
@@ -529,6 +530,11 @@ def test_the_example_cluster_shows_every_reason() -> None:
         claims=by_kind["ResourceClaim"],
         classes=by_kind["DeviceClass"],
         rules=by_kind["DeviceTaintRule"],
+        pods=by_kind["Pod"],
+        nodes=by_kind["Node"],
+        selection=select(
+            resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods,nodes"
+        ),
     )
     assert set(reasons(written).values()) == set(REASONS)
 

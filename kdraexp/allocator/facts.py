@@ -150,6 +150,26 @@ class RuleFacts(msgspec.Struct, gc=False):
         return self.selector and self.driver in ("", driver) and self.pool in ("", pool)
 
 
+class Placement(msgspec.Struct, gc=False, frozen=True):
+    """Which nodes a pod may run on, as far as the scheduler's node filters go.
+
+    ``spec.nodeName``, ``spec.nodeSelector`` and required node affinity; not taints, not
+    resources.
+    """
+
+    node_name: str = ""
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity: NodeSelector | None = None
+
+    def allows(self, node: NodeFacts) -> bool:
+        """Whether the pod may run on *node*."""
+        if self.node_name and node.name != self.node_name:
+            return False
+        if any(node.labels.get(key) != value for key, value in self.node_selector):
+            return False
+        return self.affinity is None or self.affinity.matches(node.name, node.labels)
+
+
 class PodFacts(msgspec.Struct, gc=False, frozen=True):
     """What the pod families need of one pod that matters."""
 
@@ -170,6 +190,8 @@ class PodFacts(msgspec.Struct, gc=False, frozen=True):
     """``PodScheduled``'s (status, reason, message), if it has one."""
     health: tuple[tuple[str, str, str, str], ...]
     """(container, entry name, resourceID, health) of each device in allocatedResourcesStatus."""
+    placement: Placement | None = None
+    """Which nodes it may run on, when it says (None: any)."""
 
 
 class NodeFacts(msgspec.Struct, gc=False, frozen=True):

@@ -205,6 +205,8 @@ class Memo:
     """Pending requests judged in this collection (see :mod:`.pending`)."""
     claims_by_name: dict[tuple[str, str], ClaimFacts] | None = None
     """Every claim by (namespace, name), for the pods that name them: made when first asked."""
+    waiting: dict[tuple[str, str], list[PodFacts]] | None = None
+    """The pods not bound yet by the claims they use: made when first asked (see :mod:`.reach`)."""
     served: dict[Any, Any] = attrs.Factory(dict)
     """Which Nodes pools and drivers serve (see :mod:`.nodes`): kept while the index is, as
     neither claims nor a collection change it."""
@@ -222,6 +224,7 @@ class Memo:
         """A new collection: what was judged of the last one's claims may no longer hold."""
         self.judged = {}
         self.claims_by_name = None
+        self.waiting = None
 
 
 class ClusterIndex:

@@ -20,9 +20,10 @@ import attrs
 
 from kdraexp.allocator.answers import BUDGET
 from kdraexp.allocator.candidates import Candidate, matched_devices, open_and_free
-from kdraexp.allocator.facts import NOTHING, DeviceFacts, RequestFacts
+from kdraexp.allocator.facts import NOTHING, ClaimFacts, DeviceFacts, RequestFacts
 from kdraexp.allocator.headroom import allocatable, capacity, most
 from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, blocked, take
+from kdraexp.allocator.reach import allowed, reachable, waiting
 from kdraexp.allocator.together import apart, together
 from kdraexp.dra.listing import RESOURCE_CLAIMS
 
@@ -36,6 +37,7 @@ REASONS = (
     "in_use",
     "insufficient",
     "not_together",
+    "unreachable",
     "feasible",
 )
 """Every reason, in the order they are tried."""
@@ -368,6 +370,8 @@ def reasons(
                 attrs.evolve(j, reason="not_together") if j.reason == "feasible" else j
                 for j in judged
             ]
+        if index.nodes is not None and any(j.reason == "feasible" for j in judged):
+            judged = _reached(index, claim, judged)
         for request, judgement in zip(claim.pending, judged, strict=True):
             if judgement.reason == NOT_JUDGED:
                 if report:
@@ -386,3 +390,18 @@ def reasons(
                     f"{claim.where} request {request.name} selector {judgement.error}",
                 )
             yield claim.labels, request.name, request.deviceclass, judgement.reason, judgement
+
+
+def _reached(index: ClusterIndex, claim: ClaimFacts, judged: list[Judgement]) -> list[Judgement]:
+    """``unreachable`` for each feasible request no node its waiting pods may use can meet."""
+    pods = waiting(index, claim)
+    if not pods:
+        return judged
+    assert index.nodes is not None
+    nodes = allowed(index.nodes.values(), pods)
+    return [
+        attrs.evolve(j, reason="unreachable")
+        if j.reason == "feasible" and not reachable(index, request, nodes)
+        else j
+        for request, j in zip(claim.pending, judged, strict=True)
+    ]

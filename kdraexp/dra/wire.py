@@ -312,10 +312,26 @@ class Container(Wire):
     resources: ContainerResources | None = None
 
 
+class NodeAffinity(Wire):
+    """``spec.affinity.nodeAffinity``: its required part (see dra/nodeselector)."""
+
+    required: msgspec.Raw = msgspec.field(
+        default=ABSENT, name="requiredDuringSchedulingIgnoredDuringExecution"
+    )
+
+
+class Affinity(Wire):
+    """``spec.affinity``, as far as nodes go."""
+
+    node_affinity: NodeAffinity | None = msgspec.field(default=None, name="nodeAffinity")
+
+
 class PodSpec(Wire):
-    """``spec`` of a Pod, as far as devices go."""
+    """``spec`` of a Pod, as far as devices go, and which nodes it may run on."""
 
     node_name: str | None = msgspec.field(default=None, name="nodeName")
+    node_selector: dict[str, str] | None = msgspec.field(default=None, name="nodeSelector")
+    affinity: Affinity | None = None
     resource_claims: list[PodClaim] | None = msgspec.field(default=None, name="resourceClaims")
     containers: list[Container] | None = None
     init_containers: list[Container] | None = msgspec.field(default=None, name="initContainers")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
-from kdraexp.allocator.facts import PodFacts
+from kdraexp.allocator.facts import Placement, PodFacts
 from kdraexp.allocator.index import ClusterIndex
 from kdraexp.allocator.scopes import Per
 from kdraexp.dra import wire
@@ -107,7 +107,21 @@ class PodView:
             tuple(claims),
             scheduled,
             health,
+            placement=self._placement(spec, where),
         )
+
+    def _placement(self, spec: wire.PodSpec, where: str) -> Placement | None:
+        """Which nodes the pod may run on, when it says: its node, node selector, affinity."""
+        affinity = spec.affinity.node_affinity if spec.affinity else None
+        required = (
+            self.context.node_selector(affinity.required, PODS.plural, f"{where} nodeAffinity")
+            if affinity is not None
+            else None
+        )
+        if not (spec.node_name or spec.node_selector or required):
+            return None
+        selector = tuple(sorted((spec.node_selector or {}).items()))
+        return Placement(spec.node_name or "", selector, required)
 
     def _extended(self, spec: wire.PodSpec, where: str) -> tuple[tuple[str, float], ...]:
         summed: dict[str, float] = {}

@@ -4,7 +4,8 @@ A simulated cluster of three Nodes: one GPU pool on each of two of them, a pool 
 published with a node selector (the nodes of clique a), a pool whose devices select their nodes
 one by one (``perDeviceNodeSelection``), and a GPU node no pool serves.  The exporter, with
 ``--resources ...,nodes`` and ``--expect-pools``, places the channels on clique a's node only:
-the scheduler binds a pod pinned there and leaves one pinned elsewhere pending.
+the scheduler binds a pod pinned there and leaves one pinned elsewhere pending, which the
+exporter says is ``unreachable``.
 """
 
 from __future__ import annotations
@@ -175,6 +176,13 @@ def test_multi_host_pools_serve_the_nodes_their_selectors_match(
         allocated = cluster.kube.get(f"{CLAIMS}/{placed[0]}")["status"]["allocation"]
         (result,) = allocated["devices"]["results"]
         assert (result["pool"], result["device"]) == ("nv-per-device", "d-b")
+        # Channels are free (clique a's), but none on a node the waiting pod may run on.
+        pending = scrape(cluster, tmp_path / "pending")
+        assert {
+            row["resourceclaim_name"]: row["reason"]
+            for row, value in values(pending, "kube_resourceclaim_pending_reason")
+            if value == 1
+        } == {waiting: "unreachable"}
     finally:
         names = ("ch-b-1", "ch-b-2", "ch-a")
         cluster.delete_pods(NAMESPACE, *names)
