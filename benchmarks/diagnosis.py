@@ -127,11 +127,12 @@ def table(result: dict[str, Any]) -> str:
             f"{result['pending_list_first'] / result['list_first']:.2f} |",
             f"| list mode, collection at start, its CPU (s, median of {FIRSTS}) | "
             f"{result['list_first_cpu']:.3f} | {result['pending_list_first_cpu']:.3f} | "
-            f"{result['pending_list_first_cpu'] / result['list_first_cpu']:.2f} |",
+            f"{_ratio(result['pending_list_first_cpu'], result['list_first_cpu'])} |",
             f"| list mode, collection at start, its CPU (s, fastest of {FIRSTS}) | "
             f"{result['list_first_cpu_fastest']:.3f} | "
             f"{result['pending_list_first_cpu_fastest']:.3f} | "
-            f"{result['pending_list_first_cpu_fastest'] / result['list_first_cpu_fastest']:.2f} |",
+            f"{_ratio(result['pending_list_first_cpu_fastest'], result['list_first_cpu_fastest'])}"
+            " |",
             f"| peak RSS (MiB) | {result['list_peak_rss_bytes'] / mib:.0f} | "
             f"{result['pending_list_peak_rss_bytes'] / mib:.0f} | "
             f"{result['pending_list_peak_rss_bytes'] / result['list_peak_rss_bytes']:.2f} |",
@@ -147,10 +148,18 @@ def table(result: dict[str, Any]) -> str:
     )
 
 
+def _ratio(part: float, whole: float) -> str:
+    """*part* ÷ *whole*, or n/a where *whole* is 0.
+
+    CPU seconds are read in clock ticks (10 ms): a small cluster's collection can take none.
+    """
+    return f"{part / whole:.2f}" if whole else "n/a"
+
+
 def _share(result: dict[str, Any], figure: str) -> float:
-    """What ANSWERS add to *figure*, as a share of it with them."""
+    """What ANSWERS add to *figure*, as a share of it with them (0 where it took no time)."""
     whole = float(result[f"pending_{figure}"])
-    return (whole - float(result[f"without_answers_{figure}"])) / whole
+    return (whole - float(result[f"without_answers_{figure}"])) / whole if whole else 0.0
 
 
 def targets(result: dict[str, Any]) -> list[tuple[str, bool]]:
