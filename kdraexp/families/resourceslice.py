@@ -61,6 +61,7 @@ class DeviceView(SelectorView):
         "_classes",
         "_consumes",
         "_defaults",
+        "_policies",
         "_strings",
         "_taints",
         "labels",
@@ -87,6 +88,7 @@ class DeviceView(SelectorView):
         self.allow_multiple_allocations = device.allow_multiple_allocations is True
         self._capacities: dict[str, float] | None = None
         self._defaults: dict[str, float] = {}
+        self._policies: dict[str, gated.RequestPolicy] | None = None
         self._classes: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self._taints: list[tuple[str, str, str, float | None]] | None = None
         self._consumes: tuple[tuple[str, dict[str, float]], ...] | None = None
@@ -146,10 +148,8 @@ class DeviceView(SelectorView):
                     capacity = CAPACITY_JSON.decode(raw)
                     name = sys.intern(key)
                     found[name] = gated.quantity(capacity.value if capacity else None)
-                    policy = capacity.request_policy if capacity else None
-                    default = policy.get("default") if isinstance(policy, dict) else None
-                    if default is not None:
-                        self._defaults[name] = gated.quantity(default)
+                    if capacity is not None and capacity.request_policy is not None:
+                        self._read_policy(name, gated.request_policy(capacity.request_policy))
                 except (msgspec.ValidationError, gated.Unreadable) as error:
                     context.problems.add(
                         _RESOURCE, "capacity", f"{where} device {self.name} capacity {key}: {error}"
@@ -157,10 +157,23 @@ class DeviceView(SelectorView):
             self._capacities = found
         return self._capacities
 
+    def _read_policy(self, name: str, policy: gated.RequestPolicy) -> None:
+        if policy.default is not None:
+            self._defaults[name] = policy.default
+        if policy.rounds:
+            if self._policies is None:
+                self._policies = {}
+            self._policies[name] = policy
+
     def defaults(self, context: Context, where: str) -> dict[str, float]:
         """What a request naming no capacity consumes of each: the policy's default, else all."""
         capacities = self.capacities(context, where)
         return {name: self._defaults.get(name, value) for name, value in capacities.items()}
+
+    def policies(self, context: Context, where: str) -> dict[str, gated.RequestPolicy] | None:
+        """The request policies that round or refuse what a request asks, by capacity."""
+        self.capacities(context, where)
+        return self._policies
 
     def classes(self, context: Context) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(the classes the device satisfies, those whose match could not be decided).
@@ -262,6 +275,7 @@ class SliceView:
                     tuple([(k, v, e, t) for k, v, e, t in taints if t is not None]),
                     tuple([(k, v, effect) for k, v, effect, _ in taints]),
                     device.node_selector or self.node_selector,
+                    device.policies(context, where) if shareable else None,
                 )
             )
         return SliceFacts(
