@@ -1,8 +1,9 @@
 """The devices a pending request may take: those its class and own selectors match, free.
 
 Matching reads the class's devices and the answers of the request's own selectors
-(:mod:`.answers`); free means neither taken (or, shared, with room left for the request) nor
-blocked by counters, and its taints tolerated.
+(:mod:`.answers`); free means neither taken (or, shared, with room left for what the request
+consumes, rounded as the allocator rounds it: :mod:`.rounding`) nor blocked by counters, and its
+taints tolerated.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from kdraexp.allocator.facts import DeviceFacts, RequestFacts
-from kdraexp.allocator.headroom import shares
+from kdraexp.allocator.facts import NOTHING, DeviceFacts, RequestFacts
 from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, blocked
+from kdraexp.allocator.rounding import fits
 from kdraexp.dra import gated
 
 Candidate = tuple[Pool, DeviceFacts]
@@ -85,16 +86,38 @@ def unclaimed(index: ClusterIndex, request: RequestFacts, pool: Pool, device: De
     return key not in index.allocated
 
 
-def _room(request: RequestFacts, device: DeviceFacts, used: dict[str, float]) -> bool:
-    """Whether a device allowing several allocations has what the request consumes left."""
-    if not request.capacity:
-        return shares(device, used) >= 1
-    asked = dict(request.capacity)
-    for name, value in (device.capacities or {}).items():
-        need = asked.get(name, (device.defaults or {}).get(name, value))
-        if need > value - used.get(name, 0.0) + 1e-9 * max(1.0, need):
-            return False
-    return True
+def _room(request: RequestFacts, device: DeviceFacts, used: Mapping[str, float]) -> bool:
+    """Whether a device allowing several allocations has what the request consumes left.
+
+    What it consumes is rounded as the allocator rounds it (see :mod:`.rounding`).
+    """
+    return fits(device, dict(request.capacity), used)
+
+
+def ever_fits(request: RequestFacts, device: DeviceFacts) -> bool:
+    """Whether the device could give the request what it consumes, were nothing allocated.
+
+    A device that allows a single allocation always could: a request's capacity is judged on
+    devices that allow several.
+    """
+    return device.capacities is None or _room(request, device, NOTHING)
+
+
+def request_state(
+    index: ClusterIndex, request: RequestFacts, pool: Pool, device: DeviceFacts
+) -> str:
+    """The device's state as the request sees it.
+
+    Its ``kube_resourceslice_device_state``, but a device allowing several allocations that
+    still has room for what the request consumes is not ``allocated`` for it: it reads the
+    state it would have without its shares (never ``blocked``: its counters are its own).
+    """
+    state = index.state(pool, device)
+    if state != "allocated" or device.capacities is None or request.admin:
+        return state
+    if not _room(request, device, index.consumed.get((pool.driver, pool.name, device.name), {})):
+        return state
+    return index.unallocated_state(pool, device, counters=False)
 
 
 def free_devices(index: ClusterIndex, request: RequestFacts) -> list[Candidate]:
