@@ -103,20 +103,19 @@ def ever_fits(request: RequestFacts, device: DeviceFacts) -> bool:
     return device.capacities is None or _room(request, device, NOTHING)
 
 
-def request_state(
+def shared_state(
     index: ClusterIndex, request: RequestFacts, pool: Pool, device: DeviceFacts
 ) -> str:
-    """The device's state as the request sees it.
+    """The state for the request of an allocated device allowing several allocations.
 
-    Its ``kube_resourceslice_device_state``, but a device allowing several allocations that
-    still has room for what the request consumes is not ``allocated`` for it: it reads the
-    state it would have without its shares (never ``blocked``: its counters are its own).
+    ``allocated`` while it has no room left for what the request consumes; with room, the state
+    it would have without its shares (never ``blocked``: its counters are its own).  An
+    adminAccess request sees it ``allocated``, as any device in use.
     """
-    state = index.state(pool, device)
-    if state != "allocated" or device.capacities is None or request.admin:
-        return state
+    if request.admin:
+        return "allocated"
     if not _room(request, device, index.consumed.get((pool.driver, pool.name, device.name), {})):
-        return state
+        return "allocated"
     return index.unallocated_state(pool, device, counters=False)
 
 

@@ -24,7 +24,7 @@ from kdraexp.allocator.candidates import (
     ever_fits,
     matched_devices,
     open_and_free,
-    request_state,
+    shared_state,
 )
 from kdraexp.allocator.facts import NOTHING, ClaimFacts, DeviceFacts, RequestFacts
 from kdraexp.allocator.headroom import allocatable, capacity, most
@@ -252,7 +252,9 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     error = request.deviceclass in index.unsure
     states: dict[str, int] = {}
     for pool, device in candidates:
-        state = request_state(index, request, pool, device)
+        state = index.state(pool, device)
+        if state == "allocated" and device.capacities is not None:  # shared: room for this one?
+            state = shared_state(index, request, pool, device)
         states[state] = states.get(state, 0) + 1
     matching = tuple(sorted(states.items()))
     if error or own:
@@ -262,16 +264,15 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     usable = [candidate for candidate in candidates if candidate[0].state == USABLE]
     if not usable:
         return Judgement("pool_unusable", matching)
-    able = [candidate for candidate in usable if ever_fits(request, candidate[1])]
+    able = [c for c in usable if c[1].capacities is None or ever_fits(request, c[1])]
     if not able or (not request.all and not _reaches(able, request.count)):
         return Judgement("exceeds_capacity", matching)
     open_, free = open_and_free(index, request, able)
     if not free:
         return Judgement("tainted" if open_ else "in_use", matching)
     if request.all:  # the allocator takes every device that could ever give what it consumes
-        fits = len(usable) == len(candidates) and _all_fit(
-            index, request, [c for c in candidates if ever_fits(request, c[1])], free
-        )
+        every = [c for c in candidates if c[1].capacities is None or ever_fits(request, c[1])]
+        fits = len(usable) == len(candidates) and _all_fit(index, request, every, free)
     else:
         fits = any(n >= request.count for n in _per_node(index, request, free).values())
         if not fits:  # first fit is not the allocator's search: search, within bounds
