@@ -26,30 +26,13 @@ from typing import Any
 import pytest
 
 from kdraexp.dra.gated import quantity
+from tests.e2e import simworld as world
 from tests.e2e.conftest import Exporter, wait_until
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.simworld import (
-    CLAIMS,
-    DRIVER,
-    NAMESPACE,
-    PODS,
-    RESOURCE,
-    SCHEDULED,
-    bound,
-    class_selecting,
-    exporter,
-    ok,
-    pod,
-    pool_slice,
-    remove,
-    samples,
-    unschedulable,
-    values,
-)
 
 pytestmark = pytest.mark.slow
 NODE = "cap-a"
-KIND = f'device.attributes["{DRIVER}"].kind'
+KIND = f'device.attributes["{world.DRIVER}"].kind'
 RANGE = {"default": "10G", "validRange": {"min": "10G", "max": "90G", "step": "10G"}}
 NICS: dict[str, dict[str, Any]] = {
     "range": {"value": "95G", "requestPolicy": RANGE},
@@ -96,8 +79,8 @@ def claim(name: str, *requests: dict[str, Any]) -> dict[str, Any]:
 def run(cluster: Simulated, made: dict[str, Any], node: str | None = NODE) -> None:
     """The claim, and a pod of its name using it (pinned to *node*)."""
     name = made["metadata"]["name"]
-    cluster.kube.create(CLAIMS, made)
-    cluster.kube.create(PODS, pod(name, {"resourceClaimName": name}, node))
+    cluster.kube.create(world.CLAIMS, made)
+    cluster.kube.create(world.PODS, world.pod(name, {"resourceClaimName": name}, node))
 
 
 @pytest.fixture(scope="module")
@@ -105,14 +88,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     simulated = start_simulated(tmp_path_factory.mktemp("capacity"))
     try:
         simulated.add_node(NODE)
-        simulated.add_namespace(NAMESPACE)
+        simulated.add_namespace(world.NAMESPACE)
         for kind in NICS:
             simulated.kube.create(
-                f"{RESOURCE}/deviceclasses", class_selecting(f"cap-{kind}", f'{KIND} == "{kind}"')
+                f"{world.RESOURCE}/deviceclasses",
+                world.class_selecting(f"cap-{kind}", f'{KIND} == "{kind}"'),
             )
         simulated.kube.create(
-            f"{RESOURCE}/resourceslices",
-            pool_slice("cap-a-nics", NODE, "cap-a-nics", devices=[nic(kind) for kind in NICS]),
+            f"{world.RESOURCE}/resourceslices",
+            world.pool_slice(
+                "cap-a-nics", NODE, "cap-a-nics", devices=[nic(kind) for kind in NICS]
+            ),
         )
         yield simulated
     finally:
@@ -122,7 +108,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
 @pytest.fixture(scope="module")
 def watching(cluster: Simulated, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exporter]:
     """An exporter in watch mode, running while the cluster changes."""
-    running = exporter(cluster, tmp_path_factory.mktemp("capacity-watch"), "watch")
+    running = world.exporter(cluster, tmp_path_factory.mktemp("capacity-watch"), "watch")
     yield running
     running.stop()
 
@@ -134,9 +120,9 @@ def dra_lines(body: str) -> set[str]:
 def listed_and_watched(cluster: Simulated, watching: Exporter, directory: Path) -> str:
     """What a listing exporter writes now, once the watching one writes the same."""
     directory.mkdir()
-    listing = exporter(cluster, directory, "list")
+    listing = world.exporter(cluster, directory, "list")
     try:
-        _, body = wait_until(lambda: ok(listing.scrape()), 30, "a scrape")
+        _, body = wait_until(lambda: world.ok(listing.scrape()), 30, "a scrape")
     finally:
         listing.stop()
 
@@ -151,13 +137,13 @@ def listed_and_watched(cluster: Simulated, watching: Exporter, directory: Path) 
 def reasons(body: str) -> dict[tuple[str, str], str]:
     return {
         (row["resourceclaim_name"], row["request"]): row["reason"]
-        for row in samples(body, "kube_resourceclaim_pending_reason")
+        for row in world.samples(body, "kube_resourceclaim_pending_reason")
     }
 
 
 def consumed(cluster: Simulated, name: str) -> list[float]:
     """The bandwidth the scheduler made each result of claim *name* consume."""
-    allocation = cluster.kube.get(f"{CLAIMS}/{name}")["status"]["allocation"]
+    allocation = cluster.kube.get(f"{world.CLAIMS}/{name}")["status"]["allocation"]
     return [
         quantity(result["consumedCapacity"]["bandwidth"])
         for result in allocation["devices"]["results"]
@@ -189,7 +175,7 @@ def test_capacity_requests_as_the_scheduler_rounds_them(
     for kind, (asked, _) in HELD.items():
         run(cluster, claim(f"hold-{kind}", request(kind, bandwidth=asked)))
     for name in holders:
-        wait_until(partial(bound, cluster, name), SCHEDULED, f"{name} scheduled")
+        wait_until(partial(world.bound, cluster, name), world.SCHEDULED, f"{name} scheduled")
     assert {kind: consumed(cluster, f"hold-{kind}") for kind in HELD} == {
         kind: [quantity(rounded)] for kind, (_, rounded) in HELD.items()
     }
@@ -202,7 +188,9 @@ def test_capacity_requests_as_the_scheduler_rounds_them(
         run(cluster, pair)
         run(cluster, fits, node="nowhere")  # waits for a node, not for devices
         for name in waiting:
-            wait_until(partial(unschedulable, cluster, name), SCHEDULED, f"{name} left pending")
+            wait_until(
+                partial(world.unschedulable, cluster, name), world.SCHEDULED, f"{name} left pending"
+            )
         held = listed_and_watched(cluster, watching, tmp_path / "held")
         assert reasons(held) == {
             **{(name, "dev"): reason for name, (reason, _) in WAITING.items()},
@@ -210,50 +198,35 @@ def test_capacity_requests_as_the_scheduler_rounds_them(
             ("w-pair", "b"): "not_together",
             ("w-fits", "dev"): "feasible",
         }
-        remove(cluster, holders)
+        world.remove(cluster, holders)
         released = [name for name, (reason, _) in WAITING.items() if reason == "in_use"]
         for name in [*released, "w-pair"]:
-            wait_until(partial(bound, cluster, name), SCHEDULED, f"{name} bound once released")
+            wait_until(
+                partial(world.bound, cluster, name),
+                world.SCHEDULED,
+                f"{name} bound once released",
+            )
         assert consumed(cluster, "w-step") == [30e9]
         assert consumed(cluster, "w-min") == [10e9]
         assert consumed(cluster, "w-values") == [400e9]
         assert consumed(cluster, "w-whole") == [100e9]
         assert sorted(consumed(cluster, "w-pair")) == [31e9, 40e9]
         never = [name for name, (reason, _) in WAITING.items() if reason == "exceeds_capacity"]
-        assert not any(bound(cluster, name) for name in never)
+        assert not any(world.bound(cluster, name) for name in never)
         free = listed_and_watched(cluster, watching, tmp_path / "released")
         assert reasons(free) == {
             **{(name, "dev"): "exceeds_capacity" for name in never},
             ("w-fits", "dev"): "feasible",
         }
-        cluster.delete_pod(NAMESPACE, "w-fits")
-        cluster.kube.create(PODS, pod("w-fits", {"resourceClaimName": "w-fits"}, NODE))
-        wait_until(partial(bound, cluster, "w-fits"), SCHEDULED, "the feasible claim's new pod")
+        cluster.delete_pod(world.NAMESPACE, "w-fits")
+        cluster.kube.create(world.PODS, world.pod("w-fits", {"resourceClaimName": "w-fits"}, NODE))
+        wait_until(
+            partial(world.bound, cluster, "w-fits"), world.SCHEDULED, "the feasible claim's new pod"
+        )
         assert consumed(cluster, "w-fits") == [20e9]  # beside w-step's 30G
-        assert not any(bound(cluster, name) for name in never)
+        assert not any(world.bound(cluster, name) for name in never)
     finally:
-        remove(cluster, [*holders, *waiting])
-
-
-def placed_one_after_another(cluster: Simulated, kind: str) -> int:
-    """How many pods, each with a claim naming no bandwidth, the scheduler places on the NIC."""
-    names: list[str] = []
-    try:
-        while True:
-            name = f"fit-{kind}-{len(names)}"
-            names.append(name)
-            run(cluster, claim(name, request(kind)))
-
-            def decided(name: str = name) -> str | None:
-                if bound(cluster, name):
-                    return "bound"
-                return "pending" if unschedulable(cluster, name) else None
-
-            if wait_until(decided, SCHEDULED, f"{name} decided") == "pending":
-                return len(names) - 1
-            assert len(names) < 20, "more fit than the test expects"
-    finally:
-        remove(cluster, names)
+        world.remove(cluster, [*holders, *waiting])
 
 
 def test_a_nic_carrying_a_share_has_room_for_more(
@@ -265,19 +238,25 @@ def test_a_nic_carrying_a_share_has_room_for_more(
     ``allocated``.  The ``plain`` NIC has no default: a claim naming no bandwidth takes all of
     it, so a 30G share leaves room for none.
     """
+
+    def ask(kind: str, name: str) -> None:  # a claim naming no bandwidth, and its pod
+        run(cluster, claim(name, request(kind)))
+
     for kind in ("values", "plain"):
         run(cluster, claim(f"hold-{kind}", request(kind, bandwidth=HELD[kind][0])))
     try:
         for kind in ("values", "plain"):
-            wait_until(partial(bound, cluster, f"hold-{kind}"), SCHEDULED, f"hold-{kind}")
+            wait_until(
+                partial(world.bound, cluster, f"hold-{kind}"), world.SCHEDULED, f"hold-{kind}"
+            )
         body = listed_and_watched(cluster, watching, tmp_path / "headroom")
         headroom = {
             row["deviceclass_name"]: value
-            for row, value in values(body, "kube_resourcepool_allocatable_devices")
+            for row, value in world.values(body, "kube_resourcepool_allocatable_devices")
         }
         states = {
             row["device_name"]: row["state"]
-            for row in samples(body, "kube_resourceslice_device_state")
+            for row in world.samples(body, "kube_resourceslice_device_state")
             if row["pool"] == "cap-a-nics"
         }
         assert states["nic-values"] == "allocated"
@@ -286,6 +265,7 @@ def test_a_nic_carrying_a_share_has_room_for_more(
             "plain": 0,
         }
         for kind in ("values", "plain"):
-            assert placed_one_after_another(cluster, kind) == headroom[f"cap-{kind}"], kind
+            placed = world.placed_one_after_another(cluster, f"fit-{kind}", partial(ask, kind))
+            assert placed == headroom[f"cap-{kind}"], kind
     finally:
-        remove(cluster, ["hold-values", "hold-plain"])
+        world.remove(cluster, ["hold-values", "hold-plain"])
