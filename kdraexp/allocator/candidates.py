@@ -13,12 +13,14 @@ from types import MappingProxyType
 
 from kdraexp.allocator.facts import NOTHING, DeviceFacts, RequestFacts
 from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, blocked
-from kdraexp.allocator.rounding import fits
+from kdraexp.allocator.rounding import consumption, room
 from kdraexp.dra import gated
 
 Candidate = tuple[Pool, DeviceFacts]
 NO_ANSWERS: Mapping[str, bool | str] = MappingProxyType({})
 """A pool no own selector was answered on (one read-only mapping for all)."""
+_UNKNOWN = object()
+"""Not worked out yet (None is an answer: never)."""
 
 
 def open_and_free(
@@ -82,25 +84,44 @@ def unclaimed(index: ClusterIndex, request: RequestFacts, pool: Pool, device: De
     if request.admin:
         return True  # adminAccess may use a device in use
     if device.capacities is not None:
-        return _room(request, device, index.consumed.get(key, {}))
+        return _room(index, request, device, index.consumed.get(key, NOTHING))
     return key not in index.allocated
 
 
-def _room(request: RequestFacts, device: DeviceFacts, used: Mapping[str, float]) -> bool:
+def _room(
+    index: ClusterIndex, request: RequestFacts, device: DeviceFacts, used: Mapping[str, float]
+) -> bool:
     """Whether a device allowing several allocations has what the request consumes left.
 
     What it consumes is rounded as the allocator rounds it (see :mod:`.rounding`).
     """
-    return fits(device, dict(request.capacity), used)
+    need = consumed(index, request, device)
+    return need is not None and room(device, need, used)
 
 
-def ever_fits(request: RequestFacts, device: DeviceFacts) -> bool:
+def consumed(
+    index: ClusterIndex, request: RequestFacts, device: DeviceFacts
+) -> Mapping[str, float] | None:
+    """What the request consumes of each capacity of a device allowing several allocations.
+
+    None when it never can (see :func:`.rounding.consumption`).  Kept for the collection per
+    request and kind of device: the devices of one model share their capacities' mappings.
+    """
+    shape = (id(device.capacities), id(device.defaults), id(device.policies))
+    key = ("consumes", request.capacity, shape)
+    known = index.memo.judged.get(key, _UNKNOWN)
+    if known is _UNKNOWN:
+        known = index.memo.judged[key] = consumption(device, dict(request.capacity))
+    return known  # type: ignore[no-any-return]
+
+
+def ever_fits(index: ClusterIndex, request: RequestFacts, device: DeviceFacts) -> bool:
     """Whether the device could give the request what it consumes, were nothing allocated.
 
     A device that allows a single allocation always could: a request's capacity is judged on
     devices that allow several.
     """
-    return device.capacities is None or _room(request, device, NOTHING)
+    return device.capacities is None or _room(index, request, device, NOTHING)
 
 
 def shared_state(
@@ -114,7 +135,8 @@ def shared_state(
     """
     if request.admin:
         return "allocated"
-    if not _room(request, device, index.consumed.get((pool.driver, pool.name, device.name), {})):
+    used = index.consumed.get((pool.driver, pool.name, device.name), NOTHING)
+    if not _room(index, request, device, used):
         return "allocated"
     return index.unallocated_state(pool, device, counters=False)
 

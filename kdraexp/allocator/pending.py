@@ -264,14 +264,14 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     usable = [candidate for candidate in candidates if candidate[0].state == USABLE]
     if not usable:
         return Judgement("pool_unusable", matching)
-    able = [c for c in usable if c[1].capacities is None or ever_fits(request, c[1])]
+    able = _able(index, request, usable)
     if not able or (not request.all and not _reaches(able, request.count)):
         return Judgement("exceeds_capacity", matching)
     open_, free = open_and_free(index, request, able)
     if not free:
         return Judgement("tainted" if open_ else "in_use", matching)
     if request.all:  # the allocator takes every device that could ever give what it consumes
-        every = [c for c in candidates if c[1].capacities is None or ever_fits(request, c[1])]
+        every = _able(index, request, candidates)
         fits = len(usable) == len(candidates) and _all_fit(index, request, every, free)
     else:
         fits = any(n >= request.count for n in _per_node(index, request, free).values())
@@ -279,6 +279,11 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
             index.memo.judged[("free", request)] = free
             fits = together(index, (request,), unknown=False)
     return Judgement("feasible" if fits else "insufficient", matching)
+
+
+def _able(index: ClusterIndex, request: RequestFacts, found: list[Candidate]) -> list[Candidate]:
+    """Of *found*, the devices that could ever give the request what it consumes."""
+    return [c for c in found if c[1].capacities is None or ever_fits(index, request, c[1])]
 
 
 def _reaches(usable: list[Candidate], count: int) -> bool:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from typing import NamedTuple
 
-from kdraexp.allocator.candidates import Candidate, free_devices
+from kdraexp.allocator.candidates import Candidate, consumed, free_devices
 from kdraexp.allocator.facts import DeviceFacts, RequestFacts
 from kdraexp.allocator.headroom import most
 from kdraexp.allocator.index import ClusterIndex, Pool, blocked, take
-from kdraexp.allocator.rounding import consumption, room
+from kdraexp.allocator.rounding import room
 
 STEPS = 4096
 """Devices tried, at most, to place a claim's requests together on one node."""
@@ -94,7 +95,7 @@ def together(index: ClusterIndex, requests: tuple[RequestFacts, ...], unknown: b
             if device.capacities is not None
         }
         try:
-            if _place(needs, 0, 0, 0, _Taken(set(), {}, shared), steps):
+            if _place(needs, 0, 0, 0, _Taken(index, set(), {}, shared), steps):
                 return True
         except _OutOfSteps:
             if unknown:
@@ -148,6 +149,7 @@ class _Need(NamedTuple):
 class _Taken(NamedTuple):
     """What the devices placed so far take: devices, counters per pool, shared capacities."""
 
+    cluster: ClusterIndex
     devices: set[int]
     counters: dict[int, dict[tuple[str, str], float]]
     shared: dict[int, dict[str, float]]
@@ -171,7 +173,7 @@ def _place(
         pool, device = options[place]
         if device.capacities is not None:  # shared: what each request consumes adds up
             used = taken.shared[id(device)]
-            need = consumption(device, dict(request.capacity))
+            need = consumed(taken.cluster, request, device)
             if need is None or not room(device, need, used):
                 continue
             _add(used, need)
@@ -193,6 +195,6 @@ def _place(
     return False
 
 
-def _add(used: dict[str, float], need: dict[str, float], by: int = 1) -> None:
+def _add(used: dict[str, float], need: Mapping[str, float], by: int = 1) -> None:
     for name, amount in need.items():
         used[name] = used.get(name, 0.0) + by * amount

@@ -7,9 +7,11 @@ report every generation as the original does.
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -29,6 +31,7 @@ D = LabelGroup(("resourceslice_name", "driver", "pool", "device_name", "node_nam
 """The device labels every device family leads with."""
 
 _RESOURCE = RESOURCE_SLICES.plural
+T = TypeVar("T")
 
 
 def string_attribute(attributes: dict[str, msgspec.Raw], driver: str, name: str) -> str:
@@ -267,15 +270,15 @@ class SliceView:
                     device.consumes(context, where),
                     device.named_capacity(context, where, share),
                     shareable,
-                    device.capacities(context, where) if shareable else None,
-                    device.defaults(context, where) if shareable else None,
+                    _alike(device.capacities(context, where)) if shareable else None,
+                    _alike(device.defaults(context, where)) if shareable else None,
                     classes,
                     unsure,
                     device.node_name,
                     tuple([(k, v, e, t) for k, v, e, t in taints if t is not None]),
                     tuple([(k, v, effect) for k, v, effect, _ in taints]),
                     device.node_selector or self.node_selector,
-                    device.policies(context, where) if shareable else None,
+                    _alike_or_none(device.policies(context, where)) if shareable else None,
                 )
             )
         return SliceFacts(
@@ -290,6 +293,24 @@ class SliceView:
 
 
 _BLOCKING = frozenset({"NoSchedule", "NoExecute"})
+
+
+def _alike(values: dict[str, T]) -> Mapping[str, T]:
+    """One read-only mapping for equal ones: the shared devices of one model repeat theirs.
+
+    What a request consumes of a shared device is worked out once for all devices alike
+    (:func:`kdraexp.allocator.candidates.consumed`), and they hold one mapping.
+    """
+    return _one_mapping(tuple(values.items()))
+
+
+def _alike_or_none(values: dict[str, T] | None) -> Mapping[str, T] | None:
+    return None if values is None else _alike(values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_mapping(items: tuple[tuple[str, Any], ...]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(items))
 
 
 _ORIGINAL_CAPACITY_LABELS = (
