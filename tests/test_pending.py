@@ -258,6 +258,9 @@ def bandwidth(amount: str) -> dict[str, Any]:
         ("plain", bandwidth("71G"), "in_use"),
         ("plain", bandwidth("101G"), "exceeds_capacity"),
         ("plain", {}, "in_use"),  # all 100G, of which 30G are taken
+        # allocationMode All: the allocator takes every device that could ever give the amount
+        ("values", {**bandwidth("70G"), "allocationMode": "All"}, "in_use"),
+        ("values", {**bandwidth("500G"), "allocationMode": "All"}, "exceeds_capacity"),
     ],
 )
 def test_capacity_requests_judged_as_the_allocator_rounds_them(
