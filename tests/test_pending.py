@@ -181,6 +181,159 @@ def test_shareable_device_with_room() -> None:
     }
 
 
+NIC_DRIVER = "nic.example"
+
+
+def nic(kind: str, bandwidth: str, **request_policy: Any) -> dict[str, Any]:
+    """A NIC shared by bandwidth, alone in pool and class *kind*, with this ``requestPolicy``."""
+    capacity: dict[str, Any] = {"value": bandwidth}
+    if request_policy:
+        capacity["requestPolicy"] = request_policy
+    return {
+        "name": "nic",
+        "attributes": {"kind": {"string": kind}},
+        "capacity": {"bandwidth": capacity},
+        "allowMultipleAllocations": True,
+    }
+
+
+NICS = {
+    # sold in two sizes, 60G by default
+    "values": nic("values", "400G", default="60G", validValues=["60G", "400G"]),
+    # 10G to 90G by 10G, 10G by default; 95G in all, so what is left need not be a step
+    "range": nic(
+        "range", "95G", default="10G", validRange={"min": "10G", "max": "90G", "step": "10G"}
+    ),
+    # no policy: a request naming no bandwidth takes all of it
+    "plain": nic("plain", "100G"),
+}
+HELD = {"values": "60G", "range": "70G", "plain": "30G"}
+
+
+def nic_world() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The NICs' slices and classes."""
+    slices = [pool_slice(kind, [made], pool=kind, driver=NIC_DRIVER) for kind, made in NICS.items()]
+    classes = [classy(kind, f"device.attributes['{NIC_DRIVER}'].kind == '{kind}'") for kind in NICS]
+    return slices, classes
+
+
+def share(kind: str, amount: str) -> dict[str, Any]:
+    """A share of NIC *kind*, consuming *amount* of its bandwidth."""
+    return result(
+        "nic", kind, NIC_DRIVER, shareID=f"share-{kind}", consumedCapacity={"bandwidth": amount}
+    )
+
+
+def nic_cluster(held: dict[str, str], *asked: tuple[str, str, dict[str, Any]]) -> Collection:
+    """Each NIC in its pool, *held* shares of them allocated, and a pending claim per *asked*.
+
+    *asked* is (claim, NIC kind, request fields).
+    """
+    slices, classes = nic_world()
+    claims = [new_claim(f"held-{kind}", [share(kind, amount)]) for kind, amount in held.items()]
+    claims += [
+        new_claim(name, None, requests=[request(kind, **fields)]) for name, kind, fields in asked
+    ]
+    return collect(slices=slices, claims=claims, classes=classes)
+
+
+def bandwidth(amount: str) -> dict[str, Any]:
+    return {"capacity": {"requests": {"bandwidth": amount}}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields", "reason"),
+    [
+        ("values", bandwidth("50G"), "feasible"),  # 60G of the 340G left
+        ("values", bandwidth("70G"), "in_use"),  # 400G: only once the 60G share goes
+        ("values", bandwidth("500G"), "exceeds_capacity"),  # above every valid value
+        ("values", {}, "feasible"),  # the default, 60G
+        ("values", {"capacity": {"requests": {"latency": "1"}}}, "exceeds_capacity"),  # none has it
+        ("range", bandwidth("18G"), "feasible"),  # 20G of the 25G left
+        ("range", bandwidth("22G"), "in_use"),  # 30G
+        ("range", bandwidth("3G"), "feasible"),  # up to min, 10G
+        ("range", bandwidth("91G"), "exceeds_capacity"),  # 100G, above max
+        ("range", bandwidth("95G"), "exceeds_capacity"),  # the whole NIC, but 100G once rounded
+        ("plain", bandwidth("70G"), "feasible"),  # what it asks, no more
+        ("plain", bandwidth("71G"), "in_use"),
+        ("plain", bandwidth("101G"), "exceeds_capacity"),
+        ("plain", {}, "in_use"),  # all 100G, of which 30G are taken
+        # allocationMode All: the allocator takes every device that could ever give the amount
+        ("values", {**bandwidth("70G"), "allocationMode": "All"}, "in_use"),
+        ("values", {**bandwidth("500G"), "allocationMode": "All"}, "exceeds_capacity"),
+    ],
+)
+def test_capacity_requests_judged_as_the_allocator_rounds_them(
+    kind: str, fields: dict[str, Any], reason: str
+) -> None:
+    """What a request consumes is rounded by the NIC's policy, then compared with what is left.
+
+    A request no NIC could ever give its rounded amount exceeds the capacity, whatever is held.
+    """
+    asked = ("asked", kind, fields)
+    assert reasons(nic_cluster(HELD, asked)) == {("asked", "gpu"): reason}
+    if reason in ("in_use", "feasible"):
+        assert reasons(nic_cluster({}, asked)) == {("asked", "gpu"): "feasible"}
+    else:
+        assert reasons(nic_cluster({}, asked)) == {("asked", "gpu"): reason}
+
+
+def test_matching_devices_of_a_shared_nic_by_what_the_request_consumes() -> None:
+    """A NIC carrying a share is allocated to a request it has no room for, else available."""
+    written = nic_cluster(
+        HELD,
+        ("small", "values", bandwidth("50G")),
+        ("large", "values", bandwidth("70G")),
+        ("huge", "values", bandwidth("500G")),
+    )
+    assert matching(written, "small") == {"available": 1}
+    assert matching(written, "large") == {"allocated": 1}
+    assert matching(written, "huge") == {"allocated": 1}
+    fresh = nic_cluster({}, ("huge", "values", bandwidth("500G")))
+    assert matching(fresh, "huge") == {"available": 1}
+
+
+def test_one_request_takes_a_shared_nic_once() -> None:
+    """Two devices asked of one NIC: a request takes each device once, however much is left."""
+    two = ("two", "values", {**bandwidth("50G"), "count": 2})
+    assert reasons(nic_cluster({}, two)) == {("two", "gpu"): "exceeds_capacity"}
+
+
+def test_requests_of_one_claim_add_up_on_a_shared_nic() -> None:
+    """Each request fits the 70G the plain NIC has left alone, not both: 40G and 31G."""
+    slices, classes = nic_world()
+    pair = [
+        request("plain", name=name, **bandwidth(amount))
+        for name, amount in (("a", "40G"), ("b", "31G"))
+    ]
+    fitting = [request("plain", name=name, **bandwidth("35G")) for name in ("a", "b")]
+    claims = [
+        new_claim("held", [share("plain", "30G")]),
+        new_claim("pair", None, requests=pair),
+        new_claim("fits", None, requests=fitting),
+    ]
+    assert reasons(collect(slices=slices, claims=claims, classes=classes)) == {
+        ("pair", "a"): "not_together",
+        ("pair", "b"): "not_together",
+        ("fits", "a"): "feasible",
+        ("fits", "b"): "feasible",
+    }
+
+
+def test_reasons_follow_a_share_released() -> None:
+    """Followed claim by claim: the 70G request waits for the 60G share, then is feasible."""
+    store = Store()
+    slices, classes = nic_world()
+    pending = new_claim("asked", None, requests=[request("values", **bandwidth("70G"))])
+    claims = [new_claim("held", [share("values", "60G")]), pending]
+    assert reasons(collect(slices=slices, claims=claims, classes=classes, store=store)) == {
+        ("asked", "gpu"): "in_use"
+    }
+    assert reasons(collect(slices=slices, claims=[pending], classes=classes, store=store)) == {
+        ("asked", "gpu"): "feasible"
+    }
+
+
 def test_reasons_follow_allocations() -> None:
     """When another claim takes the last free device, a pending claim's reason follows.
 

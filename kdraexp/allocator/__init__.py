@@ -4,7 +4,8 @@
 index is made of; ``index`` joins them; ``scopes`` declares what a cross-object family's rows come
 in sets of.  ``headroom`` is the allocator's first fit per pool; ``pending`` says why a pending
 request cannot be allocated, from the devices ``candidates`` finds (claims' own selectors
-answered by ``answers``, slices read again through ``selectorread``) and ``together``'s search;
+answered by ``answers``, slices read again through ``selectorread``; what a request consumes of
+a shared device rounded by ``rounding``) and ``together``'s search;
 ``idlecost`` prices what is free.  The families read these modules; the store builds and follows
 the index through this face alone.
 

@@ -1,8 +1,9 @@
 """The devices a pending request may take: those its class and own selectors match, free.
 
 Matching reads the class's devices and the answers of the request's own selectors
-(:mod:`.answers`); free means neither taken (or, shared, with room left for the request) nor
-blocked by counters, and its taints tolerated.
+(:mod:`.answers`); free means neither taken (or, shared, with room left for what the request
+consumes, rounded as the allocator rounds it: :mod:`.rounding`) nor blocked by counters, and its
+taints tolerated.
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from kdraexp.allocator.facts import DeviceFacts, RequestFacts
-from kdraexp.allocator.headroom import shares
+from kdraexp.allocator.facts import NOTHING, DeviceFacts, RequestFacts
 from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, blocked
+from kdraexp.allocator.rounding import consumption, room
 from kdraexp.dra import gated
 
 Candidate = tuple[Pool, DeviceFacts]
 NO_ANSWERS: Mapping[str, bool | str] = MappingProxyType({})
 """A pool no own selector was answered on (one read-only mapping for all)."""
+_UNKNOWN = object()
+"""Not worked out yet (None is an answer: never)."""
 
 
 def open_and_free(
@@ -81,20 +84,61 @@ def unclaimed(index: ClusterIndex, request: RequestFacts, pool: Pool, device: De
     if request.admin:
         return True  # adminAccess may use a device in use
     if device.capacities is not None:
-        return _room(request, device, index.consumed.get(key, {}))
+        return _room(index, request, device, index.consumed.get(key, NOTHING))
     return key not in index.allocated
 
 
-def _room(request: RequestFacts, device: DeviceFacts, used: dict[str, float]) -> bool:
-    """Whether a device allowing several allocations has what the request consumes left."""
-    if not request.capacity:
-        return shares(device, used) >= 1
-    asked = dict(request.capacity)
-    for name, value in (device.capacities or {}).items():
-        need = asked.get(name, (device.defaults or {}).get(name, value))
-        if need > value - used.get(name, 0.0) + 1e-9 * max(1.0, need):
-            return False
-    return True
+def _room(
+    index: ClusterIndex, request: RequestFacts, device: DeviceFacts, used: Mapping[str, float]
+) -> bool:
+    """Whether a device allowing several allocations has what the request consumes left.
+
+    What it consumes is rounded as the allocator rounds it (see :mod:`.rounding`).
+    """
+    need = consumed(index, request, device)
+    return need is not None and room(device, need, used)
+
+
+def consumed(
+    index: ClusterIndex, request: RequestFacts, device: DeviceFacts
+) -> Mapping[str, float] | None:
+    """What the request consumes of each capacity of a device allowing several allocations.
+
+    None when it never can (see :func:`.rounding.consumption`).  Kept for the collection per
+    request and kind of device: the devices of one model share their capacities' mappings.
+    """
+    shape = (id(device.capacities), id(device.defaults), id(device.policies))
+    key = ("consumes", request.capacity, shape)
+    known = index.memo.judged.get(key, _UNKNOWN)
+    if known is _UNKNOWN:
+        known = index.memo.judged[key] = consumption(device, dict(request.capacity))
+    return known  # type: ignore[no-any-return]
+
+
+def ever_fits(index: ClusterIndex, request: RequestFacts, device: DeviceFacts) -> bool:
+    """Whether the device could give the request what it consumes, were nothing allocated.
+
+    A device that allows a single allocation always could: a request's capacity is judged on
+    devices that allow several.
+    """
+    return device.capacities is None or _room(index, request, device, NOTHING)
+
+
+def shared_state(
+    index: ClusterIndex, request: RequestFacts, pool: Pool, device: DeviceFacts
+) -> str:
+    """The state for the request of an allocated device allowing several allocations.
+
+    ``allocated`` while it has no room left for what the request consumes; with room, the state
+    it would have without its shares (never ``blocked``: its counters are its own).  An
+    adminAccess request sees it ``allocated``, as any device in use.
+    """
+    if request.admin:
+        return "allocated"
+    used = index.consumed.get((pool.driver, pool.name, device.name), NOTHING)
+    if not _room(index, request, device, used):
+        return "allocated"
+    return index.unallocated_state(pool, device, counters=False)
 
 
 def free_devices(index: ClusterIndex, request: RequestFacts) -> list[Candidate]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from kdraexp.dra.gated import TimedToleration
+from kdraexp.dra.gated import RequestPolicy, TimedToleration
 from kdraexp.dra.nodeselector import NodeSelector
 from kdraexp.util.labels import GroupValues
 
@@ -55,6 +55,9 @@ class DeviceFacts(msgspec.Struct, gc=False):
     """(key, value, effect) of each taint of a known effect (None too), as published."""
     selector: NodeSelector | None = None
     """The nodes it serves when a node selector says which (its own, or its slice's)."""
+    policies: Mapping[str, RequestPolicy] | None = None
+    """Per capacity of a device allowing multiple allocations, the request policy rounding or
+    refusing what a request asks of it (None: no capacity has one)."""
 
 
 class SliceFacts(msgspec.Struct, gc=False):

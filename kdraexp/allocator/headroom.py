@@ -121,15 +121,17 @@ def capacity(pool: Pool) -> tuple[tuple[str, str, float], ...]:
     return pool.most
 
 
-def most(pool: Pool, devices: list[DeviceFacts]) -> float:
+def most(pool: Pool, devices: list[DeviceFacts], distinct: bool = False) -> float:
     """At most how many of the pool's *devices* the allocator could take together.
 
     An upper bound, exact for partitions of one GPU: a device needing more of a counter than the
     pool has never fits; of the devices consuming a counter, no more than its total covers (the
     smallest needs first) fit together, whatever the others do.  So a whole GPU and its own
-    partition are one.  A device that allows multiple allocations bounds nothing (+Inf).
+    partition are one.  A device that allows multiple allocations bounds nothing (+Inf): a
+    claim's requests may each take it; with *distinct*, for one request, which takes a device
+    once at most, it counts as one.
     """
-    if any(map(_SHAREABLE, devices)):
+    if not distinct and any(map(_SHAREABLE, devices)):
         return math.inf
     if not any(map(_CONSUMES, devices)):
         return float(len(devices))  # no counter to share: none blocks another

@@ -421,11 +421,15 @@ class ClusterIndex:
         """The device's one state (see :meth:`device_states`)."""
         if (pool.driver, pool.name, device.name) in self.allocated:
             return "allocated"
+        return self.unallocated_state(pool, device)
+
+    def unallocated_state(self, pool: Pool, device: DeviceFacts, counters: bool = True) -> str:
+        """The device's state but ``allocated``; not ``blocked`` either without *counters*."""
         if pool.state != USABLE:
             return "unusable"
         if device.taints or self._ruled_blocking(pool, device):
             return "tainted"
-        if blocked(device, pool):
+        if counters and blocked(device, pool):
             return "blocked"
         return "available"
 

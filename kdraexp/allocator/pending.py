@@ -19,7 +19,13 @@ from collections.abc import Iterator
 import attrs
 
 from kdraexp.allocator.answers import BUDGET
-from kdraexp.allocator.candidates import Candidate, matched_devices, open_and_free
+from kdraexp.allocator.candidates import (
+    Candidate,
+    ever_fits,
+    matched_devices,
+    open_and_free,
+    shared_state,
+)
 from kdraexp.allocator.facts import NOTHING, ClaimFacts, DeviceFacts, RequestFacts
 from kdraexp.allocator.headroom import allocatable, capacity, most
 from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, blocked, take
@@ -247,6 +253,8 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     states: dict[str, int] = {}
     for pool, device in candidates:
         state = index.state(pool, device)
+        if state == "allocated" and device.capacities is not None:  # shared: room for this one?
+            state = shared_state(index, request, pool, device)
         states[state] = states.get(state, 0) + 1
     matching = tuple(sorted(states.items()))
     if error or own:
@@ -256,13 +264,15 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     usable = [candidate for candidate in candidates if candidate[0].state == USABLE]
     if not usable:
         return Judgement("pool_unusable", matching)
-    if not request.all and not _reaches(usable, request.count):
+    able = _able(index, request, usable)
+    if not able or (not request.all and not _reaches(able, request.count)):
         return Judgement("exceeds_capacity", matching)
-    open_, free = open_and_free(index, request, usable)
+    open_, free = open_and_free(index, request, able)
     if not free:
         return Judgement("tainted" if open_ else "in_use", matching)
-    if request.all:
-        fits = len(usable) == len(candidates) and _all_fit(index, request, candidates, free)
+    if request.all:  # the allocator takes every device that could ever give what it consumes
+        every = _able(index, request, candidates)
+        fits = len(usable) == len(candidates) and _all_fit(index, request, every, free)
     else:
         fits = any(n >= request.count for n in _per_node(index, request, free).values())
         if not fits:  # first fit is not the allocator's search: search, within bounds
@@ -271,17 +281,19 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     return Judgement("feasible" if fits else "insufficient", matching)
 
 
+def _able(index: ClusterIndex, request: RequestFacts, found: list[Candidate]) -> list[Candidate]:
+    """Of *found*, the devices that could ever give the request what it consumes."""
+    return [c for c in found if c[1].capacities is None or ever_fits(index, request, c[1])]
+
+
 def _reaches(usable: list[Candidate], count: int) -> bool:
     """Whether some node could take *count* of *usable* together, were nothing in use.
 
-    One device: any that allows several allocations or fits its pool's counters alone (the
-    usual request, answered at the first such device); more: see :func:`_most`.
+    One device: any that fits its pool's counters alone (the usual request, answered at the
+    first such device); more: see :func:`_most`.
     """
     if count <= 1:
-        return any(
-            device.capacities is not None or not blocked(device, pool, NOTHING)
-            for pool, device in usable
-        )
+        return any(not blocked(device, pool, NOTHING) for pool, device in usable)
     return _most(usable) >= count
 
 
@@ -306,7 +318,7 @@ def _most(usable: list[Candidate]) -> float:
     per_node: dict[str, float] = {}
     for key, nodes in grouped.items():
         for node, devices in nodes.items():
-            per_node[node] = per_node.get(node, 0.0) + most(pools[key], devices)
+            per_node[node] = per_node.get(node, 0.0) + most(pools[key], devices, distinct=True)
     everywhere = per_node.pop("", 0.0)
     return max((n + everywhere for n in per_node.values()), default=everywhere)
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
+from typing import NamedTuple
 
-from kdraexp.allocator.candidates import Candidate, free_devices
+from kdraexp.allocator.candidates import Candidate, consumed, free_devices
 from kdraexp.allocator.facts import DeviceFacts, RequestFacts
 from kdraexp.allocator.headroom import most
 from kdraexp.allocator.index import ClusterIndex, Pool, blocked, take
+from kdraexp.allocator.rounding import room
 
 STEPS = 4096
 """Devices tried, at most, to place a claim's requests together on one node."""
@@ -54,10 +57,11 @@ def apart(index: ClusterIndex, requests: tuple[RequestFacts, ...], feasible: lis
 def together(index: ClusterIndex, requests: tuple[RequestFacts, ...], unknown: bool = True) -> bool:
     """Whether some node takes every request at its count at once from free devices.
 
-    Shared counters are deducted across the requests; constraints are not evaluated.  A search
-    in the allocator's order, trying other devices when one taken leaves too little, within
-    :data:`STEPS` a node and :data:`ALL_STEPS` in all, for at most :data:`DEPTH` devices
-    (beyond them, the answer is *unknown*).
+    Shared counters are deducted across the requests, and so is what they consume of a device
+    allowing several allocations (rounded, see :mod:`.rounding`); constraints are not
+    evaluated.  A search in the allocator's order, trying other devices when one taken leaves
+    too little, within :data:`STEPS` a node and :data:`ALL_STEPS` in all, for at most
+    :data:`DEPTH` devices (beyond them, the answer is *unknown*).
     A node whose free devices cannot hold the claim, counters bounding them as for
     ``exceeds_capacity``, is not searched.
     """
@@ -69,20 +73,29 @@ def together(index: ClusterIndex, requests: tuple[RequestFacts, ...], unknown: b
     left = ALL_STEPS
     for node in nodes:
         needs = [
-            (request.count, [*found.get(node, ()), *found.get("", ())] if node else found[""])
+            _Need(
+                request,
+                request.count,
+                [*found.get(node, ()), *found.get("", ())] if node else found[""],
+            )
             for request, found in zip(requests, free, strict=True)
             if node in found or "" in found
         ]
         if len(needs) < len(requests):
             continue
-        if any(len(options) < count for count, options in needs):
+        if any(len(need.options) < need.number for need in needs):
             continue
-        union = {id(device): (pool, device) for _, options in needs for pool, device in options}
+        union = {id(device): (pool, device) for need in needs for pool, device in need.options}
         if _bound(list(union.values())) < total:
             continue
         steps = [min(STEPS, left)]
+        shared = {
+            id(device): dict(index.consumed.get((pool.driver, pool.name, device.name), {}))
+            for pool, device in union.values()
+            if device.capacities is not None
+        }
         try:
-            if _place(needs, 0, 0, 0, set(), {}, steps):
+            if _place(needs, 0, 0, 0, _Taken(index, set(), {}, shared), steps):
                 return True
         except _OutOfSteps:
             if unknown:
@@ -125,39 +138,63 @@ class _OutOfSteps(Exception):
     """The search for a placement took more than :data:`STEPS`."""
 
 
+class _Need(NamedTuple):
+    """One request to place: how many devices, and its free devices on the node, in order."""
+
+    request: RequestFacts
+    number: int
+    options: list[Candidate]
+
+
+class _Taken(NamedTuple):
+    """What the devices placed so far take: devices, counters per pool, shared capacities."""
+
+    cluster: ClusterIndex
+    devices: set[int]
+    counters: dict[int, dict[tuple[str, str], float]]
+    shared: dict[int, dict[str, float]]
+    """Per device allowing several allocations, what its allocations and the shares placed
+    consume of each capacity."""
+
+
 def _place(
-    needs: list[tuple[int, list[Candidate]]],
-    at: int,
-    placed: int,
-    start: int,
-    taken: set[int],
-    consumed: dict[int, dict[tuple[str, str], float]],
-    steps: list[int],
+    needs: list[_Need], at: int, placed: int, start: int, taken: _Taken, steps: list[int]
 ) -> bool:
     """Place request *at*'s devices from *start* on, *placed* of them already, then the rest."""
     if at == len(needs):
         return True
-    count, options = needs[at]
+    request, count, options = needs[at]
     if placed == count:
-        return _place(needs, at + 1, 0, 0, taken, consumed, steps)
+        return _place(needs, at + 1, 0, 0, taken, steps)
     for place in range(start, len(options) - (count - placed) + 1):
         steps[0] -= 1
         if steps[0] < 0:
             raise _OutOfSteps
         pool, device = options[place]
-        if device.capacities is not None:  # shareable: room for each request was judged alone
-            if _place(needs, at, placed + 1, place + 1, taken, consumed, steps):
+        if device.capacities is not None:  # shared: what each request consumes adds up
+            used = taken.shared[id(device)]
+            need = consumed(taken.cluster, request, device)
+            if need is None or not room(device, need, used):
+                continue
+            _add(used, need)
+            if _place(needs, at, placed + 1, place + 1, taken, steps):
                 return True
+            _add(used, need, -1)
             continue
-        if id(device) in taken:
+        if id(device) in taken.devices:
             continue
-        used = consumed.setdefault(id(pool), dict(pool.consumed))
-        if device.consumes and blocked(device, pool, used):
+        used_counters = taken.counters.setdefault(id(pool), dict(pool.consumed))
+        if device.consumes and blocked(device, pool, used_counters):
             continue
-        take(device, used)
-        taken.add(id(device))
-        if _place(needs, at, placed + 1, place + 1, taken, consumed, steps):
+        take(device, used_counters)
+        taken.devices.add(id(device))
+        if _place(needs, at, placed + 1, place + 1, taken, steps):
             return True
-        take(device, used, -1)
-        taken.discard(id(device))
+        take(device, used_counters, -1)
+        taken.devices.discard(id(device))
     return False
+
+
+def _add(used: dict[str, float], need: Mapping[str, float], by: int = 1) -> None:
+    for name, amount in need.items():
+        used[name] = used.get(name, 0.0) + by * amount

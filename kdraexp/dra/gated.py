@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from kdraexp.dra.problems import Problems
-from kdraexp.dra.quantity import QuantityError, parse_quantity
+from kdraexp.dra.quantity import QuantityError, parse_quantity, parse_quantity_exact
 
 TAINT_EFFECTS = frozenset({"None", "NoSchedule", "NoExecute"})
 """The effects a device taint may have; "Consumers must treat unknown effects like None"."""
@@ -65,6 +65,70 @@ def quantity(value: Any) -> float:
     if amount < 0:
         raise Unreadable(f"a negative amount: {_short(value)}")
     return amount
+
+
+class RequestPolicy(msgspec.Struct, frozen=True, gc=False):
+    """A capacity's ``requestPolicy``: what a request consumes of it, and what it refuses.
+
+    ``validRange`` (``min``, ``max``, ``step``) or ``validValues`` (ascending, as the API
+    requires), and the ``default`` a request naming the capacity not at all consumes.
+    """
+
+    default: float | None = None
+    ranged: bool = False
+    """Whether ``validRange`` is given."""
+    min: float | None = None
+    max: float | None = None
+    step: float | None = None
+    values: tuple[float, ...] = ()
+    """``validValues``."""
+    milli: bool = False
+    """Whether the range is worked in thousandths (every bound a whole number of them, the step
+    at least one), as the allocator does with ``DRAFractionalCapacityRange`` (on from 1.37): a
+    request that is not a whole number of thousandths cannot be rounded then."""
+
+    @property
+    def rounds(self) -> bool:
+        """Whether it rounds or refuses a request (a ``default`` alone does neither)."""
+        return self.ranged or bool(self.values)
+
+
+def request_policy(value: Any) -> RequestPolicy:
+    """A capacity's ``requestPolicy`` map.
+
+    :raises Unreadable: when it is not a map, or one of its quantities cannot be read.
+    """
+    if not isinstance(value, dict):
+        raise Unreadable(f"requestPolicy: expected a map, got {_short(value)}")
+    default = value.get("default")
+    bounds = value.get("validRange")
+    listed = value.get("validValues")
+    if bounds is not None and not isinstance(bounds, dict):
+        raise Unreadable(f"requestPolicy validRange: expected a map, got {_short(bounds)}")
+    if listed is not None and not isinstance(listed, list):
+        raise Unreadable(f"requestPolicy validValues: expected a list, got {_short(listed)}")
+    try:
+        bounds = bounds or {}
+        texts = [bounds.get(key) for key in ("min", "max", "step")]
+        low, high, step = (None if text is None else quantity(text) for text in texts)
+        return RequestPolicy(
+            None if default is None else quantity(default),
+            "validRange" in value and value["validRange"] is not None,
+            low,
+            high,
+            step,
+            tuple([quantity(listed_value) for listed_value in listed or ()]),
+            all(text is None or _thousandths(text) for text in texts)
+            and (step is None or step >= 0.001),
+        )
+    except Unreadable as error:
+        raise Unreadable(f"requestPolicy: {error}") from None
+
+
+def _thousandths(text: str) -> bool:
+    """Whether the quantity *text* is a whole number of thousandths that fits an int64."""
+    thousandths = parse_quantity_exact(text) * 1000
+    return thousandths == thousandths.to_integral_value() and abs(thousandths) < 2**63
 
 
 def counters(value: Any) -> dict[str, float]:

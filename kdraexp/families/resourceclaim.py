@@ -433,8 +433,8 @@ def pending_reason(index: ClusterIndex) -> Iterator[Row]:
     "Devices a pending ResourceClaim's request matches, by their state.",
     (C, "request", "state"),
     CLUSTER,
-    "spec.devices.requests[].{deviceClassName,selectors}, DeviceClass selectors, ResourceSlices, "
-    "allocations",
+    "spec.devices.requests[].{deviceClassName,selectors,capacity}, DeviceClass selectors, "
+    "ResourceSlices, allocations",
     **_JUDGED,
 )
 def request_matching(index: ClusterIndex) -> Iterator[Row]:

@@ -7,9 +7,11 @@ report every generation as the original does.
 
 from __future__ import annotations
 
+import functools
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -29,6 +31,7 @@ D = LabelGroup(("resourceslice_name", "driver", "pool", "device_name", "node_nam
 """The device labels every device family leads with."""
 
 _RESOURCE = RESOURCE_SLICES.plural
+T = TypeVar("T")
 
 
 def string_attribute(attributes: dict[str, msgspec.Raw], driver: str, name: str) -> str:
@@ -61,6 +64,7 @@ class DeviceView(SelectorView):
         "_classes",
         "_consumes",
         "_defaults",
+        "_policies",
         "_strings",
         "_taints",
         "labels",
@@ -87,6 +91,7 @@ class DeviceView(SelectorView):
         self.allow_multiple_allocations = device.allow_multiple_allocations is True
         self._capacities: dict[str, float] | None = None
         self._defaults: dict[str, float] = {}
+        self._policies: dict[str, gated.RequestPolicy] | None = None
         self._classes: tuple[tuple[str, ...], tuple[str, ...]] | None = None
         self._taints: list[tuple[str, str, str, float | None]] | None = None
         self._consumes: tuple[tuple[str, dict[str, float]], ...] | None = None
@@ -146,10 +151,8 @@ class DeviceView(SelectorView):
                     capacity = CAPACITY_JSON.decode(raw)
                     name = sys.intern(key)
                     found[name] = gated.quantity(capacity.value if capacity else None)
-                    policy = capacity.request_policy if capacity else None
-                    default = policy.get("default") if isinstance(policy, dict) else None
-                    if default is not None:
-                        self._defaults[name] = gated.quantity(default)
+                    if capacity is not None and capacity.request_policy is not None:
+                        self._read_policy(name, gated.request_policy(capacity.request_policy))
                 except (msgspec.ValidationError, gated.Unreadable) as error:
                     context.problems.add(
                         _RESOURCE, "capacity", f"{where} device {self.name} capacity {key}: {error}"
@@ -157,10 +160,23 @@ class DeviceView(SelectorView):
             self._capacities = found
         return self._capacities
 
+    def _read_policy(self, name: str, policy: gated.RequestPolicy) -> None:
+        if policy.default is not None:
+            self._defaults[name] = policy.default
+        if policy.rounds:
+            if self._policies is None:
+                self._policies = {}
+            self._policies[name] = policy
+
     def defaults(self, context: Context, where: str) -> dict[str, float]:
         """What a request naming no capacity consumes of each: the policy's default, else all."""
         capacities = self.capacities(context, where)
         return {name: self._defaults.get(name, value) for name, value in capacities.items()}
+
+    def policies(self, context: Context, where: str) -> dict[str, gated.RequestPolicy] | None:
+        """The request policies that round or refuse what a request asks, by capacity."""
+        self.capacities(context, where)
+        return self._policies
 
     def classes(self, context: Context) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(the classes the device satisfies, those whose match could not be decided).
@@ -254,14 +270,15 @@ class SliceView:
                     device.consumes(context, where),
                     device.named_capacity(context, where, share),
                     shareable,
-                    device.capacities(context, where) if shareable else None,
-                    device.defaults(context, where) if shareable else None,
+                    _alike(device.capacities(context, where)) if shareable else None,
+                    _alike(device.defaults(context, where)) if shareable else None,
                     classes,
                     unsure,
                     device.node_name,
                     tuple([(k, v, e, t) for k, v, e, t in taints if t is not None]),
                     tuple([(k, v, effect) for k, v, effect, _ in taints]),
                     device.node_selector or self.node_selector,
+                    _alike_or_none(device.policies(context, where)) if shareable else None,
                 )
             )
         return SliceFacts(
@@ -276,6 +293,24 @@ class SliceView:
 
 
 _BLOCKING = frozenset({"NoSchedule", "NoExecute"})
+
+
+def _alike(values: dict[str, T]) -> Mapping[str, T]:
+    """One read-only mapping for equal ones: the shared devices of one model repeat theirs.
+
+    What a request consumes of a shared device is worked out once for all devices alike
+    (:func:`kdraexp.allocator.candidates.consumed`), and they hold one mapping.
+    """
+    return _one_mapping(tuple(values.items()))
+
+
+def _alike_or_none(values: dict[str, T] | None) -> Mapping[str, T] | None:
+    return None if values is None else _alike(values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_mapping(items: tuple[tuple[str, Any], ...]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(items))
 
 
 _ORIGINAL_CAPACITY_LABELS = (

@@ -6,7 +6,7 @@ scheduler bound a pod, its conditions, the exporter's samples), and the exporter
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +166,27 @@ def unschedulable(simulated: Simulated, name: str) -> dict[str, Any] | None:
         if condition["type"] == "PodScheduled" and condition["status"] == "False":
             return dict(condition)
     return None
+
+
+def placed_one_after_another(cluster: Simulated, prefix: str, start: Callable[[str], None]) -> int:
+    """How many pods the scheduler places one after another before one stays Pending.
+
+    *start* makes the claim and the pod named *prefix*-N, N from 0; all are removed after.
+    """
+    names: list[str] = []
+    try:
+        while True:
+            name = f"{prefix}-{len(names)}"
+            names.append(name)
+            start(name)
+
+            def decided(name: str = name) -> str | None:
+                if bound(cluster, name):
+                    return "bound"
+                return "pending" if unschedulable(cluster, name) else None
+
+            if wait_until(decided, SCHEDULED, f"{name} decided") == "pending":
+                return len(names) - 1
+            assert len(names) < 20, "more fit than the test expects"
+    finally:
+        remove(cluster, names)

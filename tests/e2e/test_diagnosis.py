@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e import simworld
 from tests.e2e.conftest import wait_until
 from tests.e2e.controlplane import APIError
 from tests.e2e.simulated import Simulated, start_simulated
@@ -264,23 +265,11 @@ def test_each_reason_and_the_scheduler_agrees(cluster: Simulated, tmp_path: Path
 
 def placed_one_after_another(cluster: Simulated, node: str, deviceclass: str) -> int:
     """How many one-device pods pinned to *node* the scheduler places before one stays Pending."""
-    names: list[str] = []
-    try:
-        while True:
-            name = f"fit-{node}-{deviceclass}-{len(names)}"
-            names.append(name)
-            run(cluster, name, claim(name, deviceclass), node=node)
 
-            def decided(name: str = name) -> str | None:
-                if bound(cluster, name):
-                    return "bound"
-                return "pending" if unschedulable(cluster, name) else None
+    def start(name: str) -> None:
+        run(cluster, name, claim(name, deviceclass), node=node)
 
-            if wait_until(decided, SCHEDULED, f"{name} decided") == "pending":
-                return len(names) - 1
-            assert len(names) < 20, "more fit than the test expects"
-    finally:
-        remove(cluster, names)
+    return simworld.placed_one_after_another(cluster, f"fit-{node}-{deviceclass}", start)
 
 
 def test_headroom_is_what_the_scheduler_places(cluster: Simulated, tmp_path: Path) -> None:

@@ -1,10 +1,10 @@
 """The chart's alerts fire, and its dashboard's queries answer, on a real Prometheus (2.42, 3.16).
 
 Prometheus scrapes the exporter, which lists the real API server holding the objects of
-tests/e2e/families.py and a claim waiting for a class that matches nothing; a second exporter
-whose identity may list nothing (in list mode and in watch mode), and a target where nothing
-listens, complete the job. The
-rules are the chart's, rendered with every ``for`` at 0s.
+tests/e2e/families.py, a claim waiting for a class that matches nothing and claims waiting for
+shared NICs; a second exporter whose identity may list nothing (in list mode and in watch mode),
+and a target where nothing listens, complete the job. The rules are the chart's, rendered with
+every ``for`` at 0s.
 
 This module creates objects that the exact-sample tests of test_cluster.py do not expect: it
 runs after them (pytest runs the files in name order).
@@ -32,6 +32,7 @@ from tests.e2e.conftest import (
 from tests.e2e.controlplane import Kube
 from tests.e2e.families import V1
 from tests.helm import render, resource
+from tests.objects import resource_slice
 from tests.processes import free_port
 from tests.test_alerts import ALERTS
 
@@ -69,6 +70,79 @@ def scarce_claim(kube: Kube, family_claims: object, dra_objects: None) -> Iterat
         },
     )
     yield
+
+
+NIC_DRIVER = "alerts-nic.example"
+
+
+@pytest.fixture(scope="module")
+def shared_nics(kube: Kube, scarce_claim: None) -> None:
+    """Two NICs shared by bandwidth, each carrying a 30G share, and a claim waiting for each.
+
+    One sells 10G by default and has 1,570G left: its class is not exhausted, although the NIC
+    reads ``allocated``.  The other has no default, so a claim naming no bandwidth takes all of
+    it: its class is.
+    """
+    bandwidth: dict[str, dict[str, Any]] = {
+        "default": {
+            "value": "1600G",
+            "requestPolicy": {
+                "default": "10G",
+                "validRange": {"min": "10G", "max": "1600G", "step": "10G"},
+            },
+        },
+        "whole": {"value": "100G"},
+    }
+    for kind in bandwidth:
+        expression = (
+            f"device.driver == '{NIC_DRIVER}' && device.attributes['{NIC_DRIVER}'].kind == '{kind}'"
+        )
+        kube.create(
+            f"{V1}/deviceclasses",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": f"alerts-nic-{kind}"},
+                "spec": {"selectors": [{"cel": {"expression": expression}}]},
+            },
+        )
+    devices = [
+        {
+            "name": f"nic-{kind}",
+            "attributes": {"kind": {"string": kind}},
+            "capacity": {"bandwidth": capacity},
+            "allowMultipleAllocations": True,
+        }
+        for kind, capacity in bandwidth.items()
+    ]
+    kube.create(
+        f"{V1}/resourceslices",
+        resource_slice("alerts-nic", devices, NIC_DRIVER, "alerts-nic", nodeName="alerts-node"),
+    )
+    claims = f"{V1}/namespaces/{NAMESPACE}/resourceclaims"
+    for kind in bandwidth:
+        for name in (f"nic-{kind}-held", f"nic-{kind}-wait"):
+            requests = [{"name": "nic", "exactly": {"deviceClassName": f"alerts-nic-{kind}"}}]
+            made = kube.create(
+                claims,
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": name},
+                    "spec": {"devices": {"requests": requests}},
+                },
+            )
+            if name.endswith("-held"):
+                share = {
+                    "request": "nic",
+                    "driver": NIC_DRIVER,
+                    "pool": "alerts-nic",
+                    "device": f"nic-{kind}",
+                    "shareID": "5d0c2f7e-3b1a-4c9e-8f26-7a4e1d9b0c3f",
+                    "consumedCapacity": {"bandwidth": "30G"},
+                }
+                made["status"] = {"allocation": {"devices": {"results": [share]}}}
+                kube.request("PUT", f"{claims}/{name}/status", made)
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +224,7 @@ def pod_view(kube: Kube, scarce_claim: None) -> None:
 def exporters(
     kube: Kube,
     scarce_claim: None,
+    shared_nics: None,
     pod_view: None,
     families_account: str,
     tmp_path_factory: pytest.TempPathFactory,
@@ -254,8 +329,14 @@ def test_every_alert_fires(
     assert {
         (a["resourceclaim_name"], a["request"], "(no_matching_device)" in a["description"])
         for a in alerts["DRAResourceClaimUnsatisfiable"]
-    } == {("scarce", "gpu", True)}  # the reason is told, not a label
-    assert {a["deviceclass_name"] for a in alerts["DRADeviceClassExhausted"]} == {"alerts-scarce"}
+    } == {
+        ("scarce", "gpu", True),  # the reason is told, not a label
+        ("nic-whole-wait", "nic", False),  # in_use: all 100G of a NIC with 70G left
+    }
+    assert {a["deviceclass_name"] for a in alerts["DRADeviceClassExhausted"]} == {
+        "alerts-scarce",  # no device at all
+        "alerts-nic-whole",  # its NIC has 70G left of the 100G a claim naming none takes
+    }  # not alerts-nic-default: its NIC carries a share, but has room for 157 more
     assert {a["device_name"] for a in alerts["DRATaintedDeviceInUse"]} == {"lost"}
     assert "e2e-incomplete" in {a["pool"] for a in alerts["DRAResourcePoolIncomplete"]}
     assert {a["pool"] for a in alerts["DRAResourcePoolStaleGeneration"]} >= {"e2e-regen"}
