@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kdraexp.families.selection import select
 from tests.collect import collect, labels, values
 from tests.objects import NVIDIA, classy, gpu, new_claim, pool_slice, result
 
@@ -229,3 +230,58 @@ def test_allocation_timestamp() -> None:
         written, "kube_resourceclaim_status_allocation_timestamp_seconds", "resourceclaim_name"
     ) == {("stamped",): 1795996810}
     assert [p.field for p in written.problems] == ["status.allocation.allocationTimestamp"]
+
+
+NIC = "nic.example.com"
+"""A network driver that takes a NIC out of its slice while the NIC is allocated."""
+
+
+def orphans(hiding: str = "") -> dict[tuple[str, ...], float]:
+    """The orphaned results of one cluster, by claim, device and reason.
+
+    *hiding* is the value of ``--hides-allocated-devices``.
+    """
+    slices = [
+        pool_slice("a-old", [gpu("gpu-0"), gpu("gpu-1")], pool="a", generation=1),
+        pool_slice("a-new", [gpu("gpu-0")], pool="a", generation=2),
+        pool_slice("nics", [gpu("nic-1")], pool="node-n", driver=NIC),
+    ]
+    claims = [
+        new_claim("kept", [result("gpu-0", "a")]),
+        new_claim("republished", [result("gpu-1", "a")]),
+        new_claim("attached", [result("nic-0", "node-n", NIC)]),
+        new_claim("node-gone", [result("nic-0", "node-m", NIC)]),
+        new_claim("gpu-node-gone", [result("gpu-0", "b")]),
+        new_claim("watcher", [result("gpu-1", "a", adminAccess=True)]),
+    ]
+    chosen = select(
+        resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules",
+        hides_allocated_devices=hiding,
+    )
+    return values(
+        collect(claims=claims, slices=slices, selection=chosen),
+        "kube_resourceclaim_allocation_orphaned",
+        "resourceclaim_name",
+        "driver",
+        "pool",
+        "device_name",
+        "reason",
+    )
+
+
+def test_orphaned_results_say_why() -> None:
+    """Republished without the device, pool gone, or hidden by a driver named to do so.
+
+    A driver that hides allocated devices still loses them with its pool; adminAccess results
+    are never orphaned.
+    """
+    gone = {
+        ("republished", NVIDIA, "a", "gpu-1", "device_gone"): 1,
+        ("node-gone", NIC, "node-m", "nic-0", "pool_gone"): 1,
+        ("gpu-node-gone", NVIDIA, "b", "gpu-0", "pool_gone"): 1,
+    }
+    assert orphans() == {**gone, ("attached", NIC, "node-n", "nic-0", "device_gone"): 1}
+    assert orphans(hiding=NIC) == {
+        **gone,
+        ("attached", NIC, "node-n", "nic-0", "hidden_by_driver"): 1,
+    }

@@ -91,6 +91,9 @@ class ResultFacts(msgspec.Struct, gc=False):
     """The request it answers: ``<request>`` or ``<request>/<alternative>``."""
     tolerations: tuple[TimedToleration, ...] = ()
     """The tolerations the scheduler copied into the result from the request."""
+    hidden: bool = False
+    """Its driver takes a device out of its slices while it is allocated
+    (``--hides-allocated-devices``): missing from a published pool, it is hidden, not gone."""
 
 
 class RequestFacts(msgspec.Struct, gc=False, frozen=True):

@@ -157,6 +157,7 @@ class ClaimView:
     def facts(self) -> ClaimFacts:
         """What the cost and pool families need of this claim."""
         share = self.context.options.cost_share_capacity
+        hiding = self.context.options.hides_allocated_devices
         return ClaimFacts(
             self.labels,
             self.where,
@@ -172,6 +173,7 @@ class ClaimView:
                     r.consumed or NOTHING,
                     r.request,
                     r.tolerations,
+                    r.driver in hiding,
                 )
                 for r in self.results
             ),
@@ -447,23 +449,30 @@ def request_matching(index: ClusterIndex) -> Iterator[Row]:
 @family(
     "kube_resourceclaim_allocation_orphaned",
     "Reports 1 for a device allocated to a ResourceClaim that its pool no longer publishes.",
-    (C, "driver", "pool", "device_name"),
+    (C, "driver", "pool", "device_name", "reason"),
     CLUSTER,
     "status.allocation.devices.results[].{driver,pool,device,adminAccess}, the current "
-    "generation of each pool's ResourceSlices",
+    "generation of each pool's ResourceSlices (drivers named by --hides-allocated-devices)",
     needs=(RESOURCE_CLAIMS, RESOURCE_SLICES),
     per=Per.CLAIM,
 )
 def allocation_orphaned(index: ClusterIndex) -> Iterator[Row]:
     """Each non-admin result naming a device the current generation of its pool lacks.
 
+    ``reason``: ``pool_gone`` (no slice of the pool is left), ``hidden_by_driver`` (its pool is
+    published and its driver takes allocated devices out of its slices), else ``device_gone``.
     Written by the shard of the result's pool, which alone knows whether the pool publishes it.
     """
     for claim in index.claims:
         for result in claim.results:
             key = (result.driver, result.pool, result.device)
-            if not result.admin and key not in index.devices and index.owns(key[0], key[1]):
-                yield (claim.labels, result.driver, result.pool, result.device, 1.0)
+            if result.admin or key in index.devices or not index.owns(key[0], key[1]):
+                continue
+            if (result.driver, result.pool) not in index.pools:
+                reason = "pool_gone"
+            else:
+                reason = "hidden_by_driver" if result.hidden else "device_gone"
+            yield (claim.labels, result.driver, result.pool, result.device, reason, 1.0)
 
 
 @family(
