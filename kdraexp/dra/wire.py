@@ -118,6 +118,13 @@ class DeviceResult(Wire):
     consumed_capacity: msgspec.Raw = msgspec.field(default=ABSENT, name="consumedCapacity")
     tolerations: msgspec.Raw = ABSENT
     """The request's tolerations, copied by the scheduler (the eviction controller reads them)."""
+    binding_conditions: msgspec.Raw = msgspec.field(default=ABSENT, name="bindingConditions")
+    """The device's binding conditions, copied by the scheduler from the slice (gated:
+    DRADeviceBindingConditions): it binds the pod once the driver sets each True."""
+    binding_failure_conditions: msgspec.Raw = msgspec.field(
+        default=ABSENT, name="bindingFailureConditions"
+    )
+    """The device's binding failure conditions, copied alike: one True fails the binding."""
 
 
 class DeviceAllocation(Wire):

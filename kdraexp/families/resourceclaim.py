@@ -31,10 +31,12 @@ class Result:
 
     __slots__ = (
         "admin",
+        "binding",
         "consumed",
         "device",
         "deviceclass",
         "driver",
+        "failing",
         "pool",
         "request",
         "share_id",
@@ -60,12 +62,28 @@ class Result:
             result.consumed_capacity, problems, _RESOURCE, where
         )
         self.tolerations = gated.timed_tolerations(result.tolerations, problems, _RESOURCE, where)
+        self.binding: tuple[str, ...] = ()
+        """The conditions the driver sets True before the scheduler binds the pod."""
+        self.failing: tuple[str, ...] = ()
+        """The conditions of which one True fails the binding."""
+        if result.binding_conditions:
+            self.binding = gated.names(
+                result.binding_conditions, problems, _RESOURCE, "bindingConditions", where
+            )
+            self.failing = gated.names(
+                result.binding_failure_conditions,
+                problems,
+                _RESOURCE,
+                "bindingFailureConditions",
+                where,
+            )
 
 
 class ClaimView:
     """One ResourceClaim, read once for all its families."""
 
     __slots__ = (
+        "_conditions",
         "_statuses",
         "context",
         "deleting",
@@ -100,6 +118,7 @@ class ClaimView:
         results = allocation.devices.results if allocation and allocation.devices else None
         self.results = [Result(result, self, admin_requests) for result in results or ()]
         self._statuses: list[dict[str, Any]] | None = None
+        self._conditions: list[gated.DeviceConditions] | None = None
 
     def device_statuses(self) -> list[dict[str, Any]]:
         """``status.devices[]`` entries, read once for the families that read them."""
@@ -108,6 +127,33 @@ class ClaimView:
                 self.status.devices, self.context.problems, _RESOURCE, self.where
             )
         return self._statuses
+
+    def device_conditions(self) -> list[gated.DeviceConditions]:
+        """Each ``status.devices[]`` entry's conditions, read once (what cannot be, counted)."""
+        if self._conditions is None:
+            self._conditions = gated.device_conditions(
+                self.device_statuses(), self.context.problems, _RESOURCE, self.where
+            )
+        return self._conditions
+
+    def binding(self, failed: bool) -> Iterator[tuple[Result, str]]:
+        """Each binding condition not yet True (*failed*: each failure condition True).
+
+        Of the results that bind (that have binding conditions), as kube-scheduler's PreBind
+        reads them: the first ``status.devices[]`` entry naming the device (whatever its
+        shareID), and in it the first condition of each type.
+        """
+        binds = [result for result in self.results if result.binding]
+        if not binds:
+            return
+        first: dict[tuple[str, str, str], tuple[tuple[str, str], ...]] = {}
+        for device, conditions in self.device_conditions():
+            first.setdefault(device, conditions)
+        for result in binds:
+            found = dict(reversed(first.get((result.driver, result.pool, result.device), ())))
+            for condition in result.failing if failed else result.binding:
+                if (found.get(condition) == "true") is failed:
+                    yield result, condition
 
     def requests(self) -> Iterator[tuple[str, str, wire.ExactRequest | wire.Subrequest]]:
         """(request name as results name it, request name, the request or alternative)."""
@@ -375,20 +421,58 @@ def consumed_capacity(view: ClaimView) -> Iterator[Row]:
             )
 
 
+_DEVICE_CONDITIONS = "status.devices[].{driver,pool,device,conditions[].{type,status}}"
+_BINDING = (C, "driver", "pool", "device_name", "condition")
+"""The labels of a binding condition's row."""
+
+
 @family(
     "kube_resourceclaim_status_device_condition",
     "A condition a driver reports for a device allocated to a ResourceClaim.",
     (C, "driver", "pool", "device_name", "condition", "status"),
     RESOURCE_CLAIMS,
-    "status.devices[].{driver,pool,device,conditions[].{type,status}}",
+    _DEVICE_CONDITIONS,
 )
 def device_condition(view: ClaimView) -> Iterator[Row]:
     """One row per condition; status is true, false or unknown."""
-    conditions = gated.device_conditions(
-        view.device_statuses(), view.context.problems, _RESOURCE, view.where
-    )
-    for driver, pool, device, condition, status in conditions:
-        yield (view.labels, driver, pool, device, condition, status, 1.0)
+    for (driver, pool, device), conditions in view.device_conditions():
+        for condition, status in conditions:
+            yield (view.labels, driver, pool, device, condition, status, 1.0)
+
+
+@family(
+    "kube_resourceclaim_allocation_binding",
+    "Reports 1 for a binding condition of a device allocated to a ResourceClaim not yet True.",
+    _BINDING,
+    RESOURCE_CLAIMS,
+    f"status.allocation.devices.results[].{{driver,pool,device,bindingConditions}}, "
+    f"{_DEVICE_CONDITIONS}",
+)
+def allocation_binding(view: ClaimView) -> Iterator[Row]:
+    """Each binding condition of each result its device's status does not have True.
+
+    While one is written, the scheduler holds the pod in PreBind (not bound), up to its
+    binding timeout counted from the allocation's ``allocationTimestamp``.
+    """
+    for result, condition in view.binding(failed=False):
+        yield (view.labels, result.driver, result.pool, result.device, condition, 1.0)
+
+
+@family(
+    "kube_resourceclaim_allocation_binding_failed",
+    "Reports 1 for a binding failure condition True for a device allocated to a ResourceClaim.",
+    _BINDING,
+    RESOURCE_CLAIMS,
+    "status.allocation.devices.results[].{driver,pool,device,bindingConditions,"
+    f"bindingFailureConditions}}, {_DEVICE_CONDITIONS}",
+)
+def allocation_binding_failed(view: ClaimView) -> Iterator[Row]:
+    """Each binding failure condition of each result its device's status has True.
+
+    The scheduler then gives up binding the pod and deallocates the claim at its next attempt.
+    """
+    for result, condition in view.binding(failed=True):
+        yield (view.labels, result.driver, result.pool, result.device, condition, 1.0)
 
 
 @family(
@@ -578,6 +662,8 @@ FAMILIES = (
     allocation_result_info,
     consumed_capacity,
     device_condition,
+    allocation_binding,
+    allocation_binding_failed,
     hourly_cost,
     pending_reason,
     request_matching,
