@@ -125,6 +125,8 @@ class ClaimFacts(msgspec.Struct, gc=False):
     """Whether this shard writes the claim (else its results only mark devices allocated)."""
     pending: tuple[RequestFacts, ...] = ()
     """Its requests, while it is pending (not allocated, not being deleted)."""
+    reserved: tuple[str, ...] = ()
+    """The uids of the pods it is reserved for (``status.reservedFor``)."""
 
 
 class RuleFacts(msgspec.Struct, gc=False):
@@ -179,13 +181,15 @@ class PodFacts(msgspec.Struct, gc=False, frozen=True):
     namespace: str
     name: str
     uid: str
-    bound: bool
-    """Whether the scheduler has placed it (``spec.nodeName``)."""
+    node: str
+    """The node the scheduler placed it on (``spec.nodeName``); "" while not bound."""
     extended: tuple[tuple[str, float], ...]
     """Per extended resource it asks for, the quantity (its containers' sum, or an init
     container's, whichever is larger)."""
     named: tuple[str, ...]
     """The ResourceClaims it names itself (``resourceClaimName``)."""
+    unmade: bool
+    """A claim of one of its templates is not made yet (no ``resourceClaimStatuses`` entry)."""
     claims: tuple[tuple[str, str], ...]
     """(its name for a claim, the ResourceClaim's name): named, made from a template, or made
     by the scheduler for its extended resources."""
@@ -195,6 +199,14 @@ class PodFacts(msgspec.Struct, gc=False, frozen=True):
     """(container, entry name, resourceID, health) of each device in allocatedResourcesStatus."""
     placement: Placement | None = None
     """Which nodes it may run on, when it says (None: any)."""
+    waiting_since: float | None = None
+    """Bound and not started (``PodReadyToStartContainers`` not True; without the condition, no
+    container running or run), not done nor being deleted: since when it waits."""
+
+    @property
+    def bound(self) -> bool:
+        """Whether the scheduler has placed it."""
+        return bool(self.node)
 
 
 class NodeFacts(msgspec.Struct, gc=False, frozen=True):

@@ -351,6 +351,7 @@ class PodCondition(Wire):
     status: str | None = None
     reason: str | None = None
     message: str | None = None
+    last_transition_time: str | None = msgspec.field(default=None, name="lastTransitionTime")
 
 
 class ClaimStatusEntry(Wire):
@@ -374,10 +375,18 @@ class ResourceStatus(Wire):
     resources: list[ResourceHealth] | None = None
 
 
+class ContainerState(Wire):
+    """``state`` of a container: whether it runs or ran (``waiting`` is neither)."""
+
+    running: msgspec.Raw = ABSENT
+    terminated: msgspec.Raw = ABSENT
+
+
 class ContainerStatus(Wire):
-    """A container's status, as far as device health goes."""
+    """A container's status, as far as device health and starting go."""
 
     name: str | None = None
+    state: ContainerState | None = None
     allocated_resources_status: list[ResourceStatus] | None = msgspec.field(
         default=None, name="allocatedResourcesStatus"
     )
@@ -392,6 +401,7 @@ class ExtendedClaimStatus(Wire):
 class PodStatus(Wire):
     """``status`` of a Pod, as far as devices go."""
 
+    phase: str | None = None
     conditions: list[PodCondition] | None = None
     resource_claim_statuses: list[ClaimStatusEntry] | None = msgspec.field(
         default=None, name="resourceClaimStatuses"
@@ -408,7 +418,7 @@ class PodStatus(Wire):
 
 
 class Pod(Wire):
-    """A Pod, reduced to its claims, requests, node, scheduling condition and device health."""
+    """A Pod, reduced to its claims, requests, node, conditions, containers' start and health."""
 
     metadata: ObjectMeta | None = None
     spec: PodSpec | None = None

@@ -224,6 +224,7 @@ class ClaimView:
                 for r in self.results
             ),
             pending=self.pending_requests(),
+            reserved=tuple([consumer.uid or "" for consumer in _core_pods(self)]),
         )
 
     def state(self) -> str:
