@@ -265,8 +265,9 @@ def condition(kind: str, status: str, since: str) -> dict[str, Any]:
 def test_claims_pending_or_unmade_while_the_scheduler_says_nothing() -> None:
     """A pod whose claim is pending, or whose template's claim is not made, and no verdict.
 
-    Pending with the scheduler's verdict: its cause. Allocated (the pod waits for its binding
-    conditions, in PreBind): not unschedulable.
+    Pending with the scheduler's verdict: its cause. Every claim allocated and reserved for it
+    (the scheduler waits for its devices' binding conditions, in PreBind): not unschedulable,
+    even with the verdict of an attempt that failed before.
     """
     explicit = {"resourceClaims": [{"name": "gpu", "resourceClaimName": "waiting"}]}
     templated = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}
@@ -282,8 +283,18 @@ def test_claims_pending_or_unmade_while_the_scheduler_says_nothing() -> None:
             "heard", explicit, **scheduled("False", "Unschedulable", "1 cannot allocate all claims")
         ),
         pod("attaching", binding),
+        pod(
+            "attaching-again",
+            {"resourceClaims": [{"name": "gpu", "resourceClaimName": "again"}]},
+            **scheduled("False", "SchedulerError", "device binding failed: claim=again"),
+        ),
     ]
-    claims = [claim("waiting"), claim("made"), held("attaching", "attaching")]
+    claims = [
+        claim("waiting"),
+        claim("made"),
+        held("attaching", "attaching"),
+        held("again", "attaching-again"),
+    ]
     collection = collect(claims=claims, pods=pods, selection=EVERYTHING)
     assert values(collection, "kube_pod_dra_unschedulable", "pod", "cause") == {
         ("unheard", "claim_pending"): 1.0,

@@ -265,6 +265,8 @@ def unschedulable(index: ClusterIndex) -> Iterator[Row]:
     for pod in index.pods:
         if pod.bound or not (pod.named or pod.unmade or pod.claims or _served(index, pod)):
             continue
+        if pod.claims and _holding(index, pod):
+            continue  # placed: the scheduler waits for its devices' binding conditions
         if pod.unmade or any(index.claim_named(pod.namespace, name) is None for name in pod.named):
             yield (pod.namespace, pod.name, pod.uid, "claim_missing", 1.0)
         elif pod.scheduled is not None and pod.scheduled[0] == "False":
@@ -277,6 +279,14 @@ def _claims(index: ClusterIndex, pod: PodFacts) -> Iterator[ClaimFacts | None]:
     """The claims the pod uses, None for one not listed."""
     for _, name in pod.claims:
         yield index.claim_named(pod.namespace, name)
+
+
+def _holding(index: ClusterIndex, pod: PodFacts) -> bool:
+    """Whether every claim the pod uses is allocated and reserved for it."""
+    return all(
+        claim is not None and bool(claim.results) and pod.uid in claim.reserved
+        for claim in _claims(index, pod)
+    )
 
 
 @family(
@@ -296,12 +306,7 @@ def not_started(index: ClusterIndex) -> Iterator[Row]:
     nothing running. The value is the time since which it waits.
     """
     for pod in index.pods:
-        if pod.waiting_since is None or not pod.claims:
-            continue
-        if all(
-            claim is not None and claim.results and pod.uid in claim.reserved
-            for claim in _claims(index, pod)
-        ):
+        if pod.waiting_since is not None and pod.claims and _holding(index, pod):
             yield (pod.namespace, pod.name, pod.uid, pod.node, pod.waiting_since)
 
 
