@@ -6,7 +6,7 @@ scheduler bound a pod, its conditions, the exporter's samples), and the exporter
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -147,11 +147,12 @@ def values(body: str, family: str) -> list[tuple[dict[str, str], float]]:
     ]
 
 
-def exporter(simulated: Simulated, directory: Path, mode: str) -> Exporter:
+def exporter(simulated: Simulated, directory: Path, mode: str, *args: str) -> Exporter:
+    """The exporter over the simulated cluster, listing RESOURCES unless *args* say otherwise."""
     config = write_kubeconfig(directory / "kubeconfig", simulated.kube, simulated.kube.token)
     return Exporter(
         directory / "run",
-        ["--resources", RESOURCES, "--mode", mode],
+        ["--resources", RESOURCES, "--mode", mode, *args],
         {"KUBECONFIG": str(config)},
     )
 
@@ -166,3 +167,35 @@ def unschedulable(simulated: Simulated, name: str) -> dict[str, Any] | None:
         if condition["type"] == "PodScheduled" and condition["status"] == "False":
             return dict(condition)
     return None
+
+
+def body_of(running: Exporter) -> str:
+    """The exporter's exposition, or "" if it did not answer 200."""
+    answer = ok(running.scrape())
+    return answer[1] if answer else ""
+
+
+def settled(
+    exporters: tuple[Exporter, Exporter],
+    families: Iterable[str],
+    what: str,
+    test: Callable[[str], Any],
+) -> str:
+    """The listing exporter's exposition, once *test* holds of it and the watching one agrees.
+
+    The two agree when they write the same rows of *families*.
+    """
+
+    def rows(body: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+        return {
+            family: sorted(values(body, family), key=lambda sample: sorted(sample[0].items()))
+            for family in families
+        }
+
+    def found() -> str | None:
+        listed, watched = (body_of(running) for running in exporters)
+        agreed = listed and watched and rows(listed) == rows(watched)
+        return listed if agreed and test(listed) else None
+
+    found_body: str = wait_until(found, SCHEDULED, what)
+    return found_body
