@@ -446,8 +446,8 @@ def device_condition(view: ClaimView) -> Iterator[Row]:
     "Reports 1 for a binding condition of a device allocated to a ResourceClaim not yet True.",
     _BINDING,
     RESOURCE_CLAIMS,
-    f"status.allocation.devices.results[].{{driver,pool,device,bindingConditions}}, "
-    f"{_DEVICE_CONDITIONS}",
+    "status.allocation.devices.results[].{driver,pool,device,bindingConditions}, "
+    + _DEVICE_CONDITIONS,
 )
 def allocation_binding(view: ClaimView) -> Iterator[Row]:
     """Each binding condition of each result its device's status does not have True.
@@ -465,7 +465,7 @@ def allocation_binding(view: ClaimView) -> Iterator[Row]:
     _BINDING,
     RESOURCE_CLAIMS,
     "status.allocation.devices.results[].{driver,pool,device,bindingConditions,"
-    f"bindingFailureConditions}}, {_DEVICE_CONDITIONS}",
+    "bindingFailureConditions}, " + _DEVICE_CONDITIONS,
 )
 def allocation_binding_failed(view: ClaimView) -> Iterator[Row]:
     """Each binding failure condition of each result its device's status has True.

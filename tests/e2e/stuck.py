@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.e2e.controlplane import Kube
+from tests.e2e.simworld import pod
 from tests.objects import resource_slice
 
 V1 = "/apis/resource.k8s.io/v1"
@@ -148,24 +149,9 @@ def create_all(kube: Kube) -> None:
     pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
     uids = {}
     for name, spec in PODS.items():
-        container = {
-            "name": "c",
-            "image": "registry.k8s.io/pause:3.10",
-            "resources": {"claims": [{"name": "dev"}]},
-        }
-        made = kube.create(
-            pods,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name},
-                "spec": {
-                    "containers": [container],
-                    "resourceClaims": [{"name": "dev", "resourceClaimName": name}],
-                    **spec,
-                },
-            },
-        )
+        wanted = pod(name, {"resourceClaimName": name})
+        wanted["spec"].update(spec)
+        made = kube.create(pods, wanted)
         uids[name] = made["metadata"]["uid"]
         if spec.get("nodeName"):
             kube.put(f"{pods}/{name}/status", kubelet_waiting(made))
