@@ -33,6 +33,7 @@ from tests.e2e.simworld import (
     device_class,
     ok,
     pool_slice,
+    remove,
     samples,
     settled,
     unschedulable,
@@ -282,36 +283,34 @@ def test_every_pod_waiting_unbound_is_named(
     manager = cluster.components[1]  # start_simulated starts the scheduler, then the manager
     assert "kube-controller-manager" in str(manager.args)
     kube = cluster.kube
-    os.kill(manager.pid, signal.SIGSTOP)
     try:
-        kube.create(PODS, template_pod("unmade", "pods-gpu"))
-        kube.create(CLAIMS, claim("unheard", "pods-gpu", count=1))
-        kube.create(PODS, explicit_pod("unheard", "unheard", schedulerName="no-such-scheduler"))
-        kube.create(CLAIMS, claim("too-many", "pods-gpu", count=3))
-        kube.create(PODS, explicit_pod("too-many", "too-many"))
-        condition = wait_until(
-            partial(unschedulable, cluster, "too-many"), SCHEDULED, "too-many judged"
-        )
-        assert "cannot allocate all claims" in condition["message"], condition
-        assert unschedulable(cluster, "unheard") is None  # another scheduler's pod
-        assert unschedulable(cluster, "unmade") is None  # held back before scheduling
-        assert made_claim(cluster, "unmade") is None
-        body = settled(exporters, STUCK, "the three named", lambda b: len(causes(b)) == 3)
-        assert causes(body) == {
-            "unmade": "claim_missing",
-            "unheard": "claim_pending",
-            "too-many": "claims",
-        }
-    finally:
-        os.kill(manager.pid, signal.SIGCONT)
-    try:
+        os.kill(manager.pid, signal.SIGSTOP)
+        try:
+            kube.create(PODS, template_pod("unmade", "pods-gpu"))
+            kube.create(CLAIMS, claim("unheard", "pods-gpu", count=1))
+            kube.create(PODS, explicit_pod("unheard", "unheard", schedulerName="no-such-scheduler"))
+            kube.create(CLAIMS, claim("too-many", "pods-gpu", count=3))
+            kube.create(PODS, explicit_pod("too-many", "too-many"))
+            condition = wait_until(
+                partial(unschedulable, cluster, "too-many"), SCHEDULED, "too-many judged"
+            )
+            assert "cannot allocate all claims" in condition["message"], condition
+            assert unschedulable(cluster, "unheard") is None  # another scheduler's pod
+            assert unschedulable(cluster, "unmade") is None  # held back before scheduling
+            assert made_claim(cluster, "unmade") is None
+            body = settled(exporters, STUCK, "the three named", lambda b: len(causes(b)) == 3)
+            assert causes(body) == {
+                "unmade": "claim_missing",
+                "unheard": "claim_pending",
+                "too-many": "claims",
+            }
+        finally:
+            os.kill(manager.pid, signal.SIGCONT)
         wait_until(partial(bound, cluster, "unmade"), SCHEDULED, "unmade bound, its claim made")
         body = settled(exporters, STUCK, "the bound pod gone", lambda b: "unmade" not in causes(b))
         assert causes(body) == {"unheard": "claim_pending", "too-many": "claims"}
     finally:
-        cluster.delete_pods(NAMESPACE, "unmade", "unheard", "too-many")
-        for name in ("unheard", "too-many"):
-            kube.delete(f"{CLAIMS}/{name}")
+        remove(cluster, ["unmade", "unheard", "too-many"])
 
 
 def kubelet_status(
