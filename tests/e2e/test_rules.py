@@ -280,7 +280,11 @@ def test_every_alert_fires(
     assert {
         (a["resourceclaim_name"], a["device_name"]) for a in alerts["DRADeviceBindingSlow"]
     } == {("attaching", "port-0"), ("failed", "port-1")}
-    assert "Not yet True: attached." in alerts["DRADeviceBindingSlow"][0]["description"]
+    descriptions = {
+        a["resourceclaim_name"]: a["description"] for a in alerts["DRADeviceBindingSlow"]
+    }
+    assert "holds the pod attaching unbound" in descriptions["attaching"]
+    assert descriptions["attaching"].endswith("Not yet True: attached.")
     assert {
         (a["resourceclaim_name"], a["device_name"], a["condition"])
         for a in alerts["DRADeviceBindingFailed"]
