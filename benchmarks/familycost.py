@@ -40,6 +40,9 @@ WATCHED = (
     "kube_resourceslice_device_taint",
     "kube_resourcepool_allocatable_devices",
     "kube_resourceclaim_pending_reason",
+    "kube_resourceclaim_allocation_orphaned",
+    "kube_resourceclaim_allocation_binding",
+    "kube_resourceclaim_allocation_binding_failed",
 )
 """The families whose share is printed, each held to 5% of a first scrape."""
 SHARED = (

@@ -19,11 +19,16 @@ ALERTS = (
     "DRAResourceClaimUnsatisfiable",
     "DRAResourceClaimAllocatedUnreserved",
     "DRAClaimDeviceNotReady",
+    "DRADeviceBindingSlow",
+    "DRADeviceBindingFailed",
+    "DRAAllocatedDeviceGone",
     "DRADeviceTainted",
     "DRATaintedDeviceInUse",
     "DRADeviceClassExhausted",
     "DRAExtendedResourceDemandPending",
     "DRAUnhealthyDeviceInUse",
+    "DRAPodUnschedulable",
+    "DRAPodDevicesNotPrepared",
     "DRAResourcePoolIncomplete",
     "DRAResourcePoolStaleGeneration",
     "DRANodePoolMissing",
@@ -62,7 +67,7 @@ def test_rules_check_and_unit_tests(prometheus_release: Path, tmp_path: Path) ->
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
     checked = promtool(prometheus_release, tmp_path, "check", "rules", "rules.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 21 rules found" in checked.stdout
+    assert "SUCCESS: 26 rules found" in checked.stdout
     tested = promtool(prometheus_release, tmp_path, "test", "rules", RULE_TESTS.name)
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
@@ -129,6 +134,28 @@ def test_values_shape_the_rules() -> None:
         for rule in group:
             assert 'job="dra"' in rule["expr"] and 'job="kube-dra-exporter"' not in rule["expr"]
             assert rule["annotations"]["runbook_url"].endswith("#" + rule["alert"].lower())
+
+
+def test_binding_threshold_and_window_shape_the_rules() -> None:
+    """The seconds a device may bind, and how far back a failure seen fires, are values."""
+    alerts = {
+        "DRADeviceBindingSlow": {"threshold": 120},
+        "DRADeviceBindingFailed": {"window": "30m"},
+        "DRAPodDevicesNotPrepared": {"threshold": 900},
+    }
+    exprs = {
+        rule["alert"]: rule["expr"]
+        for group in rules({"alerts": alerts})["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
+    assert exprs["DRADeviceBindingSlow"].rstrip().endswith("> 120")
+    assert "kube_resourceclaim_allocation_binding_failed{" in exprs["DRADeviceBindingFailed"]
+    assert "[30m])" in exprs["DRADeviceBindingFailed"]
+    assert exprs["DRAPodDevicesNotPrepared"].rstrip().endswith("> 900")
+    with pytest.raises(RenderError) as caught:
+        rules({"alerts": {"DRADeviceBindingFailed": {"window": "0"}}})
+    assert "/DRADeviceBindingFailed/window" in str(caught.value)
 
 
 def test_job_and_runbooks_follow_the_chart() -> None:

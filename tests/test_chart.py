@@ -762,6 +762,10 @@ def test_response_cap_follows_the_memory_limit() -> None:
         ),
         ({"exporter": {"deviceAttributes": ["a/b/c"]}}, "at '/exporter/deviceAttributes/0'"),
         (
+            {"exporter": {"hidesAllocatedDevices": ["dra.net", "DRA_NET"]}},
+            "at '/exporter/hidesAllocatedDevices/1'",
+        ),
+        (
             {"prometheus": {"servicemonitor": {"enabled": True, "interval": "10s"}}},
             "prometheus.servicemonitor.interval 10s is shorter than its scrapeTimeout 30s",
         ),
@@ -943,6 +947,11 @@ OPTION_SAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "metricOptInList": ({}, {"metricOptInList": ["kube_z"]}, "--metric-opt-in-list=kube_z"),
     "deviceAttributes": ({}, {"deviceAttributes": ["profile"]}, "--device-attributes=profile"),
     "claimDeviceData": ({}, {"claimDeviceData": ["uuid"]}, "--claim-device-data=uuid"),
+    "hidesAllocatedDevices": (
+        {},
+        {"hidesAllocatedDevices": ["dra.net", "nic.example.com"]},
+        "--hides-allocated-devices=dra.net,nic.example.com",
+    ),
     "deviceCapacities": ({}, {"deviceCapacities": "memory"}, "--device-capacities=memory"),
     "costShareCapacity": ({}, {"costShareCapacity": "cores"}, "--cost-share-capacity=cores"),
     "expectPools": (

@@ -247,3 +247,156 @@ def test_pods_using_nothing_cost_no_entry() -> None:
     collect(pods=pods, selection=EVERYTHING, store=store)
     assert [e.facts.name for e in store.entries(PODS.plural).values()] == ["gpu"]
     assert list(store.skipped[PODS.plural]) == ["uid-web"]  # by its JSON: it has no version
+
+
+def held(name: str, *pods: str) -> dict[str, Any]:
+    """A claim allocated one device and reserved for *pods* (by their uids)."""
+    made = claim(name, ("gpu", "d.example", "p", f"dev-{name}"))
+    made["status"]["reservedFor"] = [
+        {"resource": "pods", "name": pod, "uid": f"uid-{pod}"} for pod in pods
+    ]
+    return made
+
+
+def condition(kind: str, status: str, since: str) -> dict[str, Any]:
+    return {"type": kind, "status": status, "lastTransitionTime": since}
+
+
+def test_claims_pending_or_unmade_while_the_scheduler_says_nothing() -> None:
+    """A pod whose claim is pending, or whose template's claim is not made, and no verdict.
+
+    Pending with the scheduler's verdict: its cause. Every claim allocated and reserved for it
+    (the scheduler waits for its devices' binding conditions, in PreBind): not unschedulable,
+    even with the verdict of an attempt that failed before.
+    """
+    explicit = {"resourceClaims": [{"name": "gpu", "resourceClaimName": "waiting"}]}
+    templated = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}
+    made = {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "made"}]}
+    unneeded = {"resourceClaimStatuses": [{"name": "gpu"}]}
+    binding = {"resourceClaims": [{"name": "gpu", "resourceClaimName": "attaching"}]}
+    pods = [
+        pod("unheard", explicit),
+        pod("templated", templated, **made),
+        pod("unmade", templated),
+        pod("unneeded", templated, **unneeded),
+        pod(
+            "heard", explicit, **scheduled("False", "Unschedulable", "1 cannot allocate all claims")
+        ),
+        pod("attaching", binding),
+        pod(
+            "attaching-again",
+            {"resourceClaims": [{"name": "gpu", "resourceClaimName": "again"}]},
+            **scheduled("False", "SchedulerError", "device binding failed: claim=again"),
+        ),
+    ]
+    claims = [
+        claim("waiting"),
+        claim("made"),
+        held("attaching", "attaching"),
+        held("again", "attaching-again"),
+    ]
+    collection = collect(claims=claims, pods=pods, selection=EVERYTHING)
+    assert values(collection, "kube_pod_dra_unschedulable", "pod", "cause") == {
+        ("unheard", "claim_pending"): 1.0,
+        ("templated", "claim_pending"): 1.0,
+        ("unmade", "claim_missing"): 1.0,
+        ("heard", "claims"): 1.0,
+    }
+
+
+def test_bound_pods_holding_devices_and_not_started() -> None:
+    """Bound, every claim allocated and reserved for it, PodReadyToStartContainers not True.
+
+    Since the condition's lastTransitionTime; a kubelet that writes no such condition: while
+    no container runs or ran, since the pod was scheduled (else created).
+    """
+    uses = {"nodeName": "node-1", "resourceClaims": [{"name": "gpu", "resourceClaimName": "c"}]}
+
+    def using(name: str, **status: Any) -> dict[str, Any]:
+        spec = {**uses, "resourceClaims": [{"name": "gpu", "resourceClaimName": f"c-{name}"}]}
+        return pod(name, spec, **status)
+
+    scheduled_at = condition("PodScheduled", "True", "2026-11-30T10:00:00Z")
+    waiting = [{"name": "c", "state": {"waiting": {"reason": "ContainerCreating"}}}]
+    pods = [
+        using(
+            "creating",
+            conditions=[
+                condition("PodReadyToStartContainers", "False", "2026-11-30T10:00:05Z"),
+                scheduled_at,
+            ],
+        ),
+        using(
+            "started",
+            conditions=[condition("PodReadyToStartContainers", "True", "2026-11-30T10:00:05Z")],
+        ),
+        using("old-kubelet", conditions=[scheduled_at], containerStatuses=waiting),
+        using(
+            "old-running",
+            conditions=[scheduled_at],
+            containerStatuses=[{"name": "c", "state": {"running": {}}}],
+        ),
+        using("no-kubelet"),
+        using("not-reserved"),
+        using("pending"),
+        using(
+            "done",
+            phase="Succeeded",
+            conditions=[condition("PodReadyToStartContainers", "False", "2026-11-30T10:00:05Z")],
+        ),
+        using("unbound"),
+        using(
+            "odd-time",
+            conditions=[condition("PodReadyToStartContainers", "False", "yesterday"), scheduled_at],
+        ),
+    ]
+    pods[-2]["spec"].pop("nodeName")
+    terminating = using("terminating")
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-30T11:00:00Z"
+    pods.append(terminating)
+    two = pod(
+        "two",
+        {
+            "nodeName": "node-2",
+            "resourceClaims": [
+                {"name": "a", "resourceClaimName": "c-two"},
+                {"name": "b", "resourceClaimName": "c-other"},
+            ],
+        },
+    )
+    extended = pod(
+        "extended",
+        {"nodeName": "node-3", "containers": [container(limits={"nvidia.com/gpu": "1"})]},
+        extendedResourceClaimStatus={"resourceClaimName": "c-extended"},
+    )
+    pods += [two, extended]
+    holders = [p["metadata"]["name"] for p in pods if p["metadata"]["name"] != "not-reserved"]
+    claims = [held(f"c-{name}", name) for name in holders if name != "pending"]
+    claims += [held("c-not-reserved", "someone-else"), claim("c-pending"), claim("c-other")]
+    for made in pods:
+        made["metadata"]["creationTimestamp"] = "2026-11-30T09:59:00Z"
+    collection = collect(
+        claims=claims,
+        pods=pods,
+        classes=[device_class("gpu", "nvidia.com/gpu")],
+        selection=EVERYTHING,
+    )
+    since = values(collection, "kube_pod_dra_not_started", "pod", "uid", "node_name")
+    condition_changed, scheduled, created = 1796032805.0, 1796032800.0, 1796032740.0
+    assert {pod: (uid, node, at) for (pod, uid, node), at in since.items()} == {
+        "creating": ("uid-creating", "node-1", condition_changed),
+        "old-kubelet": ("uid-old-kubelet", "node-1", scheduled),
+        "no-kubelet": ("uid-no-kubelet", "node-1", created),
+        "extended": ("uid-extended", "node-3", created),
+        "odd-time": ("uid-odd-time", "node-1", scheduled),
+    }
+    assert [
+        (p.resource, p.field, p.message) for p in collection.problems if p.resource == "pods"
+    ] == [
+        (
+            "pods",
+            "status.conditions[PodReadyToStartContainers].lastTransitionTime",
+            "Pod ml/odd-time status.conditions[PodReadyToStartContainers].lastTransitionTime: not "
+            "an RFC 3339 time: 'yesterday'",
+        )
+    ]

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kdraexp.families.selection import select
 from tests.collect import collect, labels, values
 from tests.objects import NVIDIA, classy, gpu, new_claim, pool_slice, result
 
@@ -229,3 +230,148 @@ def test_allocation_timestamp() -> None:
         written, "kube_resourceclaim_status_allocation_timestamp_seconds", "resourceclaim_name"
     ) == {("stamped",): 1795996810}
     assert [p.field for p in written.problems] == ["status.allocation.allocationTimestamp"]
+
+
+NIC = "nic.example.com"
+"""A network driver that takes a NIC out of its slice while the NIC is allocated."""
+
+
+def orphans(hiding: str = "") -> dict[tuple[str, ...], float]:
+    """The orphaned results of one cluster, by claim, device and reason.
+
+    *hiding* is the value of ``--hides-allocated-devices``.
+    """
+    slices = [
+        pool_slice("a-old", [gpu("gpu-0"), gpu("gpu-1")], pool="a", generation=1),
+        pool_slice("a-new", [gpu("gpu-0")], pool="a", generation=2),
+        pool_slice("nics", [gpu("nic-1")], pool="node-n", driver=NIC),
+    ]
+    claims = [
+        new_claim("kept", [result("gpu-0", "a")]),
+        new_claim("republished", [result("gpu-1", "a")]),
+        new_claim("attached", [result("nic-0", "node-n", NIC)]),
+        new_claim("node-gone", [result("nic-0", "node-m", NIC)]),
+        new_claim("gpu-node-gone", [result("gpu-0", "b")]),
+        new_claim("watcher", [result("gpu-1", "a", adminAccess=True)]),
+    ]
+    chosen = select(
+        resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules",
+        hides_allocated_devices=hiding,
+    )
+    return values(
+        collect(claims=claims, slices=slices, selection=chosen),
+        "kube_resourceclaim_allocation_orphaned",
+        "resourceclaim_name",
+        "driver",
+        "pool",
+        "device_name",
+        "reason",
+    )
+
+
+def test_orphaned_results_say_why() -> None:
+    """Republished without the device, pool gone, or hidden by a driver named to do so.
+
+    A driver that hides allocated devices still loses them with its pool; adminAccess results
+    are never orphaned.
+    """
+    gone = {
+        ("republished", NVIDIA, "a", "gpu-1", "device_gone"): 1,
+        ("node-gone", NIC, "node-m", "nic-0", "pool_gone"): 1,
+        ("gpu-node-gone", NVIDIA, "b", "gpu-0", "pool_gone"): 1,
+    }
+    assert orphans() == {**gone, ("attached", NIC, "node-n", "nic-0", "device_gone"): 1}
+    assert orphans(hiding=NIC) == {
+        **gone,
+        ("attached", NIC, "node-n", "nic-0", "hidden_by_driver"): 1,
+    }
+
+
+def bound(name: str, *statuses: tuple[str, list[tuple[str, str]]]) -> dict[str, Any]:
+    """A claim whose one device binds (attached, ready; failure: failed), with device statuses.
+
+    Each status is (shareID, [(condition, status)...]) for the device, in the order written.
+    """
+    made = new_claim(
+        name,
+        [
+            result(
+                "port-0",
+                bindingConditions=["attached", "ready"],
+                bindingFailureConditions=["failed"],
+            ),
+            result("gpu-0"),
+        ],
+        reserved=True,
+    )
+    made["status"]["devices"] = [
+        {
+            "driver": NVIDIA,
+            "pool": "pool",
+            "device": "port-0",
+            "shareID": share,
+            "conditions": [
+                {"type": kind, "status": status, "reason": "R", "message": ""}
+                for kind, status in conditions
+            ],
+        }
+        for share, conditions in statuses
+    ] + [
+        {
+            "driver": NVIDIA,
+            "pool": "pool",
+            "device": "gpu-0",
+            "conditions": [{"type": "ready", "status": "False", "reason": "R", "message": ""}],
+        }
+    ]
+    return made
+
+
+def test_binding_and_failed_conditions_as_the_scheduler_reads_them() -> None:
+    """Each binding condition not yet True, each failure condition True, per device.
+
+    As kube-scheduler's PreBind reads them: the first status entry of the device, the first
+    condition of a type; a device without binding conditions is not waited for. The claim's
+    state stays reserved.
+    """
+    claims = [
+        bound("waiting"),
+        bound("half", ("", [("attached", "True"), ("ready", "False")])),
+        bound("done", ("", [("attached", "True"), ("ready", "True")])),
+        bound("failed", ("", [("attached", "True"), ("failed", "True")])),
+        bound(
+            "first-entry",
+            ("a", [("attached", "True"), ("ready", "Unknown"), ("ready", "True")]),
+            ("b", [("attached", "True"), ("ready", "True")]),
+        ),
+    ]
+    written = collect(claims=claims)
+    keys = ("resourceclaim_name", "driver", "pool", "device_name", "condition")
+    assert values(written, "kube_resourceclaim_allocation_binding", *keys) == {
+        ("waiting", NVIDIA, "pool", "port-0", "attached"): 1,
+        ("waiting", NVIDIA, "pool", "port-0", "ready"): 1,
+        ("half", NVIDIA, "pool", "port-0", "ready"): 1,
+        ("failed", NVIDIA, "pool", "port-0", "ready"): 1,
+        ("first-entry", NVIDIA, "pool", "port-0", "ready"): 1,
+    }
+    assert values(written, "kube_resourceclaim_allocation_binding_failed", *keys) == {
+        ("failed", NVIDIA, "pool", "port-0", "failed"): 1
+    }
+    assert set(values(written, "kube_resourceclaim_status_state", "state")) == {("reserved",)}
+    assert not written.problems
+
+
+def test_binding_conditions_of_another_shape_are_counted() -> None:
+    """A condition name that is not a string costs that name, counted and logged."""
+    odd = new_claim("odd", [result("port-0", bindingConditions=["attached", 7])])
+    written = collect(claims=[odd])
+    assert values(written, "kube_resourceclaim_allocation_binding", "condition") == {
+        ("attached",): 1
+    }
+    assert [(p.field, p.message) for p in written.problems] == [
+        (
+            "bindingConditions",
+            f"ResourceClaim workloads/odd device {NVIDIA}/pool/port-0 bindingConditions: an "
+            "entry is not a name: 7",
+        )
+    ]

@@ -87,6 +87,11 @@ def test_opt_in_families() -> None:
         ({"cost_share_capacity": "mem ory"}, "--cost-share-capacity: 'mem ory' is not a name"),
         ({"claim_device_data": "pci.id,pci_id"}, "--claim-device-data: 'pci_id' and 'pci.id' both"),
         ({"claim_device_data": "k" * 64}, "--claim-device-data: 'kkkk"),
+        (
+            {"hides_allocated_devices": "net.example,Net_Example"},
+            "--hides-allocated-devices: 'Net_Example' is not a driver name",
+        ),
+        ({"hides_allocated_devices": "n" * 64}, "--hides-allocated-devices: 'nnnn"),
     ],
 )
 def test_bad_flags(flags: dict[str, Any], message: str) -> None:
@@ -124,3 +129,10 @@ def test_without_cel_the_class_families_are_not_written(monkeypatch: pytest.Monk
         assert f"{name} is not written: no CEL runtime is available for this platform" in (
             chosen.warnings
         )
+
+
+def test_drivers_hiding_allocated_devices() -> None:
+    """--hides-allocated-devices names drivers, spaces and empty items aside."""
+    chosen = select(hides_allocated_devices=" dra.net , ,gpu.example.com")
+    assert chosen.options.hides_allocated_devices == {"dra.net", "gpu.example.com"}
+    assert select().options.hides_allocated_devices == frozenset()

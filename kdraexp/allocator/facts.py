@@ -94,6 +94,9 @@ class ResultFacts(msgspec.Struct, gc=False):
     """The request it answers: ``<request>`` or ``<request>/<alternative>``."""
     tolerations: tuple[TimedToleration, ...] = ()
     """The tolerations the scheduler copied into the result from the request."""
+    hidden: bool = False
+    """Its driver takes a device out of its slices while it is allocated
+    (``--hides-allocated-devices``): missing from a published pool, it is hidden, not gone."""
 
 
 class RequestFacts(msgspec.Struct, gc=False, frozen=True):
@@ -125,6 +128,8 @@ class ClaimFacts(msgspec.Struct, gc=False):
     """Whether this shard writes the claim (else its results only mark devices allocated)."""
     pending: tuple[RequestFacts, ...] = ()
     """Its requests, while it is pending (not allocated, not being deleted)."""
+    reserved: tuple[str, ...] = ()
+    """The uids of the pods it is reserved for (``status.reservedFor``)."""
 
 
 class RuleFacts(msgspec.Struct, gc=False):
@@ -179,13 +184,15 @@ class PodFacts(msgspec.Struct, gc=False, frozen=True):
     namespace: str
     name: str
     uid: str
-    bound: bool
-    """Whether the scheduler has placed it (``spec.nodeName``)."""
+    node: str
+    """The node the scheduler placed it on (``spec.nodeName``); "" while not bound."""
     extended: tuple[tuple[str, float], ...]
     """Per extended resource it asks for, the quantity (its containers' sum, or an init
     container's, whichever is larger)."""
     named: tuple[str, ...]
     """The ResourceClaims it names itself (``resourceClaimName``)."""
+    unmade: bool
+    """A claim of one of its templates is not made yet (no ``resourceClaimStatuses`` entry)."""
     claims: tuple[tuple[str, str], ...]
     """(its name for a claim, the ResourceClaim's name): named, made from a template, or made
     by the scheduler for its extended resources."""
@@ -195,6 +202,14 @@ class PodFacts(msgspec.Struct, gc=False, frozen=True):
     """(container, entry name, resourceID, health) of each device in allocatedResourcesStatus."""
     placement: Placement | None = None
     """Which nodes it may run on, when it says (None: any)."""
+    waiting_since: float | None = None
+    """Bound and not started (``PodReadyToStartContainers`` not True; without the condition, no
+    container running or run), not done nor being deleted: since when it waits."""
+
+    @property
+    def bound(self) -> bool:
+        """Whether the scheduler has placed it."""
+        return bool(self.node)
 
 
 class NodeFacts(msgspec.Struct, gc=False, frozen=True):

@@ -138,6 +138,13 @@ class Options(usage.Options):
             "Keys of status.devices[].data that kube_resourceclaim_status_device_info shows.",
         ],
         [
+            "hides-allocated-devices",
+            None,
+            "",
+            "Drivers that take allocated devices out of their slices: not orphaned while their "
+            "pool is published.",
+        ],
+        [
             "device-capacities",
             None,
             DEFAULT_DEVICE_CAPACITIES,
@@ -227,6 +234,7 @@ class Options(usage.Options):
                 device_capacities=self["device-capacities"],
                 cost_share_capacity=self["cost-share-capacity"],
                 claim_device_data=self["claim-device-data"],
+                hides_allocated_devices=self["hides-allocated-devices"],
                 sharded=not shard.whole,
                 expect_pools=self["expect-pools"],
             )

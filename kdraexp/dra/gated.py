@@ -249,14 +249,16 @@ def _quantities(
     return found
 
 
+DeviceConditions = tuple[tuple[str, str, str], tuple[tuple[str, str], ...]]
+"""A ``status.devices[]`` entry's (driver, pool, device) and its (type, status lower-cased)
+conditions, in the order written."""
+
+
 def device_conditions(
     entries: list[dict[str, Any]], problems: Problems, resource: str, where: str
-) -> list[tuple[str, str, str, str, str]]:
-    """The conditions of ``status.devices[]`` entries (see :func:`device_statuses`).
-
-    Each as (driver, pool, device, type, status lower-cased).
-    """
-    found: list[tuple[str, str, str, str, str]] = []
+) -> list[DeviceConditions]:
+    """The conditions of each ``status.devices[]`` entry (see :func:`device_statuses`)."""
+    found: list[DeviceConditions] = []
     for entry in entries:
         driver, pool, device = (text(entry.get(k)) for k in ("driver", "pool", "device"))
         conditions = entry.get("conditions") or []
@@ -265,8 +267,23 @@ def device_conditions(
         read = _conditions(
             conditions, problems, resource, "status.devices", f"{where} device {device}"
         )
-        found.extend((driver, pool, device, *condition) for condition in read)
+        found.append(((driver, pool, device), tuple(read)))
     return found
+
+
+def names(
+    raw: msgspec.Raw | None, problems: Problems, resource: str, field: str, where: str
+) -> tuple[str, ...]:
+    """A list of names (``bindingConditions``...); an entry that is not a string is reported."""
+    found = []
+    for entry in _list(raw, problems, resource, field, where):
+        if isinstance(entry, str):
+            found.append(entry)
+        else:
+            problems.add(
+                resource, field, f"{where} {field}: an entry is not a name: {_short(entry)}"
+            )
+    return tuple(found)
 
 
 def _conditions(

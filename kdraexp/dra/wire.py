@@ -118,6 +118,13 @@ class DeviceResult(Wire):
     consumed_capacity: msgspec.Raw = msgspec.field(default=ABSENT, name="consumedCapacity")
     tolerations: msgspec.Raw = ABSENT
     """The request's tolerations, copied by the scheduler (the eviction controller reads them)."""
+    binding_conditions: msgspec.Raw = msgspec.field(default=ABSENT, name="bindingConditions")
+    """The device's binding conditions, copied by the scheduler from the slice (gated:
+    DRADeviceBindingConditions): it binds the pod once the driver sets each True."""
+    binding_failure_conditions: msgspec.Raw = msgspec.field(
+        default=ABSENT, name="bindingFailureConditions"
+    )
+    """The device's binding failure conditions, copied alike: one True fails the binding."""
 
 
 class DeviceAllocation(Wire):
@@ -344,6 +351,7 @@ class PodCondition(Wire):
     status: str | None = None
     reason: str | None = None
     message: str | None = None
+    last_transition_time: str | None = msgspec.field(default=None, name="lastTransitionTime")
 
 
 class ClaimStatusEntry(Wire):
@@ -367,10 +375,18 @@ class ResourceStatus(Wire):
     resources: list[ResourceHealth] | None = None
 
 
+class ContainerState(Wire):
+    """``state`` of a container: whether it runs or ran (``waiting`` is neither)."""
+
+    running: msgspec.Raw = ABSENT
+    terminated: msgspec.Raw = ABSENT
+
+
 class ContainerStatus(Wire):
-    """A container's status, as far as device health goes."""
+    """A container's status, as far as device health and starting go."""
 
     name: str | None = None
+    state: ContainerState | None = None
     allocated_resources_status: list[ResourceStatus] | None = msgspec.field(
         default=None, name="allocatedResourcesStatus"
     )
@@ -385,6 +401,7 @@ class ExtendedClaimStatus(Wire):
 class PodStatus(Wire):
     """``status`` of a Pod, as far as devices go."""
 
+    phase: str | None = None
     conditions: list[PodCondition] | None = None
     resource_claim_statuses: list[ClaimStatusEntry] | None = msgspec.field(
         default=None, name="resourceClaimStatuses"
@@ -401,7 +418,7 @@ class PodStatus(Wire):
 
 
 class Pod(Wire):
-    """A Pod, reduced to its claims, requests, node, scheduling condition and device health."""
+    """A Pod, reduced to its claims, requests, node, conditions, containers' start and health."""
 
     metadata: ObjectMeta | None = None
     spec: PodSpec | None = None

@@ -47,6 +47,9 @@ class FamilyOptions:
     claim_device_data: tuple[DataKey, ...] = ()
     expected_pools: tuple[tuple[str, LabelSelector], ...] = ()
     """``--expect-pools``: (driver, the nodes a pool of it should serve)."""
+    hides_allocated_devices: frozenset[str] = frozenset()
+    """The drivers that take a device out of their slices while it is allocated (a NIC moved
+    into a pod's network namespace): such a device is hidden, not gone."""
 
     def capacity_wanted(self, name: str) -> bool:
         """Whether ``kube_resourceslice_device_capacity`` reports the capacity *name*."""

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from typing import Any
 
-from kdraexp.allocator.facts import Placement, PodFacts
+from kdraexp.allocator.facts import ClaimFacts, Placement, PodFacts
 from kdraexp.allocator.index import ClusterIndex
 from kdraexp.allocator.scopes import Per
-from kdraexp.dra import wire
+from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
 from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.families.context import Context
@@ -31,7 +32,10 @@ _NATIVE = "kubernetes.io"
 """Resources of this domain (and its subdomains) are Kubernetes' own, not extended."""
 _IMPLICIT = "deviceclass.resource.kubernetes.io"
 HEALTH = ("healthy", "unhealthy", "unknown")
-CAUSES = ("claims", "class_missing", "claim_missing", "scheduler_error", "other")
+CAUSES = ("claims", "class_missing", "claim_missing", "claim_pending", "scheduler_error", "other")
+_READY = "PodReadyToStartContainers"
+_DONE = frozenset({"Succeeded", "Failed"})
+"""The phases of a pod that has ended: it waits for nothing."""
 
 
 def extended_name(name: str) -> bool:
@@ -87,27 +91,27 @@ class PodView:
         made = status.extended_resource_claim_status
         if made is not None and made.resource_claim_name:
             claims.append((made.resource_claim_name, made.resource_claim_name))
-        scheduled = next(
-            (
-                (c.status or "", c.reason or "", c.message or "")
-                for c in status.conditions or ()
-                if c.type == "PodScheduled"
-            ),
-            None,
-        )
+        conditions = {c.type: c for c in reversed(status.conditions or ())}
+        placed = conditions.get("PodScheduled")
+        made_for = {entry.name for entry in status.resource_claim_statuses or ()}
         self.facts = PodFacts(
             sys.intern(meta.namespace or ""),
             meta.name or "",
             meta.uid or "",
-            bool(spec.node_name),
+            intern(spec.node_name or ""),
             extended,
             tuple(
                 c.resource_claim_name for c in spec.resource_claims or () if c.resource_claim_name
             ),
+            any(
+                c.resource_claim_template_name and c.name not in made_for
+                for c in spec.resource_claims or ()
+            ),
             tuple(claims),
-            scheduled,
+            (placed.status or "", placed.reason or "", placed.message or "") if placed else None,
             health,
             placement=self._placement(spec, where),
+            waiting_since=self._waiting_since(meta, spec, status, conditions, where),
         )
 
     def _placement(self, spec: wire.PodSpec, where: str) -> Placement | None:
@@ -122,6 +126,41 @@ class PodView:
             return None
         selector = tuple(sorted((spec.node_selector or {}).items()))
         return Placement(spec.node_name or "", selector, required)
+
+    def _waiting_since(
+        self,
+        meta: wire.ObjectMeta,
+        spec: wire.PodSpec,
+        status: wire.PodStatus,
+        conditions: dict[str | None, wire.PodCondition],
+        where: str,
+    ) -> float | None:
+        """Since when a bound pod waits to start, if it does (see ``PodFacts.waiting_since``).
+
+        The kubelet's ``PodReadyToStartContainers`` (GA in 1.37; False until the sandbox runs)
+        says when it last changed; a kubelet that writes no such condition says a pod started
+        by a container running or run, and then the pod waits since it was scheduled (else
+        created).
+        """
+        if not spec.node_name or meta.deletion_timestamp or status.phase in _DONE:
+            return None
+        ready = conditions.get(_READY)
+        if ready is not None and ready.status == "True":
+            return None
+        if ready is None and any(
+            c.state is not None and (c.state.running or c.state.terminated)
+            for c in (*(status.container_statuses or ()), *(status.init_container_statuses or ()))
+        ):
+            return None
+        placed = conditions.get("PodScheduled")
+        for condition in (ready, placed if placed and placed.status == "True" else None):
+            if condition is not None and condition.last_transition_time:
+                try:
+                    return gated.timestamp(condition.last_transition_time)
+                except gated.Unreadable as error:
+                    field = f"status.conditions[{condition.type}].lastTransitionTime"
+                    self.context.problems.add(PODS.plural, field, f"{where} {field}: {error}")
+        return self.context.created(PODS.plural, meta, where)
 
     def _extended(self, spec: wire.PodSpec, where: str) -> tuple[tuple[str, float], ...]:
         summed: dict[str, float] = {}
@@ -174,6 +213,12 @@ def cause(reason: str, message: str) -> str:
 
 P = ("namespace", "pod", "uid")
 EVERY_CLAIM = "a shard does not see every claim a pod names"
+_WITH_CLAIMS: dict[str, Any] = {
+    "needs": (PODS, RESOURCE_CLAIMS),
+    "per": Per.POD,
+    "whole_cluster": EVERY_CLAIM,
+}
+"""How the families of pods joined with their claims are declared."""
 
 
 @family(
@@ -202,25 +247,67 @@ def extended_resource_request(index: ClusterIndex) -> Iterator[Row]:
     "1 for a pod the scheduler could not place, with the cause for its devices.",
     (*P, "cause"),
     CLUSTER,
-    "spec.nodeName, spec.resourceClaims[].resourceClaimName, status.conditions[PodScheduled], "
-    "ResourceClaim metadata.name",
+    "spec.nodeName, spec.resourceClaims[].{resourceClaimName,resourceClaimTemplateName}, "
+    "status.{conditions[PodScheduled],resourceClaimStatuses,extendedResourceClaimStatus}, "
+    "ResourceClaim metadata.name, status.allocation",
     needs=(PODS, RESOURCE_CLAIMS, DEVICE_CLASSES),
     per=Per.POD,
     whole_cluster=EVERY_CLAIM,
 )
 def unschedulable(index: ClusterIndex) -> Iterator[Row]:
-    """A pod not bound whose ``PodScheduled`` is False, or that names a missing claim.
+    """A pod not bound whose ``PodScheduled`` is False, or whose claims the scheduler lacks.
 
-    ``claim_missing`` is the exporter's own finding: the scheduler holds such a pod back and
-    says nothing on it.
+    ``claim_missing`` (a claim it names does not exist, or its template's claim is not made)
+    and ``claim_pending`` (a claim it uses is pending, and the scheduler has said nothing) are
+    the exporter's own findings: the scheduler holds the first back and says nothing on it,
+    and a pod no scheduler serves hears nothing.
     """
     for pod in index.pods:
-        if pod.bound or not (pod.named or pod.claims or _served(index, pod)):
+        if pod.bound or not (pod.named or pod.unmade or pod.claims or _served(index, pod)):
             continue
-        if any(index.claim_named(pod.namespace, name) is None for name in pod.named):
+        if pod.claims and _holding(index, pod):
+            continue  # placed: the scheduler waits for its devices' binding conditions
+        if pod.unmade or any(index.claim_named(pod.namespace, name) is None for name in pod.named):
             yield (pod.namespace, pod.name, pod.uid, "claim_missing", 1.0)
         elif pod.scheduled is not None and pod.scheduled[0] == "False":
             yield (pod.namespace, pod.name, pod.uid, cause(*pod.scheduled[1:]), 1.0)
+        elif any(claim is not None and claim.pending for claim in _claims(index, pod)):
+            yield (pod.namespace, pod.name, pod.uid, "claim_pending", 1.0)
+
+
+def _claims(index: ClusterIndex, pod: PodFacts) -> Iterator[ClaimFacts | None]:
+    """The claims the pod uses, None for one not listed."""
+    for _, name in pod.claims:
+        yield index.claim_named(pod.namespace, name)
+
+
+def _holding(index: ClusterIndex, pod: PodFacts) -> bool:
+    """Whether every claim the pod uses is allocated and reserved for it."""
+    return all(
+        claim is not None and bool(claim.results) and pod.uid in claim.reserved
+        for claim in _claims(index, pod)
+    )
+
+
+@family(
+    "kube_pod_dra_not_started",
+    "Unix time since which a bound pod holding its devices has not started.",
+    (*P, "node_name"),
+    CLUSTER,
+    "spec.{nodeName,resourceClaims}, status.{phase,conditions[PodReadyToStartContainers,"
+    "PodScheduled].{status,lastTransitionTime},containerStatuses[].state,resourceClaimStatuses,"
+    "extendedResourceClaimStatus}, ResourceClaim status.{allocation,reservedFor}",
+    **_WITH_CLAIMS,
+)
+def not_started(index: ClusterIndex) -> Iterator[Row]:
+    """A pod bound, every claim it uses allocated and reserved for it, that has not started.
+
+    What a driver that cannot prepare its devices looks like from the API: the devices held,
+    nothing running. The value is the time since which it waits.
+    """
+    for pod in index.pods:
+        if pod.waiting_since is not None and pod.claims and _holding(index, pod):
+            yield (pod.namespace, pod.name, pod.uid, pod.node, pod.waiting_since)
 
 
 def _served(index: ClusterIndex, pod: PodFacts) -> bool:
@@ -234,9 +321,7 @@ def _served(index: ClusterIndex, pod: PodFacts) -> bool:
     CLUSTER,
     "status.{containerStatuses,initContainerStatuses}[].allocatedResourcesStatus[]"
     ".{name,resources[].{resourceID,health}}, ResourceClaim status.allocation.devices.results",
-    needs=(PODS, RESOURCE_CLAIMS),
-    per=Per.POD,
-    whole_cluster=EVERY_CLAIM,
+    **_WITH_CLAIMS,
 )
 def device_health(index: ClusterIndex) -> Iterator[Row]:
     """One row per device entry, resolved to the device it is.
@@ -285,7 +370,7 @@ def _device(
     return "", "", ""
 
 
-FAMILIES = (extended_resource_request, unschedulable, device_health)
+FAMILIES = (extended_resource_request, unschedulable, not_started, device_health)
 
 
 def _pod_facts(view: PodView, written: bool) -> PodFacts | None:

@@ -31,10 +31,12 @@ class Result:
 
     __slots__ = (
         "admin",
+        "binding",
         "consumed",
         "device",
         "deviceclass",
         "driver",
+        "failing",
         "pool",
         "request",
         "share_id",
@@ -60,12 +62,28 @@ class Result:
             result.consumed_capacity, problems, _RESOURCE, where
         )
         self.tolerations = gated.timed_tolerations(result.tolerations, problems, _RESOURCE, where)
+        self.binding: tuple[str, ...] = ()
+        """The conditions the driver sets True before the scheduler binds the pod."""
+        self.failing: tuple[str, ...] = ()
+        """The conditions of which one True fails the binding."""
+        if result.binding_conditions:
+            self.binding = gated.names(
+                result.binding_conditions, problems, _RESOURCE, "bindingConditions", where
+            )
+            self.failing = gated.names(
+                result.binding_failure_conditions,
+                problems,
+                _RESOURCE,
+                "bindingFailureConditions",
+                where,
+            )
 
 
 class ClaimView:
     """One ResourceClaim, read once for all its families."""
 
     __slots__ = (
+        "_conditions",
         "_statuses",
         "context",
         "deleting",
@@ -100,6 +118,7 @@ class ClaimView:
         results = allocation.devices.results if allocation and allocation.devices else None
         self.results = [Result(result, self, admin_requests) for result in results or ()]
         self._statuses: list[dict[str, Any]] | None = None
+        self._conditions: list[gated.DeviceConditions] | None = None
 
     def device_statuses(self) -> list[dict[str, Any]]:
         """``status.devices[]`` entries, read once for the families that read them."""
@@ -108,6 +127,33 @@ class ClaimView:
                 self.status.devices, self.context.problems, _RESOURCE, self.where
             )
         return self._statuses
+
+    def device_conditions(self) -> list[gated.DeviceConditions]:
+        """Each ``status.devices[]`` entry's conditions, read once (what cannot be, counted)."""
+        if self._conditions is None:
+            self._conditions = gated.device_conditions(
+                self.device_statuses(), self.context.problems, _RESOURCE, self.where
+            )
+        return self._conditions
+
+    def binding(self, failed: bool) -> Iterator[tuple[Result, str]]:
+        """Each binding condition not yet True (*failed*: each failure condition True).
+
+        Of the results that bind (that have binding conditions), as kube-scheduler's PreBind
+        reads them: the first ``status.devices[]`` entry naming the device (whatever its
+        shareID), and in it the first condition of each type.
+        """
+        binds = [result for result in self.results if result.binding]
+        if not binds:
+            return
+        first: dict[tuple[str, str, str], tuple[tuple[str, str], ...]] = {}
+        for device, conditions in self.device_conditions():
+            first.setdefault(device, conditions)
+        for result in binds:
+            found = dict(reversed(first.get((result.driver, result.pool, result.device), ())))
+            for condition in result.failing if failed else result.binding:
+                if (found.get(condition) == "true") is failed:
+                    yield result, condition
 
     def requests(self) -> Iterator[tuple[str, str, wire.ExactRequest | wire.Subrequest]]:
         """(request name as results name it, request name, the request or alternative)."""
@@ -157,6 +203,7 @@ class ClaimView:
     def facts(self) -> ClaimFacts:
         """What the cost and pool families need of this claim."""
         share = self.context.options.cost_share_capacity
+        hiding = self.context.options.hides_allocated_devices
         return ClaimFacts(
             self.labels,
             self.where,
@@ -172,10 +219,12 @@ class ClaimView:
                     r.consumed or NOTHING,
                     r.request,
                     r.tolerations,
+                    r.driver in hiding,
                 )
                 for r in self.results
             ),
             pending=self.pending_requests(),
+            reserved=tuple([consumer.uid or "" for consumer in _core_pods(self)]),
         )
 
     def state(self) -> str:
@@ -373,20 +422,58 @@ def consumed_capacity(view: ClaimView) -> Iterator[Row]:
             )
 
 
+_DEVICE_CONDITIONS = "status.devices[].{driver,pool,device,conditions[].{type,status}}"
+_BINDING = (C, "driver", "pool", "device_name", "condition")
+"""The labels of a binding condition's row."""
+
+
 @family(
     "kube_resourceclaim_status_device_condition",
     "A condition a driver reports for a device allocated to a ResourceClaim.",
     (C, "driver", "pool", "device_name", "condition", "status"),
     RESOURCE_CLAIMS,
-    "status.devices[].{driver,pool,device,conditions[].{type,status}}",
+    _DEVICE_CONDITIONS,
 )
 def device_condition(view: ClaimView) -> Iterator[Row]:
     """One row per condition; status is true, false or unknown."""
-    conditions = gated.device_conditions(
-        view.device_statuses(), view.context.problems, _RESOURCE, view.where
-    )
-    for driver, pool, device, condition, status in conditions:
-        yield (view.labels, driver, pool, device, condition, status, 1.0)
+    for (driver, pool, device), conditions in view.device_conditions():
+        for condition, status in conditions:
+            yield (view.labels, driver, pool, device, condition, status, 1.0)
+
+
+@family(
+    "kube_resourceclaim_allocation_binding",
+    "Reports 1 for a binding condition of a device allocated to a ResourceClaim not yet True.",
+    _BINDING,
+    RESOURCE_CLAIMS,
+    "status.allocation.devices.results[].{driver,pool,device,bindingConditions}, "
+    + _DEVICE_CONDITIONS,
+)
+def allocation_binding(view: ClaimView) -> Iterator[Row]:
+    """Each binding condition of each result its device's status does not have True.
+
+    While one is written, the scheduler holds the pod in PreBind (not bound), up to its
+    binding timeout counted from the allocation's ``allocationTimestamp``.
+    """
+    for result, condition in view.binding(failed=False):
+        yield (view.labels, result.driver, result.pool, result.device, condition, 1.0)
+
+
+@family(
+    "kube_resourceclaim_allocation_binding_failed",
+    "Reports 1 for a binding failure condition True for a device allocated to a ResourceClaim.",
+    _BINDING,
+    RESOURCE_CLAIMS,
+    "status.allocation.devices.results[].{driver,pool,device,bindingConditions,"
+    "bindingFailureConditions}, " + _DEVICE_CONDITIONS,
+)
+def allocation_binding_failed(view: ClaimView) -> Iterator[Row]:
+    """Each binding failure condition of each result its device's status has True.
+
+    The scheduler then gives up binding the pod and deallocates the claim at its next attempt.
+    """
+    for result, condition in view.binding(failed=True):
+        yield (view.labels, result.driver, result.pool, result.device, condition, 1.0)
 
 
 @family(
@@ -447,23 +534,30 @@ def request_matching(index: ClusterIndex) -> Iterator[Row]:
 @family(
     "kube_resourceclaim_allocation_orphaned",
     "Reports 1 for a device allocated to a ResourceClaim that its pool no longer publishes.",
-    (C, "driver", "pool", "device_name"),
+    (C, "driver", "pool", "device_name", "reason"),
     CLUSTER,
     "status.allocation.devices.results[].{driver,pool,device,adminAccess}, the current "
-    "generation of each pool's ResourceSlices",
+    "generation of each pool's ResourceSlices (drivers named by --hides-allocated-devices)",
     needs=(RESOURCE_CLAIMS, RESOURCE_SLICES),
     per=Per.CLAIM,
 )
 def allocation_orphaned(index: ClusterIndex) -> Iterator[Row]:
     """Each non-admin result naming a device the current generation of its pool lacks.
 
+    ``reason``: ``pool_gone`` (no slice of the pool is left), ``hidden_by_driver`` (its pool is
+    published and its driver takes allocated devices out of its slices), else ``device_gone``.
     Written by the shard of the result's pool, which alone knows whether the pool publishes it.
     """
     for claim in index.claims:
         for result in claim.results:
             key = (result.driver, result.pool, result.device)
-            if not result.admin and key not in index.devices and index.owns(key[0], key[1]):
-                yield (claim.labels, result.driver, result.pool, result.device, 1.0)
+            if result.admin or key in index.devices or not index.owns(key[0], key[1]):
+                continue
+            if (result.driver, result.pool) not in index.pools:
+                reason = "pool_gone"
+            else:
+                reason = "hidden_by_driver" if result.hidden else "device_gone"
+            yield (claim.labels, result.driver, result.pool, result.device, reason, 1.0)
 
 
 @family(
@@ -569,6 +663,8 @@ FAMILIES = (
     allocation_result_info,
     consumed_capacity,
     device_condition,
+    allocation_binding,
+    allocation_binding_failed,
     hourly_cost,
     pending_reason,
     request_matching,

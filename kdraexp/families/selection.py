@@ -163,6 +163,22 @@ def expected_pools_of(
     return tuple(found)
 
 
+def drivers_of(value: str) -> frozenset[str]:
+    """The ``--hides-allocated-devices`` value: driver names.
+
+    :raises SelectionError: for a name that is not a driver's (a DNS subdomain, at most 63
+        characters, as the API requires).
+    """
+    drivers = _items(value)
+    for driver in drivers:
+        if len(driver) > 63 or not _DRIVER.fullmatch(driver):
+            raise SelectionError(
+                f"--hides-allocated-devices: {driver!r} is not a driver name (a DNS subdomain "
+                "of at most 63 characters)"
+            )
+    return frozenset(drivers)
+
+
 def select(
     resources: str = ",".join(DEFAULT_RESOURCES),
     allowlist: str = "",
@@ -172,6 +188,7 @@ def select(
     device_capacities: str = DEFAULT_DEVICE_CAPACITIES,
     cost_share_capacity: str = "memory",
     claim_device_data: str = "",
+    hides_allocated_devices: str = "",
     sharded: bool = False,
     expect_pools: Sequence[str] = (),
 ) -> Selection:
@@ -195,8 +212,14 @@ def select(
         raise SelectionError(f"--cost-share-capacity: {cost_share_capacity!r} is not a name")
     attributes = device_attributes_of(device_attributes)
     data_keys = claim_device_data_of(claim_device_data)
-    expected = expected_pools_of(expect_pools, chosen)
-    options = FamilyOptions(attributes, capacities, cost_share_capacity, data_keys, expected)
+    options = FamilyOptions(
+        attributes,
+        capacities,
+        cost_share_capacity,
+        data_keys,
+        expected_pools_of(expect_pools, chosen),
+        drivers_of(hides_allocated_devices),
+    )
 
     def wanted(family: Family) -> bool:
         if not family.needs <= chosen:

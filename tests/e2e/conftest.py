@@ -116,6 +116,14 @@ def family_claims(kube: Kube) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="session")
+def stuck_objects(kube: Kube) -> None:
+    """Claims and pods stuck on their devices (tests/e2e/stuck.py), created once."""
+    from tests.e2e import stuck
+
+    stuck.create_all(kube)
+
+
+@pytest.fixture(scope="session")
 def families_account(kube: Kube, chart_rbac: object) -> str:
     """The chart's RBAC for a release listing devicetaintrules and pods too (the role follows)."""
     docs = render(

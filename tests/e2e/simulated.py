@@ -172,10 +172,15 @@ def _ready(url: str) -> bool:
         return False
 
 
-def start_simulated(directory: Path, apiserver_args: tuple[str, ...] = ()) -> Simulated:
+def start_simulated(
+    directory: Path,
+    apiserver_args: tuple[str, ...] = (),
+    profile: dict[str, Any] | None = None,
+) -> Simulated:
     """Start the control plane, kube-scheduler and kube-controller-manager; wait until ready.
 
-    *apiserver_args* go to kube-apiserver besides its usual ones.
+    *apiserver_args* go to kube-apiserver besides its usual ones; *profile*, if given, is the
+    scheduler's one profile in a KubeSchedulerConfiguration (its plugins' arguments).
     """
     plane = start(directory, apiserver_args, identities=(SCHEDULER, CONTROLLER_MANAGER))
     binaries = tools.scheduler_plane()
@@ -198,13 +203,22 @@ def start_simulated(directory: Path, apiserver_args: tuple[str, ...] = ()) -> Si
             "--profiling=false",
         ]
 
+    scheduler_args = common(scheduler_config, scheduler_port)
+    if profile is not None:
+        configured = directory / "scheduler.yaml"
+        configured.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(scheduler_config)},
+                    "profiles": [{"schedulerName": "default-scheduler", **profile}],
+                }
+            )
+        )
+        scheduler_args.append(f"--config={configured}")
     components = [
-        _component(
-            binaries / "kube-scheduler",
-            directory,
-            "kube-scheduler",
-            common(scheduler_config, scheduler_port),
-        ),
+        _component(binaries / "kube-scheduler", directory, "kube-scheduler", scheduler_args),
         _component(
             binaries / "kube-controller-manager",
             directory,

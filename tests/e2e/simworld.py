@@ -147,11 +147,12 @@ def values(body: str, family: str) -> list[tuple[dict[str, str], float]]:
     ]
 
 
-def exporter(simulated: Simulated, directory: Path, mode: str) -> Exporter:
+def exporter(simulated: Simulated, directory: Path, mode: str, *args: str) -> Exporter:
+    """The exporter over the simulated cluster, listing RESOURCES unless *args* say otherwise."""
     config = write_kubeconfig(directory / "kubeconfig", simulated.kube, simulated.kube.token)
     return Exporter(
         directory / "run",
-        ["--resources", RESOURCES, "--mode", mode],
+        ["--resources", RESOURCES, "--mode", mode, *args],
         {"KUBECONFIG": str(config)},
     )
 
@@ -190,3 +191,35 @@ def placed_one_after_another(cluster: Simulated, prefix: str, start: Callable[[s
             assert len(names) < 20, "more fit than the test expects"
     finally:
         remove(cluster, names)
+
+
+def body_of(running: Exporter) -> str:
+    """The exporter's exposition, or "" if it did not answer 200."""
+    answer = ok(running.scrape())
+    return answer[1] if answer else ""
+
+
+def settled(
+    exporters: tuple[Exporter, Exporter],
+    families: Iterable[str],
+    what: str,
+    test: Callable[[str], Any],
+) -> str:
+    """The listing exporter's exposition, once *test* holds of it and the watching one agrees.
+
+    The two agree when they write the same rows of *families*.
+    """
+
+    def rows(body: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+        return {
+            family: sorted(values(body, family), key=lambda sample: sorted(sample[0].items()))
+            for family in families
+        }
+
+    def found() -> str | None:
+        listed, watched = (body_of(running) for running in exporters)
+        agreed = listed and watched and rows(listed) == rows(watched)
+        return listed if agreed and test(listed) else None
+
+    found_body: str = wait_until(found, SCHEDULED, what)
+    return found_body

@@ -320,9 +320,9 @@ def test_orphaned_device_and_eviction_condition(cluster: Simulated, tmp_path: Pa
     written = wait_until(conditioned, SCHEDULED, "the eviction controller's condition")
     body = scrape(cluster, tmp_path / "lost")
     assert [
-        (row["resourceclaim_name"], row["pool"], row["device_name"])
+        (row["resourceclaim_name"], row["pool"], row["device_name"], row["reason"])
         for row in samples(body, "kube_resourceclaim_allocation_orphaned")
-    ] == [("held-lost", "diag-b-lost", "x")]
+    ] == [("held-lost", "diag-b-lost", "x", "device_gone")]
     conditions = {
         (row["condition"], row["status"])
         for row in samples(body, "kube_devicetaintrule_status_condition")

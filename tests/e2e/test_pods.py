@@ -8,7 +8,10 @@ device health a kubelet would report is written into a bound pod's status, as th
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,10 +29,13 @@ from tests.e2e.simworld import (
     RESOURCES,
     SCHEDULED,
     bound,
+    claim,
     device_class,
     ok,
     pool_slice,
+    remove,
     samples,
+    settled,
     unschedulable,
     values,
 )
@@ -234,3 +240,184 @@ def test_missing_class_and_device_health(cluster: Simulated, tmp_path: Path) -> 
     finally:
         running.stop()
         cluster.delete_pods(NAMESPACE, "no-class", "sick")
+
+
+STUCK = ("kube_pod_dra_unschedulable", "kube_pod_dra_not_started")
+"""The families the listing and the watching exporters are compared on."""
+
+
+@pytest.fixture()
+def exporters(cluster: Simulated, tmp_path: Path) -> Iterator[tuple[Exporter, Exporter]]:
+    """A listing exporter and a watching one, each with the Pod view."""
+    started = [exporter(cluster, tmp_path / mode, mode) for mode in ("list", "watch")]
+    yield started[0], started[1]
+    for running in started:
+        running.stop()
+
+
+def explicit_pod(name: str, claim_name: str, **spec: Any) -> dict[str, Any]:
+    """A pod using the claim *claim_name*, made by its user (not from a template)."""
+    made = template_pod(name, "unused")
+    made["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    made["spec"].update(spec)
+    return made
+
+
+def made_claim(cluster: Simulated, name: str) -> str | None:
+    """The claim the controller manager made for pod *name*'s template, once it has."""
+    made = cluster.kube.get(f"{PODS}/{name}").get("status", {}).get("resourceClaimStatuses", [])
+    return str(made[0]["resourceClaimName"]) if made else None
+
+
+def test_every_pod_waiting_unbound_is_named(
+    cluster: Simulated, exporters: tuple[Exporter, Exporter]
+) -> None:
+    """A template's claim not made yet, a claim no scheduler judges, a claim that cannot fit.
+
+    The controller manager paused, a template pod has no claim and the scheduler holds it back
+    saying nothing: ``claim_missing``. A pod whose scheduler does not run has its explicit claim
+    pending and no verdict: ``claim_pending``. One whose explicit claim asks for more than the
+    node has is judged by the scheduler: ``claims``. The controller manager resumed, the first
+    is bound and leaves the family.
+    """
+    manager = cluster.components[1]  # start_simulated starts the scheduler, then the manager
+    assert "kube-controller-manager" in str(manager.args)
+    kube = cluster.kube
+    try:
+        os.kill(manager.pid, signal.SIGSTOP)
+        try:
+            kube.create(PODS, template_pod("unmade", "pods-gpu"))
+            kube.create(CLAIMS, claim("unheard", "pods-gpu", count=1))
+            kube.create(PODS, explicit_pod("unheard", "unheard", schedulerName="no-such-scheduler"))
+            kube.create(CLAIMS, claim("too-many", "pods-gpu", count=3))
+            kube.create(PODS, explicit_pod("too-many", "too-many"))
+            condition = wait_until(
+                partial(unschedulable, cluster, "too-many"), SCHEDULED, "too-many judged"
+            )
+            assert "cannot allocate all claims" in condition["message"], condition
+            assert unschedulable(cluster, "unheard") is None  # another scheduler's pod
+            assert unschedulable(cluster, "unmade") is None  # held back before scheduling
+            assert made_claim(cluster, "unmade") is None
+            body = settled(exporters, STUCK, "the three named", lambda b: len(causes(b)) == 3)
+            assert causes(body) == {
+                "unmade": "claim_missing",
+                "unheard": "claim_pending",
+                "too-many": "claims",
+            }
+        finally:
+            os.kill(manager.pid, signal.SIGCONT)
+        wait_until(partial(bound, cluster, "unmade"), SCHEDULED, "unmade bound, its claim made")
+        body = settled(exporters, STUCK, "the bound pod gone", lambda b: "unmade" not in causes(b))
+        assert causes(body) == {"unheard": "claim_pending", "too-many": "claims"}
+    finally:
+        remove(cluster, ["unmade", "unheard", "too-many"])
+
+
+def kubelet_status(
+    pod: dict[str, Any], started: bool, condition: bool = True, since: str = ""
+) -> dict[str, Any]:
+    """The pod's status as a kubelet writes it: waiting for its sandbox, or running.
+
+    With *condition*, the kubelet writes ``PodReadyToStartContainers`` (since *since*), as
+    kubelets do since 1.29; without, it writes the containers' states alone.
+    """
+    status = pod["status"]
+    scheduled = [c for c in status["conditions"] if c["type"] == "PodScheduled"]
+    state = (
+        {"running": {"startedAt": since}}
+        if started
+        else {"waiting": {"reason": "ContainerCreating"}}
+    )
+    ready = "True" if started else "False"
+    kubelet = [
+        {"type": "Initialized", "status": "True", "lastTransitionTime": since},
+        {"type": "Ready", "status": ready, "lastTransitionTime": since},
+        {"type": "ContainersReady", "status": ready, "lastTransitionTime": since},
+    ]
+    if condition:
+        sandbox = {
+            "type": "PodReadyToStartContainers",
+            "status": ready,
+            "lastTransitionTime": since,
+        }
+        if not started:
+            sandbox["reason"] = "PodSandboxNotReady"
+        kubelet.insert(0, sandbox)
+    status.update(
+        {
+            "phase": "Running" if started else "Pending",
+            "hostIP": "10.0.0.7",
+            "startTime": since,
+            "conditions": [*kubelet, *scheduled],
+            "containerStatuses": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "imageID": "",
+                    "ready": started,
+                    "started": started,
+                    "restartCount": 0,
+                    "state": state,
+                }
+            ],
+        }
+    )
+    return pod
+
+
+def not_started(body: str) -> dict[tuple[str, str], float]:
+    return {
+        (labels["pod"], labels["node_name"]): value
+        for labels, value in values(body, "kube_pod_dra_not_started")
+    }
+
+
+def test_bound_pods_whose_devices_are_not_prepared(
+    cluster: Simulated, exporters: tuple[Exporter, Exporter]
+) -> None:
+    """Bound, its claim allocated and reserved, not started: as two kubelets write it.
+
+    One writes ``PodReadyToStartContainers=False`` (waiting since it did), the other no such
+    condition and its container waiting (since the pod was bound); once each says the pod
+    runs, neither is written.
+    """
+    kube = cluster.kube
+    for name in ("unprepared", "old-kubelet"):
+        kube.create(PODS, template_pod(name, "pods-gpu"))
+    try:
+        for name in ("unprepared", "old-kubelet"):
+            assert wait_until(partial(bound, cluster, name), SCHEDULED, f"{name} bound") == NODE
+        placed = next(
+            c["lastTransitionTime"]
+            for c in kube.get(f"{PODS}/old-kubelet")["status"]["conditions"]
+            if c["type"] == "PodScheduled"
+        )
+        since = "2026-12-01T08:00:00Z"
+        for name, condition in (("unprepared", True), ("old-kubelet", False)):
+            pod = kube.get(f"{PODS}/{name}")
+            kube.put(f"{PODS}/{name}/status", kubelet_status(pod, False, condition, since))
+        body = settled(
+            exporters,
+            STUCK,
+            "both written",
+            lambda b: {"unprepared", "old-kubelet"} <= {pod for pod, _ in not_started(b)},
+        )
+        waiting = not_started(body)
+        assert waiting[("unprepared", NODE)] == seconds(since)
+        assert waiting[("old-kubelet", NODE)] == seconds(placed)
+        assert not causes(body)
+        for name, condition in (("unprepared", True), ("old-kubelet", False)):
+            pod = kube.get(f"{PODS}/{name}")
+            kube.put(f"{PODS}/{name}/status", kubelet_status(pod, True, condition, since))
+        settled(
+            exporters,
+            STUCK,
+            "both started",
+            lambda b: not {"unprepared", "old-kubelet"} & {pod for pod, _ in not_started(b)},
+        )
+    finally:
+        cluster.delete_pods(NAMESPACE, "unprepared", "old-kubelet")
+
+
+def seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests import dashboard, tools
-from tests.e2e import prometheus
+from tests.e2e import prometheus, stuck
 from tests.e2e.conftest import (
     CHART_NAMESPACE,
     RESOURCES,
@@ -226,11 +226,13 @@ def exporters(
     scarce_claim: None,
     shared_nics: None,
     pod_view: None,
+    stuck_objects: None,
     families_account: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Exporter, Exporter, Exporter]]:
     """The exporter listing everything, and two whose ServiceAccount may list nothing.
 
+    The first is told that the network driver of tests/e2e/stuck.py hides allocated devices.
     The second lists, the third watches (with a short --max-staleness, so that its watch alerts
     fire within the test).
     """
@@ -243,7 +245,7 @@ def exporters(
     watching = ["--mode", "watch", "--max-staleness", "4"]
     started = []
     for name, account, mode in (
-        ("good", families_account, []),
+        ("good", families_account, ["--hides-allocated-devices", stuck.NIC_DRIVER]),
         ("refused", "no-rights", []),
         ("watch-refused", "no-rights", watching),
     ):
@@ -258,6 +260,8 @@ def chart_rules() -> dict[str, Any]:
     """The chart's rules for job kdraexp, every alert at once, thresholds met at once."""
     alerts: dict[str, dict[str, Any]] = {name: {"for": "0s"} for name in ALERTS}
     alerts["DRAResourceClaimPendingTooLong"]["threshold"] = 1
+    alerts["DRADeviceBindingSlow"]["threshold"] = 1
+    alerts["DRAPodDevicesNotPrepared"]["threshold"] = 1
     alerts["KubeDraExporterSlowCollections"]["threshold"] = 1e-6
     values = {"prometheusRule": {"enabled": True, "job": JOB, "alerts": alerts}}
     spec: dict[str, Any] = resource(render(values), "PrometheusRule")["spec"]
@@ -351,6 +355,34 @@ def test_every_alert_fires(
     assert {(a["pod"], a["device_name"]) for a in alerts["DRAUnhealthyDeviceInUse"]} == {
         ("sick", "d")
     }
+    in_stuck = [
+        name for name in alerts if any(a.get("namespace") == stuck.NAMESPACE for a in alerts[name])
+    ]
+    assert {
+        (a["resourceclaim_name"], a["device_name"]) for a in alerts["DRADeviceBindingSlow"]
+    } == {("attaching", "port-0"), ("failed", "port-1")}
+    descriptions = {
+        a["resourceclaim_name"]: a["description"] for a in alerts["DRADeviceBindingSlow"]
+    }
+    assert "holds the pod attaching unbound" in descriptions["attaching"]
+    assert descriptions["attaching"].endswith("Not yet True: attached.")
+    assert {
+        (a["resourceclaim_name"], a["device_name"], a["condition"])
+        for a in alerts["DRADeviceBindingFailed"]
+    } == {("failed", "port-1", "attach-failed")}
+    gone = {
+        (a["namespace"], a["resourceclaim_name"], a["device_name"])
+        for a in alerts["DRAAllocatedDeviceGone"]
+    }
+    assert {g for g in gone if g[0] == stuck.NAMESPACE} == {(stuck.NAMESPACE, "gone", "port-9")}
+    assert {(a["namespace"], a["pod"]) for a in alerts["DRAPodUnschedulable"]} == {
+        (NAMESPACE, "orphan"),  # claim_missing; ext-wait is DRAExtendedResourceDemandPending's
+        (stuck.NAMESPACE, "unheard"),  # claim_pending; attaching is placed, binding
+    }
+    (unprepared,) = alerts["DRAPodDevicesNotPrepared"]
+    assert (unprepared["pod"], unprepared["node_name"]) == ("unprepared", stuck.NODE)
+    assert unprepared["description"].endswith(f"Drivers of its claims: {stuck.NIC_DRIVER}.")
+    assert "DRAResourceClaimUnsatisfiable" not in in_stuck  # the pending claim is feasible
 
 
 def test_every_dashboard_query_answers(prometheus_port: int) -> None:

@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kdraexp.families import FAMILIES
-from tests.e2e import controlplane, dataset
+from tests.e2e import controlplane, dataset, stuck
 from tests.e2e.conftest import (
     CHART_NAMESPACE,
     RESOURCES,
@@ -117,6 +117,48 @@ def test_watch_writes_what_list_writes_and_follows(
         assert _dra_lists(kube) == lists_before  # a scrape costs the API server nothing
     finally:
         assert watching.stop() == 0
+
+
+POD_VIEW = re.compile(r"^kube_pod_dra_")
+
+
+def test_the_pod_view_and_stuck_claims_as_list_writes_them(
+    kube: Kube, stuck_objects: None, tmp_path: Path
+) -> None:
+    """With pods listed: devices binding or failing, hidden or gone, pods stuck, watched alike.
+
+    The objects of tests/e2e/stuck.py give every row these families can: the comparison is not
+    of empty families.
+    """
+    args = ["--resources", ",".join([*RESOURCES, "pods"])]
+    args += ["--hides-allocated-devices", stuck.NIC_DRIVER]
+    listed = start(tmp_path / "list", kube, ADMIN_TOKEN, *args)
+    watching = start(tmp_path / "watch", kube, ADMIN_TOKEN, "--mode", "watch", *args)
+
+    def written(exporter: Exporter) -> set[str] | None:
+        code, text = exporter.scrape()
+        if code != 200:
+            return None
+        return {line for line in text.splitlines() if DRA.match(line) or POD_VIEW.match(line)}
+
+    try:
+        wait_until(lambda: ready(watching), 60, "the watching exporter synchronised")
+        reference = wait_until(lambda: written(listed), 30, "a listing scrape")
+        followed = wait_until(lambda: written(watching) == reference, 30, "the same samples")
+        assert followed
+        ours = {line for line in reference if f'namespace="{stuck.NAMESPACE}"' in line}
+        for family, labels in (
+            ("kube_resourceclaim_allocation_binding", 'condition="attached"'),
+            ("kube_resourceclaim_allocation_binding_failed", 'condition="attach-failed"'),
+            ("kube_resourceclaim_allocation_orphaned", 'reason="device_gone"'),
+            ("kube_resourceclaim_allocation_orphaned", 'reason="hidden_by_driver"'),
+            ("kube_pod_dra_unschedulable", 'cause="claim_pending"'),
+            ("kube_pod_dra_not_started", f'node_name="{stuck.NODE}"'),
+        ):
+            assert any(line.startswith(family + "{") and labels in line for line in ours), family
+    finally:
+        for exporter in (listed, watching):
+            assert exporter.stop() == 0
 
 
 ERRING = "e2e-watch-erring"

@@ -149,6 +149,9 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 {{- with $e.claimDeviceData }}
 - {{ printf "--claim-device-data=%s" (join "," .) | quote }}
 {{- end }}
+{{- with $e.hidesAllocatedDevices }}
+- {{ printf "--hides-allocated-devices=%s" (join "," .) | quote }}
+{{- end }}
 {{- with $e.deviceCapacities }}
 - {{ printf "--device-capacities=%s" . | quote }}
 {{- end }}
