@@ -679,6 +679,7 @@ def test_readme_manifests() -> None:
                     "apps/v1",
                     "rbac.authorization.k8s.io/v1",
                     "monitoring.coreos.com/v1",
+                    "resource.k8s.io/v1",
                 }
                 if doc["kind"] == "ClusterRole":
                     assert set(doc["rules"][0]["resources"]) == {

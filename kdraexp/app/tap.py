@@ -138,6 +138,19 @@ class Options(usage.Options):
             "Keys of status.devices[].data that kube_resourceclaim_status_device_info shows.",
         ],
         [
+            "metric-labels-allowlist",
+            None,
+            "",
+            "Labels written by kube_<kind>_labels, per resource: "
+            "resourceclaims=[team,cost-center],pods=[*] (kube-state-metrics' form).",
+        ],
+        [
+            "metric-annotations-allowlist",
+            None,
+            "",
+            "Annotations written by kube_<kind>_annotations, per resource, in the same form.",
+        ],
+        [
             "device-capacities",
             None,
             DEFAULT_DEVICE_CAPACITIES,
@@ -227,6 +240,8 @@ class Options(usage.Options):
                 device_capacities=self["device-capacities"],
                 cost_share_capacity=self["cost-share-capacity"],
                 claim_device_data=self["claim-device-data"],
+                labels_allowlist=self["metric-labels-allowlist"],
+                annotations_allowlist=self["metric-annotations-allowlist"],
                 sharded=not shard.whole,
                 expect_pools=self["expect-pools"],
             )

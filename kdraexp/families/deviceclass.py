@@ -14,6 +14,7 @@ from kdraexp.dra.listing import DEVICE_CLASSES
 from kdraexp.families.context import Context
 from kdraexp.families.family import Row, Stability, family
 from kdraexp.families.kind import KindSpec
+from kdraexp.families.metadata import Named, metadata_families
 
 HOURLY_COST_ANNOTATION = "hourly-cost"
 
@@ -135,7 +136,13 @@ def class_created(view: ClassView) -> Iterator[Row]:
     yield (view.name, created)
 
 
-FAMILIES = (class_hourly_cost, class_info, class_created)
+def _named(view: ClassView) -> Named:
+    return (view.name,), view.meta
+
+
+class_labels, class_annotations = metadata_families(DEVICE_CLASSES, ("deviceclass_name",), _named)
+
+FAMILIES = (class_hourly_cost, class_info, class_created, class_labels, class_annotations)
 
 
 def _entry(view: ClassView, written: bool) -> ClassEntry:
