@@ -944,6 +944,16 @@ OPTION_SAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
     "metricOptInList": ({}, {"metricOptInList": ["kube_z"]}, "--metric-opt-in-list=kube_z"),
     "deviceAttributes": ({}, {"deviceAttributes": ["profile"]}, "--device-attributes=profile"),
     "claimDeviceData": ({}, {"claimDeviceData": ["uuid"]}, "--claim-device-data=uuid"),
+    "metricLabelsAllowlist": (
+        {},
+        {"metricLabelsAllowlist": ["resourceclaims=[team,cost-center]", "pods=[*]"]},
+        "--metric-labels-allowlist=resourceclaims=[team,cost-center],pods=[*]",
+    ),
+    "metricAnnotationsAllowlist": (
+        {},
+        {"metricAnnotationsAllowlist": ["deviceclasses=[hourly-cost]"]},
+        "--metric-annotations-allowlist=deviceclasses=[hourly-cost]",
+    ),
     "deviceCapacities": ({}, {"deviceCapacities": "memory"}, "--device-capacities=memory"),
     "costShareCapacity": ({}, {"costShareCapacity": "cores"}, "--cost-share-capacity=cores"),
     "expectPools": (
