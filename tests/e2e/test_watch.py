@@ -39,6 +39,8 @@ pytestmark = pytest.mark.slow
 COMPACTION = 3
 """Seconds between etcd compactions on this module's API server."""
 DRA = re.compile(r"^kube_(resourceclaim|resourceslice|resourcepool|deviceclass|devicetaintrule)_")
+ALLOWLISTS = ("--metric-labels-allowlist", "*=[*]", "--metric-annotations-allowlist", "*=[*]")
+"""Every label and annotation of every kind: the objects' own families compared too."""
 
 
 def dra_lines(text: str) -> set[str]:
@@ -84,7 +86,12 @@ def listing(
 ) -> Iterator[Exporter]:
     """An exporter in list mode over the session's cluster: the reference."""
     exporter = start(
-        tmp_path_factory.mktemp("list"), kube, ADMIN_TOKEN, "--resources", ",".join(RESOURCES)
+        tmp_path_factory.mktemp("list"),
+        kube,
+        ADMIN_TOKEN,
+        "--resources",
+        ",".join(RESOURCES),
+        *ALLOWLISTS,
     )
     yield exporter
     assert exporter.stop() == 0
@@ -93,14 +100,46 @@ def listing(
 def test_watch_writes_what_list_writes_and_follows(
     kube: Kube, listing: Exporter, tmp_path: Path
 ) -> None:
-    """Synchronised by streaming lists, it writes the list's samples, then follows changes."""
+    """Synchronised by streaming lists, it writes the list's samples, then follows changes.
+
+    The objects' own labels and annotations too: a claim relabelled is followed.
+    """
     watching = start(
-        tmp_path, kube, ADMIN_TOKEN, "--mode", "watch", "--resources", ",".join(RESOURCES)
+        tmp_path,
+        kube,
+        ADMIN_TOKEN,
+        "--mode",
+        "watch",
+        "--resources",
+        ",".join(RESOURCES),
+        *ALLOWLISTS,
     )
+    relabelled = f"{dataset.V1}/namespaces/{dataset.NAMESPACE}/resourceclaims/train"
     try:
         wait_until(lambda: ready(watching), 60, "the watching exporter synchronised")
-        assert wait_until(lambda: metrics(watching), 30) == metrics(listing)
+        listed_first = metrics(listing)
+        assert wait_until(lambda: metrics(watching), 30) == listed_first
+        assert listed_first is not None
+        for family in ("resourceclaim", "resourceslice", "deviceclass"):
+            assert any(
+                line.startswith(f"kube_{family}_labels{{") and 'label_team="research"' in line
+                for line in listed_first
+            ), family
+            assert any(
+                line.startswith(f"kube_{family}_annotations{{")
+                and 'annotation_example_com_owner="research@example.com"' in line
+                for line in listed_first
+            ), family
         assert "kube_dra_exporter_watch_relists_total{" not in watching.telemetry()
+        claim = kube.get(relabelled)
+        claim["metadata"]["labels"]["team"] = "moved"
+        kube.put(relabelled, claim)
+        wait_until(
+            lambda: _has(watching, "kube_resourceclaim_labels{", 'label_team="moved"'),
+            30,
+            "the relabelled claim",
+        )
+        assert wait_until(lambda: metrics(watching), 30) == metrics(listing)
         ensure_namespace(kube, "watching")
         dataset.create_claim(kube, "followed", "watching", [("node-a", "gpu-1")], [])
         wait_until(
@@ -116,6 +155,9 @@ def test_watch_writes_what_list_writes_and_follows(
             assert watching.scrape()[0] == 200
         assert _dra_lists(kube) == lists_before  # a scrape costs the API server nothing
     finally:
+        claim = kube.get(relabelled)
+        claim["metadata"]["labels"] = dataset.LABELS
+        kube.put(relabelled, claim)
         assert watching.stop() == 0
 
 
@@ -154,7 +196,14 @@ def test_watch_counts_and_logs_what_list_does(
     watching = None
     try:
         watching = start(
-            tmp_path, kube, ADMIN_TOKEN, "--mode", "watch", "--resources", ",".join(RESOURCES)
+            tmp_path,
+            kube,
+            ADMIN_TOKEN,
+            "--mode",
+            "watch",
+            "--resources",
+            ",".join(RESOURCES),
+            *ALLOWLISTS,
         )
         wait_until(lambda: ready(watching), 60, "the watching exporter synchronised")
         wait_until(lambda: metrics(watching) == metrics(listing), 30, "the same samples")
@@ -253,7 +302,9 @@ def test_watch_counts_and_logs_what_list_does(
 def test_two_shards_write_what_one_writes(kube: Kube, listing: Exporter, tmp_path: Path) -> None:
     """Two shards (one listing, one watching) write, together, exactly the unsharded samples.
 
-    But for the families that judge a pending claim against every pool, which shards leave out.
+    The objects' own labels and annotations included (each object's by the shard it belongs
+    to).  But for the families that judge a pending claim against every pool, which shards
+    leave out.
     """
     shards = [
         start(
@@ -266,6 +317,7 @@ def test_two_shards_write_what_one_writes(kube: Kube, listing: Exporter, tmp_pat
             "2",
             "--resources",
             ",".join(RESOURCES),
+            *ALLOWLISTS,
         ),
         start(
             tmp_path / "1",
@@ -279,6 +331,7 @@ def test_two_shards_write_what_one_writes(kube: Kube, listing: Exporter, tmp_pat
             "watch",
             "--resources",
             ",".join(RESOURCES),
+            *ALLOWLISTS,
         ),
     ]
     try:
