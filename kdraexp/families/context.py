@@ -12,7 +12,7 @@ from kdraexp.cel.classindex import ClassIndex
 from kdraexp.dra import gated, nodeselector, wire
 from kdraexp.dra.nodeselector import LabelSelector, NodeSelector
 from kdraexp.dra.problems import Problems
-from kdraexp.util.labels import KeyedLabels
+from kdraexp.util.labels import KeyedLabels, KeyedValues
 
 DEFAULT_DEVICE_CAPACITIES = r"(?!(.*/)?memorySlice[0-9]+$).*"
 """Every capacity but the placement-only ``memorySlice<N>`` of MIG devices."""
@@ -41,6 +41,9 @@ class DataKey:
 WILDCARD = "*"
 """First in a kind's keys, every key; within a key, any text (``app.kubernetes.io/*``)."""
 _ANY_MAP = msgspec.json.Decoder(dict[str, str | None] | None)
+WRITTEN_KEPT = 4096
+"""Distinct maps whose labels a :class:`KeyFilter` keeps made, to give them again: claims made
+from one template have the same labels, and make them once.  Forgotten all at once past this."""
 
 
 @attrs.frozen
@@ -57,6 +60,10 @@ class KeyFilter:
     exact: tuple[str, ...] = attrs.field(init=False)
     patterns: tuple[re.Pattern[str], ...] = attrs.field(init=False)
     _decoder: msgspec.json.Decoder[Any] = attrs.field(init=False, eq=False, repr=False)
+    _written: dict[tuple[str, bytes], KeyedValues] = attrs.field(
+        init=False, eq=False, repr=False, factory=dict
+    )
+    """The labels made of each map lately read, by its prefix and JSON."""
 
     def __attrs_post_init__(self) -> None:
         keys = self.keys
@@ -84,6 +91,20 @@ class KeyFilter:
         object.__setattr__(self, "exact", exact)
         object.__setattr__(self, "patterns", patterns)
         object.__setattr__(self, "_decoder", decoder)
+
+    def written(self, keyed: KeyedLabels, raw: msgspec.Raw) -> KeyedValues:
+        """The labels *keyed* makes of the keys wanted of *raw*, made once for equal maps.
+
+        :raises msgspec.DecodeError: when *raw* is not a map of strings.
+        """
+        key = (keyed.prefix, bytes(raw))
+        found = self._written.get(key)
+        if found is None:
+            found = keyed.values(self.pick(raw))
+            if len(self._written) >= WRITTEN_KEPT:
+                self._written.clear()
+            self._written[key] = found
+        return found
 
     def pick(self, raw: msgspec.Raw) -> dict[str, str]:
         """The keys wanted, and their values, of an undecoded ``labels`` or ``annotations`` map.
@@ -124,10 +145,14 @@ class Allowlist:
     """(resource, its keys), for each resource with at least one key."""
     every_resource: bool = False
     """Given for ``*``, every resource: those not listed are no mistake."""
+    _by_resource: dict[str, KeyFilter] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_by_resource", dict(self.kinds))
 
     def get(self, resource: str) -> KeyFilter | None:
         """The keys of *resource* written, if any."""
-        return next((keys for name, keys in self.kinds if name == resource), None)
+        return self._by_resource.get(resource)
 
 
 LABELS = KeyedLabels("label")

@@ -44,14 +44,14 @@ def metadata_families(
                 return
             values, meta = found
             try:
-                picked = keys.pick(getattr(meta, field))
+                written = keys.written(keyed, getattr(meta, field))
             except msgspec.DecodeError as error:
                 where = f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
                 view.context.problems.add(
                     kind.plural, f"metadata.{field}", f"{kind.kind} {where} {field}: {error}"
                 )
                 return
-            yield (*values, keyed.values(picked), 1.0)
+            yield (*values, written, 1.0)
 
         return family(
             f"kube_{short}_{field}",
