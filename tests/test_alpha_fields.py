@@ -24,7 +24,8 @@ EVERYTHING = select(
     labels_allowlist="*=[*]",
     annotations_allowlist="*=[*]",
 )
-HALF = [{"counterSet": "gpu-0", "counters": counters(memory="40Gi")}]
+HALF_MEMORY = counters(memory="40Gi")
+HALF = [{"counterSet": "gpu-0", "counters": HALF_MEMORY}]
 
 
 def cluster() -> dict[str, list[dict[str, Any]]]:
@@ -66,80 +67,134 @@ def cluster() -> dict[str, list[dict[str, Any]]]:
         classy("mig", 'device.attributes["gpu.nvidia.com"].type == "mig"', "0.60"),
         classy("gpu", 'device.attributes["gpu.nvidia.com"].type == "gpu"', "2.50"),
     ]
-    return {"slices": slices, "claims": claims, "pods": pods, "classes": classes}
+    made = {"slices": slices, "claims": claims, "pods": pods, "classes": classes}
+    return copy.deepcopy(made)  # nothing shared with another call's objects
+
+
+LIST_ATTRIBUTES = {  # DRAListTypeAttributes
+    "numaNodes": {"ints": [0, 1]},
+    "links": {"strings": ["nvlink", "pcie"]},
+    "modes": {"bools": [True, False]},
+    "drivers": {"versions": ["1.2.3", "2.0.0"]},
+}
+DERIVED = [{"name": "gpu.nvidia.com/pair", "expression": "device.driver"}]
+SNAPSHOTS = ("consumedCounters", "compatibilityGroups")
+"""What a result may carry that 1.37.2's API has not: a server that has it keeps it."""
+PODGROUP = {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "g", "uid": "v"}
 
 
 def with_alpha_fields(objects: dict[str, list[dict[str, Any]]]) -> None:
-    """Every 1.37 alpha field (and a newer server's counter snapshots) added, in place."""
+    """Every 1.37 alpha field (and a newer server's counter snapshots) added, in place.
+
+    As a 1.37.2 API server with the gates on accepts them: a partition type only where devices
+    consume counters, a derived attribute only where a constraint compares it.
+    """
     for made in objects["slices"]:
         spec = made["spec"]
-        spec["partitionTypeAttribute"] = "gpu.nvidia.com/profile"  # DRAPartitionableDevicesType
-        spec["skipNodeOperations"] = ["NodePrepareResources", "*"]  # DRAOptionalNodeOperations
+        spec["skipNodeOperations"] = [  # DRAOptionalNodeOperations
+            "NodePrepareResources",
+            "NodeUnprepareResources",
+        ]
+        if spec.get("devices"):
+            spec["partitionTypeAttribute"] = "gpu.nvidia.com/type"  # DRAPartitionableDevicesType
         for device in spec.get("devices") or ():
             for consumed in device.get("consumesCounters", ()):
                 consumed["compatibilityGroups"] = ["mig", "vgpu"]  # DRADeviceCompatibilityGroups
-            device["attributes"]["numaNodes"] = {"ints": [0, 1]}  # DRAListTypeAttributes
-            device["attributes"]["links"] = {"strings": ["nvlink", "pcie"]}
-            device["attributes"]["modes"] = {"bools": [True, False]}
-            device["attributes"]["drivers"] = {"versions": ["1.2.3", "2.0.0"]}
+            device["attributes"].update(copy.deepcopy(LIST_ATTRIBUTES))
             device["nodeAllocatableResources"] = {  # DRANodeAllocatableResources
-                "cpu": {"mapping": {"capacityKey": "cores", "capacityMultiplier": "1"}},
-                "memory": {"overhead": {"perPod": "1Gi", "perContainer": "64Mi"}},
+                "memory": {"mapping": {"capacityKey": "memory", "capacityMultiplier": "1"}},
+                "cpu": {"overhead": {"perPod": "100m", "perContainer": "10m"}},
             }
-    derived = [{"name": "gpu.nvidia.com/pair", "expression": 'device.attributes["x"].y'}]
     for claim in objects["claims"]:
-        for request in claim["spec"]["devices"]["requests"]:
-            if "exactly" in request:
-                request["exactly"]["derivedAttributes"] = derived  # DRADerivedAttributes
-            for alternative in request.get("firstAvailable", ()):
-                alternative["derivedAttributes"] = derived
+        devices = claim["spec"]["devices"]
+        for request in devices["requests"]:
+            for asked in (request.get("exactly"), *request.get("firstAvailable", ())):
+                if asked is not None:
+                    asked["derivedAttributes"] = copy.deepcopy(DERIVED)  # DRADerivedAttributes
+        devices["constraints"] = [
+            {
+                "requests": [request["name"] for request in devices["requests"]],
+                "matchAttribute": DERIVED[0]["name"],
+            }
+        ]
         allocation = claim.get("status", {}).get("allocation")
         if allocation is not None:
             for found in allocation["devices"]["results"]:
                 found["skipNodeOperations"] = ["NodeUnprepareResources"]
-                found["consumedCounters"] = [  # a counter snapshot (not in 1.37.2's API)
-                    {"counterSet": "gpu-0", "counters": counters(memory="40Gi")}
-                ]
+                found["consumedCounters"] = [{"counterSet": "gpu-0", "counters": HALF_MEMORY}]
                 found["compatibilityGroups"] = ["mig"]
-            claim["status"]["reservedFor"].append(  # DRAWorkloadResourceClaims
-                {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "g", "uid": "v"}
-            )
+            claim["status"]["reservedFor"].append(dict(PODGROUP))  # DRAWorkloadResourceClaims
     for pod in objects["pods"]:
         pod["spec"]["schedulingGroup"] = {"podGroupName": "g"}  # DRAWorkloadResourceClaims
-        pod["status"] = {
-            "nodeAllocatableResourceClaimStatuses": [  # DRANodeAllocatableResources
-                {
-                    "resourceClaimName": "held",
-                    "containers": ["c"],
-                    "mapping": [{"name": "cpu", "quantity": "4"}],
-                    "overhead": [{"name": "memory", "perPod": "1Gi"}],
-                }
-            ]
-        }
+        pod.setdefault("status", {})["nodeAllocatableResourceClaimStatuses"] = [
+            {  # DRANodeAllocatableResources
+                "resourceClaimName": "held",
+                "containers": ["c"],
+                "mapping": [{"name": "cpu", "quantity": "4"}],
+                "overhead": [{"name": "memory", "perPod": "1Gi"}],
+            }
+        ]
+
+
+def without_alpha_fields(objects: dict[str, list[dict[str, Any]]]) -> None:
+    """What :func:`with_alpha_fields` adds, taken away again, in place."""
+    for made in objects["slices"]:
+        spec = made["spec"]
+        spec.pop("skipNodeOperations", None)
+        spec.pop("partitionTypeAttribute", None)
+        for device in spec.get("devices") or ():
+            for consumed in device.get("consumesCounters", ()):
+                consumed.pop("compatibilityGroups", None)
+            for name in LIST_ATTRIBUTES:
+                device["attributes"].pop(name, None)
+            device.pop("nodeAllocatableResources", None)
+    for claim in objects["claims"]:
+        devices = claim["spec"]["devices"]
+        devices.pop("constraints", None)
+        for request in devices["requests"]:
+            for asked in (request.get("exactly"), *request.get("firstAvailable", ())):
+                if asked is not None:
+                    asked.pop("derivedAttributes", None)
+        allocation = claim.get("status", {}).get("allocation")
+        if allocation is not None:
+            for found in allocation["devices"]["results"]:
+                for field in ("skipNodeOperations", *SNAPSHOTS):
+                    found.pop(field, None)
+            consumers = claim["status"]["reservedFor"]
+            consumers[:] = [c for c in consumers if c.get("resource") != "podgroups"]
+    for pod in objects["pods"]:
+        pod["spec"].pop("schedulingGroup", None)
+        status = pod.get("status", {})
+        status.pop("nodeAllocatableResourceClaimStatuses", None)
+        if "status" in pod and not status:
+            del pod["status"]
+
+
+def written(objects: dict[str, list[dict[str, Any]]]) -> Any:
+    return collect(
+        slices=objects["slices"],
+        claims=objects["claims"],
+        classes=objects["classes"],
+        pods=objects["pods"],
+        selection=EVERYTHING,
+    )
 
 
 def test_alpha_fields_are_read_as_absent() -> None:
     """Decoded, unreported, and every family's samples as without them.
 
-    The one difference: the claim reserved for a PodGroup as well as its pod has that
-    consumer too (``kube_resourceclaim_status_reserved_for_pod`` and ``_reserved_total`` count
-    core pods alone, so they do not change).
+    The claim reserved for a PodGroup as well as its pod is ``reserved`` either way
+    (``kube_resourceclaim_status_reserved_for_pod`` and ``_reserved_total`` count core pods).
     """
     plain, alpha = cluster(), cluster()
     with_alpha_fields(alpha)
-    written = [
-        collect(
-            slices=objects["slices"],
-            claims=objects["claims"],
-            classes=objects["classes"],
-            pods=objects["pods"],
-            selection=EVERYTHING,
-        )
-        for objects in (plain, alpha)
-    ]
-    assert [collection.problems for collection in written] == [[], []]
-    assert text(written[1]) == text(written[0])
-    assert 'kube_resourceclaim_status_reserved_total{namespace="workloads",' in text(written[1])
+    assert alpha != plain
+    stripped = copy.deepcopy(alpha)
+    without_alpha_fields(stripped)
+    assert stripped == plain, "taking the fields away again gives the objects without them"
+    made = [written(plain), written(alpha)]
+    assert [collection.problems for collection in made] == [[], []]
+    assert text(made[1]) == text(made[0])
     assert 'kube_resourceclaim_hourly_cost{namespace="workloads",resourceclaim_name="held",' in (
-        text(written[1])
+        text(made[1])
     )
