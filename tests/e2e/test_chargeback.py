@@ -23,20 +23,9 @@ import pytest
 
 from tests import tools
 from tests.e2e import prometheus
+from tests.e2e import simworld as world
 from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.simworld import (
-    DRIVER,
-    NAMESPACE,
-    PODS,
-    RESOURCE,
-    SCHEDULED,
-    bound,
-    device_class,
-    gpu,
-    ok,
-    pool_slice,
-)
 
 pytestmark = pytest.mark.slow
 NODE = "pay-a"
@@ -96,31 +85,40 @@ def pod(name: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     simulated = start_simulated(tmp_path_factory.mktemp("chargeback"))
-    kube = simulated.kube
     try:
-        simulated.add_node(NODE)
-        simulated.add_namespace(NAMESPACE)
-        for name, (kind, cost) in PRICES.items():
-            made = device_class(name, kind)
-            made["metadata"]["annotations"] = {"hourly-cost": cost}
-            kube.create(f"{RESOURCE}/deviceclasses", made)
-        devices = [gpu(NODE, f"gpu-{i}") for i in range(3)]
-        devices += [gpu(NODE, f"mig-{i}", "mig") for i in range(4)]
-        kube.create(f"{RESOURCE}/resourceslices", pool_slice(NODE, NODE, NODE, devices=devices))
-        for name in TEMPLATES:
-            kube.create(f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates", template(name))
-        for name in USES:
-            kube.create(PODS, pod(name))
-        for name in USES:
-            wait_until(partial(bound, simulated, name), SCHEDULED, f"{name} scheduled")
+        arrange(simulated)
         yield simulated
     finally:
         simulated.stop()
 
 
+def arrange(simulated: Simulated) -> None:
+    """The classes, the node's devices, the templates and a pod on each; the pods bound."""
+    simulated.add_namespace(world.NAMESPACE)
+    simulated.add_node(NODE)
+    kube = simulated.kube
+    for name, (kind, cost) in PRICES.items():
+        made = world.device_class(name, kind)
+        made["metadata"]["annotations"] = {"hourly-cost": cost}
+        kube.create(f"{world.RESOURCE}/deviceclasses", made)
+    devices = [world.gpu(NODE, f"gpu-{i}") for i in range(3)]
+    devices += [world.gpu(NODE, f"mig-{i}", "mig") for i in range(4)]
+    kube.create(
+        f"{world.RESOURCE}/resourceslices", world.pool_slice(NODE, NODE, NODE, devices=devices)
+    )
+    for name in TEMPLATES:
+        kube.create(
+            f"{world.RESOURCE}/namespaces/{world.NAMESPACE}/resourceclaimtemplates", template(name)
+        )
+    for name in USES:
+        kube.create(world.PODS, pod(name))
+    for name in USES:
+        wait_until(partial(world.bound, simulated, name), world.SCHEDULED, f"{name} scheduled")
+
+
 def claim_of(simulated: Simulated, name: str) -> str:
     """The name of the claim the controller manager made for pod *name*."""
-    (status,) = simulated.kube.get(f"{PODS}/{name}")["status"]["resourceClaimStatuses"]
+    (status,) = simulated.kube.get(f"{world.PODS}/{name}")["status"]["resourceClaimStatuses"]
     claim: str = status["resourceClaimName"]
     return claim
 
@@ -142,27 +140,27 @@ def test_cost_by_team_is_one_join(cluster: Simulated, tmp_path: Path) -> None:
         {"KUBECONFIG": str(config)},
     )
     try:
-        _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
+        _, body = wait_until(lambda: world.ok(running.scrape()), 30, "a scrape")
         lines = set(body.splitlines())
         for name, made in claims.items():
             labels, _, _ = TEMPLATES[USES[name]]
             team = f',label_team="{labels["team"]}"' if labels else ""
             assert (
-                f'kube_resourceclaim_labels{{namespace="{NAMESPACE}",'
+                f'kube_resourceclaim_labels{{namespace="{world.NAMESPACE}",'
                 f'resourceclaim_name="{made}"{team}}} 1'
             ) in lines, body
             assert (
-                f'kube_resourceclaim_annotations{{namespace="{NAMESPACE}",'
+                f'kube_resourceclaim_annotations{{namespace="{world.NAMESPACE}",'
                 f'resourceclaim_name="{made}",'
                 f'annotation_resource_kubernetes_io_pod_claim_name="dev"}} 1'
             ) in lines
-            uid = cluster.kube.get(f"{PODS}/{name}")["metadata"]["uid"]
+            uid = cluster.kube.get(f"{world.PODS}/{name}")["metadata"]["uid"]
             assert (
-                f'kube_pod_labels{{namespace="{NAMESPACE}",pod="{name}",uid="{uid}",'
+                f'kube_pod_labels{{namespace="{world.NAMESPACE}",pod="{name}",uid="{uid}",'
                 f'label_app="{name}"}} 1'
             ) in lines
         assert (
-            f'kube_resourceclaim_hourly_cost{{namespace="{NAMESPACE}",'
+            f'kube_resourceclaim_hourly_cost{{namespace="{world.NAMESPACE}",'
             f'resourceclaim_name="{claims["notebook"]}",deviceclass_name="pay-mig"}} 1.8'
         ) in lines, "three partitions at 0.60"
         scraping = {
@@ -206,12 +204,10 @@ def test_every_claim_is_made_from_a_labelled_template_as_the_controller_copies_i
 ) -> None:
     """The join's premise, on the real controller manager: the template's labels, copied."""
     for name in USES:
-        made = cluster.kube.get(
-            f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims/{claim_of(cluster, name)}"
-        )
+        made = cluster.kube.get(f"{world.CLAIMS}/{claim_of(cluster, name)}")
         labels, deviceclass, count = TEMPLATES[USES[name]]
         assert made["metadata"].get("labels", {}) == labels
         results = made["status"]["allocation"]["devices"]["results"]
         assert len(results) == count
-        assert {result["driver"] for result in results} == {DRIVER}
+        assert {result["driver"] for result in results} == {world.DRIVER}
         assert {result["device"].split("-")[0] for result in results} == {PRICES[deviceclass][0]}

@@ -41,6 +41,8 @@ COMPACTION = 3
 DRA = re.compile(r"^kube_(resourceclaim|resourceslice|resourcepool|deviceclass|devicetaintrule)_")
 ALLOWLISTS = ("--metric-labels-allowlist", "*=[*]", "--metric-annotations-allowlist", "*=[*]")
 """Every label and annotation of every kind: the objects' own families compared too."""
+REFERENCE = ("--resources", ",".join(RESOURCES), *ALLOWLISTS)
+"""What the reference exporter lists and writes, and those compared with it."""
 
 
 def dra_lines(text: str) -> set[str]:
@@ -70,6 +72,11 @@ def start(
     return Exporter(directory / "run", list(args), {"KUBECONFIG": str(config)})
 
 
+def watch(directory: Path, kube: Kube) -> Exporter:
+    """An exporter in watch mode over the session's cluster, as the reference lists it."""
+    return start(directory, kube, ADMIN_TOKEN, "--mode", "watch", *REFERENCE)
+
+
 def listed(directory: Path, kube: Kube) -> set[str]:
     """The samples an exporter in list mode writes now, started for this and stopped."""
     listing = start(directory, kube, ADMIN_TOKEN)
@@ -85,14 +92,7 @@ def listing(
     kube: Kube, dra_objects: None, family_claims: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Exporter]:
     """An exporter in list mode over the session's cluster: the reference."""
-    exporter = start(
-        tmp_path_factory.mktemp("list"),
-        kube,
-        ADMIN_TOKEN,
-        "--resources",
-        ",".join(RESOURCES),
-        *ALLOWLISTS,
-    )
+    exporter = start(tmp_path_factory.mktemp("list"), kube, ADMIN_TOKEN, *REFERENCE)
     yield exporter
     assert exporter.stop() == 0
 
@@ -104,16 +104,7 @@ def test_watch_writes_what_list_writes_and_follows(
 
     The objects' own labels and annotations too: a claim relabelled is followed.
     """
-    watching = start(
-        tmp_path,
-        kube,
-        ADMIN_TOKEN,
-        "--mode",
-        "watch",
-        "--resources",
-        ",".join(RESOURCES),
-        *ALLOWLISTS,
-    )
+    watching = watch(tmp_path, kube)
     relabelled = f"{dataset.V1}/namespaces/{dataset.NAMESPACE}/resourceclaims/train"
     try:
         wait_until(lambda: ready(watching), 60, "the watching exporter synchronised")
@@ -195,16 +186,7 @@ def test_watch_counts_and_logs_what_list_does(
     kube.create(f"{dataset.V1}/deviceclasses", erring)
     watching = None
     try:
-        watching = start(
-            tmp_path,
-            kube,
-            ADMIN_TOKEN,
-            "--mode",
-            "watch",
-            "--resources",
-            ",".join(RESOURCES),
-            *ALLOWLISTS,
-        )
+        watching = watch(tmp_path, kube)
         wait_until(lambda: ready(watching), 60, "the watching exporter synchronised")
         wait_until(lambda: metrics(watching) == metrics(listing), 30, "the same samples")
         cost = {"resource": "deviceclasses", "field": "hourly-cost"}
