@@ -37,7 +37,7 @@ demo: runtime
 	$(BIN)/kdraexp --listen $(LISTEN) --telemetry-listen $(TELEMETRY) --source file:examples/cluster.yaml \
 	  --resources resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods,nodes \
 	  --expect-pools gpu.nvidia.com=nvidia.com/gpu.present=true \
-	  --device-attributes profile --claim-device-data uuid
+	  --device-attributes profile --claim-device-data uuid --metric-labels-allowlist 'resourceclaims=[team]'
 
 lint: install
 	$(BIN)/ruff check .

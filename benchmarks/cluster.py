@@ -2,7 +2,8 @@
 
 N nodes with 8 devices each: three nodes in four carry full GPUs (A100 80GB), every fourth is
 partitioned into MIG devices (eight 1g.10gb slices of its GPUs). Half of the devices are
-allocated, one device a claim, each claim reserved by a pod. A few DeviceClasses, with costs.
+allocated, one device a claim, each claim reserved by a pod and labelled as the template it was
+made from would label it (a team, a cost center). A few DeviceClasses, with costs.
 """
 
 from __future__ import annotations
@@ -130,6 +131,11 @@ def resource_claims(nodes: int) -> list[dict[str, Any]]:
                         "resourceVersion": str(5000 + len(claims)),
                         "creationTimestamp": "2026-11-28T16:02:11Z",
                         "finalizers": ["resource.kubernetes.io/delete-protection"],
+                        "labels": {
+                            "team": f"team-{n % 16:02d}",
+                            "cost-center": f"cc-{n % 5}",
+                            "app.kubernetes.io/name": "trainer",
+                        },
                         "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
                     },
                     "spec": {

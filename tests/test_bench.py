@@ -72,6 +72,7 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     costed = json.loads((tmp_path / "results.json").read_text())["families"]
     assert costed["collection_cpu"] > 0
     assert costed["family_cpu"]["kube_resourcepool_idle_hourly_cost"] > 0
+    assert costed["family_cpu"]["kube_resourceclaim_labels"] > 0, "the chargeback allowlist"
     assert "| `kube_resourceclaim_allocation_tainted` |" in result.stdout
     podded = json.loads((tmp_path / "results.json").read_text())["pods"]
     assert (podded["devices"], podded["pods"]) == (1000, 781)

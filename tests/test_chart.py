@@ -679,6 +679,7 @@ def test_readme_manifests() -> None:
                     "apps/v1",
                     "rbac.authorization.k8s.io/v1",
                     "monitoring.coreos.com/v1",
+                    "resource.k8s.io/v1",
                 }
                 if doc["kind"] == "ClusterRole":
                     assert set(doc["rules"][0]["resources"]) == {
@@ -951,6 +952,16 @@ OPTION_SAMPLES: dict[str, tuple[dict[str, Any], dict[str, Any], str]] = {
         {},
         {"hidesAllocatedDevices": ["dra.net", "nic.example.com"]},
         "--hides-allocated-devices=dra.net,nic.example.com",
+    ),
+    "metricLabelsAllowlist": (
+        {},
+        {"metricLabelsAllowlist": ["resourceclaims=[team,cost-center]", "pods=[*]"]},
+        "--metric-labels-allowlist=resourceclaims=[team,cost-center],pods=[*]",
+    ),
+    "metricAnnotationsAllowlist": (
+        {},
+        {"metricAnnotationsAllowlist": ["deviceclasses=[hourly-cost]"]},
+        "--metric-annotations-allowlist=deviceclasses=[hourly-cost]",
     ),
     "deviceCapacities": ({}, {"deviceCapacities": "memory"}, "--device-capacities=memory"),
     "costShareCapacity": ({}, {"costShareCapacity": "cores"}, "--cost-share-capacity=cores"),

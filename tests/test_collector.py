@@ -33,6 +33,8 @@ EVERYTHING = select(
     resources=",".join(k.plural for k in LIST_ORDER),
     opt_in=".*",
     expect_pools=("gpu.nvidia.com=nvidia.com/gpu.present=true",),
+    labels_allowlist="*=[*]",
+    annotations_allowlist="*=[*]",
 )
 
 Sample = tuple[str, tuple[tuple[str, str], ...], float]
@@ -87,7 +89,11 @@ quantities = st.sampled_from(["1", "80Gi", "9728Mi", "500m", "1e3", "0", "1.5"])
 
 @st.composite
 def clusters(draw: st.DrawFn) -> Collection:
-    """A cluster of odd names and values: devices, partitions, taints, claims, classes."""
+    """A cluster of odd names and values: devices, partitions, taints, claims, classes.
+
+    Claims carry labels of odd keys and values: keys that give one label name take
+    ``_conflict<N>``, and each claim's series has its own label names.
+    """
     pools = draw(st.lists(names, min_size=1, max_size=3, unique=True))
     slices, claims, devices = [], [], []
     for index, pool in enumerate(pools):
@@ -113,7 +119,9 @@ def clusters(draw: st.DrawFn) -> Collection:
         )
         results = [result(device, pool, adminAccess=draw(st.booleans())) for pool, device in chosen]
         pending = not chosen and draw(st.booleans())
-        claims.append(new_claim(f"c{index}", None if pending else results, draw(names)))
+        made = new_claim(f"c{index}", None if pending else results, draw(names))
+        made["metadata"]["labels"] = draw(st.dictionaries(names, names, max_size=3))
+        claims.append(made)
     classes = [classy("gpu.nvidia.com", "device.driver == 'gpu.nvidia.com'", "2.5")]
     return collect(claims=claims, slices=slices, classes=classes, selection=EVERYTHING)
 

@@ -62,3 +62,30 @@ def test_taint_rules() -> None:
     assert [(p.resource, p.field) for p in written.problems] == [
         ("devicetaintrules", "spec.taint.effect")
     ]
+
+
+def test_the_cost_is_the_one_annotation_read() -> None:
+    """``hourly-cost`` is the one annotation decoded.
+
+    Another annotation of an odd shape costs nothing, and a cost that is not a string is a value
+    not read, not a class (or a list) lost.
+    """
+    priced = classy("gpu.nvidia.com", cost="2.50")
+    priced["metadata"]["annotations"]["note"] = {"not": "a string"}
+    odd = classy("odd.example.com", cost="1")
+    odd["metadata"]["annotations"]["hourly-cost"] = 1.5
+    written = collect(classes=[priced, odd])
+    assert values(written, "kube_deviceclass_hourly_cost", "deviceclass_name") == {
+        ("gpu.nvidia.com",): 2.5
+    }
+    assert values(written, "kube_deviceclass_info", "deviceclass_name") == {
+        ("gpu.nvidia.com",): 1,
+        ("odd.example.com",): 1,
+    }
+    assert [(p.field, p.message) for p in written.problems] == [
+        (
+            "hourly-cost",
+            "Error parsing 'hourly-cost' on DeviceClass odd.example.com: Expected `str | null`, "
+            "got `float` - at `$.hourly-cost`",
+        )
+    ]

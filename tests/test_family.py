@@ -16,9 +16,10 @@ from kdraexp.families.family import (
     Stability,
     family,
 )
-from kdraexp.util.labels import LabelArityError, LabelGroup
+from kdraexp.util.labels import KeyedLabels, LabelArityError, LabelGroup
 
 GROUP = LabelGroup(("namespace", "resourceclaim_name"))
+KEYED = KeyedLabels("label")
 
 
 @family("kube_test_grouped", "A family with a group.", (GROUP, "state"), RESOURCE_CLAIMS, "x")
@@ -64,7 +65,11 @@ def test_rows_render_in_declared_order_with_groups() -> None:
     assert grouped.line_prefix(row) == (
         'kube_test_grouped{namespace="ns",resourceclaim_name="c",state="pending"} '
     )
-    assert grouped.label_values(row) == ("ns", "c", "pending")
+    assert grouped.labels_of(row) == {
+        "namespace": "ns",
+        "resourceclaim_name": "c",
+        "state": "pending",
+    }
 
 
 def test_original_families_write_labels_alphabetically() -> None:
@@ -104,6 +109,31 @@ def test_label_values_are_escaped() -> None:
     )
 
 
+@family("kube_test_keyed", "Own labels.", (GROUP, KEYED), RESOURCE_CLAIMS, "x")
+def keyed(view: object) -> Iterator[Row]:
+    yield (GROUP.values("ns", "c"), KEYED.values({"cost-center": 'a"b', "team": "ml"}), 1.0)
+    yield (GROUP.values("ns", "d"), KEYED.values({}), 1.0)
+
+
+def test_keyed_labels_come_with_each_row() -> None:
+    """An object's own labels follow the others, named by the row; none leaves no comma."""
+    labelled, bare = keyed.rows(None)
+    assert keyed.line_prefix(labelled) == (
+        'kube_test_keyed{namespace="ns",resourceclaim_name="c",label_cost_center="a\\"b",'
+        'label_team="ml"} '
+    )
+    assert keyed.line_prefix(bare) == 'kube_test_keyed{namespace="ns",resourceclaim_name="d"} '
+    assert keyed.labels_of(labelled) == {
+        "namespace": "ns",
+        "resourceclaim_name": "c",
+        "label_cost_center": 'a"b',
+        "label_team": "ml",
+    }
+    assert keyed.label_names == ("namespace", "resourceclaim_name", "label_<key>")
+    with pytest.raises(LabelArityError, match="kube_test_keyed: label 1 is not keyed"):
+        keyed.line_prefix((GROUP.values("ns", "c"), "ml", 1.0))
+
+
 def test_declarations_refuse_mistakes() -> None:
     """A label declared twice, or a group on an original family, is refused at import."""
     with pytest.raises(ValueError, match="declared twice"):
@@ -112,6 +142,9 @@ def test_declarations_refuse_mistakes() -> None:
         Family("kube_x", "h", (GROUP,), lambda _: (), CLUSTER, frozenset(), "", original=True)
     with pytest.raises(ValueError, match="says what its sets are per"):
         Family("kube_x", "h", ("a",), lambda _: (), CLUSTER, frozenset(), "")
+    for labels in ((KEYED, "a"), (KEYED,), ("a", KEYED, KeyedLabels("annotation"))):
+        with pytest.raises(ValueError, match="keyed labels come last, after another label"):
+            Family("kube_x", "h", labels, lambda _: (), RESOURCE_CLAIMS, frozenset(), "")
 
 
 def test_every_family_is_a_gauge_with_help() -> None:

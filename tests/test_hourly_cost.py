@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import sys
+from fractions import Fraction
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kdraexp.allocator.facts import DeviceFacts
 from kdraexp.allocator.idlecost import price
+from kdraexp.allocator.index import CostSum
 from kdraexp.families.deviceclass import HourlyCostError, parse_hourly_cost
 from kdraexp.families.resourceslice import D
-from tests.collect import collect, values
+from tests.collect import collect, text, values
 from tests.objects import classy, counters, gpu, new_claim, pool_slice, result
 
 SHAPE = "expected a non-negative decimal with a dot separator"
@@ -163,3 +167,90 @@ def test_a_cost_past_float64_is_not_written_as_infinite() -> None:
             "is past the largest float64, so it is not written",
         )
     ]
+
+
+MIG = classy("mig", 'device.attributes["gpu.nvidia.com"].type == "mig"', "0.60")
+
+
+def test_decimal_prices_sum_to_the_decimal_they_are() -> None:
+    """Three partitions at 0.60 cost 1.8, held or idle; adding 0.6 thrice gives 1.7999999999999998.
+
+    Shares of a shareable device are exact too (10G and 20G of 100G at 0.60: 0.18; their
+    shares added as floats are 0.30000000000000004, priced 0.18000000000000002), and so is a
+    partitioned GPU's idle cost
+    worked out from a partition's price (three GPUs idle, each priced by a 1g partition at 0.60
+    that takes an eighth of it: 14.4, where 4.8 added thrice is 14.399999999999999).
+    """
+    partitions = [gpu(f"p{i}", "mig") for i in range(3)]
+    three = [{"name": "gpu", "exactly": {"deviceClassName": "mig", "count": 3}}]
+    held = collect(
+        slices=[pool_slice("s", partitions)],
+        classes=[MIG],
+        claims=[new_claim("three", [result(f"p{i}") for i in range(3)], requests=three)],
+    )
+    assert text_of(held, "kube_resourceclaim_hourly_cost") == [
+        'kube_resourceclaim_hourly_cost{namespace="workloads",resourceclaim_name="three",'
+        'deviceclass_name="mig"} 1.8'
+    ]
+    idle = collect(slices=[pool_slice("s", partitions)], classes=[MIG])
+    assert text_of(idle, "kube_resourcepool_idle_hourly_cost") == [
+        'kube_resourcepool_idle_hourly_cost{driver="gpu.nvidia.com",pool="pool",node_name="pool"}'
+        " 1.8"
+    ]
+    shared = gpu("nic", "mig", capacity={"memory": "100G"}, allowMultipleAllocations=True)
+    shares = [
+        result("nic", shareID=f"s{i}", consumedCapacity={"memory": amount})
+        for i, amount in enumerate(("10G", "20G"))
+    ]
+    two = [{"name": "gpu", "exactly": {"deviceClassName": "mig"}}]
+    split = collect(
+        slices=[pool_slice("s", [shared])],
+        classes=[MIG],
+        claims=[new_claim("shares", shares, requests=two)],
+    )
+    assert values(split, "kube_resourceclaim_hourly_cost", "resourceclaim_name") == {
+        ("shares",): 0.18
+    }
+    eighth = [{"counterSet": "", "counters": counters(memory_slice_0="1")}]
+    every = counters(**{f"memory_slice_{i}": "1" for i in range(8)})
+    sets, devices = [], []
+    for index in range(3):
+        sets.append({"name": f"gpu-{index}", "counters": every})
+        consumes = [{**eighth[0], "counterSet": f"gpu-{index}"}]
+        devices.append(gpu(f"1g-{index}", "mig", consumesCounters=consumes))
+    gpus = collect(
+        slices=[
+            pool_slice("c", pool="mig", count=2, sharedCounters=sets),
+            pool_slice("d", devices, pool="mig", count=2),
+        ],
+        classes=[MIG],
+    )
+    assert text_of(gpus, "kube_resourcepool_idle_hourly_cost") == [
+        'kube_resourcepool_idle_hourly_cost{driver="gpu.nvidia.com",pool="mig",node_name="mig"}'
+        " 14.4"
+    ]
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.decimals(0, 1000, places=2).map(lambda d: float(d)),
+            st.sampled_from([1.0, 0.5, 0.25, 0.1, 1 / 3, 0.0]),
+            st.sampled_from([1.0, 0.125, 1 / 7, 3.0]),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_cost_sums_are_rounded_once(terms: list[tuple[float, float, float]]) -> None:
+    """Whatever the terms, the sum is the exact one (decimal prices, exact shares) rounded."""
+    summed = CostSum()
+    for price_, share, of in terms:
+        summed.add(price_, share, of)
+    exact = sum(Fraction(repr(p)) * Fraction(s) / Fraction(o) for p, s, o in terms)
+    assert summed.total() == float(exact)
+
+
+def text_of(collection: Any, family: str) -> list[str]:
+    """The sample lines of one family, as written."""
+    return [line for line in text(collection).splitlines() if line.startswith(family + "{")]

@@ -17,11 +17,15 @@ def names(**flags: Any) -> set[str]:
 
 
 def test_default_writes_every_family_the_default_resources_allow() -> None:
-    """By default: every family that is not opt-in and needs only the three default lists."""
+    """By default: every family that is not opt-in and needs only the three default lists.
+
+    Not an object's own labels or annotations: none is written until an allowlist names them.
+    """
     expected = {
         f.name
         for f in FAMILIES
         if not f.opt_in
+        and f.keyed is None
         and f.needs <= {"resourceclaims", "resourceslices", "deviceclasses"}
         and (matching.AVAILABLE or f.name != "kube_resourceslice_device_class")
     }

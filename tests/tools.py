@@ -170,6 +170,7 @@ def prometheus_operator() -> Path:
 
 SCHEDULED = (
     "test_allocator.py",
+    "test_chargeback.py",
     "test_diagnosis.py",
     "test_eviction.py",
     "test_idle_cost.py",

@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterator, Mapping
 
 from kdraexp.allocator.facts import DeviceFacts
-from kdraexp.allocator.index import HOURLY_COST, USABLE, ClusterIndex, Pool, set_use
+from kdraexp.allocator.index import HOURLY_COST, USABLE, ClusterIndex, CostSum, Pool, set_use
 
 
 def price(costs: Mapping[str, float], device: DeviceFacts) -> float | None:
@@ -43,15 +43,16 @@ def idle_costs(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, float]]:
     """
     if pool.state != USABLE or not pool.devices:
         return
-    sums: dict[str, float] = {}
-    set_prices: dict[str, float] = {}
+    sums: dict[str, CostSum] = {}
+    set_prices: dict[str, tuple[float, float, float]] = {}
+    """Per counter set: the GPU's price, and the device price and share it is worked out from."""
     set_nodes: dict[str, str] = {}
     for device in pool.devices:
         priced = price(index.costs, device)
         if not device.consumes:
             if priced is not None:
-                idle = max(0.0, 1.0 - index.device_use(pool, device)) * priced
-                sums[device.node] = sums.get(device.node, 0.0) + idle
+                idle = max(0.0, 1.0 - index.device_use(pool, device))
+                _on(sums, device.node).add(priced, idle)
             continue
         for counter_set, counters in device.consumes:
             set_nodes.setdefault(counter_set, device.node)
@@ -61,13 +62,13 @@ def idle_costs(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, float]]:
             if share <= 0:
                 continue  # consuming none of the set, it cannot price the whole
             whole = priced / share
-            if whole > set_prices.get(counter_set, -1.0):
-                set_prices[counter_set] = whole
-    for counter_set, whole in set_prices.items():
-        node = set_nodes[counter_set]
+            if whole > set_prices.get(counter_set, (-1.0, 0.0, 0.0))[0]:
+                set_prices[counter_set] = (whole, priced, share)
+    for counter_set, (_, priced, share) in set_prices.items():
         idle = max(0.0, 1.0 - set_use(pool, counter_set))
-        sums[node] = sums.get(node, 0.0) + (idle * whole if idle else 0.0)
-    for node, total in sums.items():
+        _on(sums, set_nodes[counter_set]).add(priced, idle, share)
+    for node, summed in sums.items():
+        total = summed.total()
         if math.isfinite(total):
             yield node, total
         else:
@@ -77,3 +78,11 @@ def idle_costs(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, float]]:
                 f"pool {pool.driver}/{pool.name} node {node!r}: the idle hourly cost of its "
                 "priced devices is past the largest float64, so it is not written",
             )
+
+
+def _on(sums: dict[str, CostSum], node: str) -> CostSum:
+    """The sum of *node*'s idle costs, begun if it is not yet (a node priced at 0 is written)."""
+    found = sums.get(node)
+    if found is None:
+        found = sums[node] = CostSum()
+    return found

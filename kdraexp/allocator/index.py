@@ -14,6 +14,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping
+from fractions import Fraction
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,63 @@ _NO_RULES: Mapping[str, list[RuleFacts]] = MappingProxyType({})
 _PLACEMENT = re.compile(r"\d+$")
 """A counter named with a trailing number is one of a placement group (``memory-slice-3``)."""
 _NAME = operator.attrgetter("name")
+
+
+class CostSum:
+    """What devices cost together: each price times the shares used of it, summed exactly.
+
+    A price is the decimal its annotation wrote (the shortest decimal that reads back as the
+    float: that decimal, for a price of at most 15 significant digits), a share the exact value
+    of its float, or of the ratio of two (a capacity consumed of a capacity).  The sum is exact,
+    then rounded to a float once: three partitions at 0.60 cost 1.8, where adding 0.6 three
+    times gives 1.7999999999999998.  Whole devices are counted, other shares added as fractions.
+    """
+
+    __slots__ = ("_parts", "_whole")
+
+    def __init__(self) -> None:
+        self._whole: dict[float, int] = {}
+        """Per price, the whole devices."""
+        self._parts: dict[float, tuple[int, int]] = {}
+        """Per price, the other shares summed: a numerator and a denominator."""
+
+    def add(self, price: float, share: float = 1.0, of: float = 1.0) -> None:
+        """Add *share* of *of* of a device at *price* (1 of 1: the whole device)."""
+        if share == of:
+            self._whole[price] = self._whole.get(price, 0) + 1
+        elif share:
+            top, bottom = share.as_integer_ratio()
+            whole, parts = of.as_integer_ratio()
+            top, bottom = top * parts, bottom * whole
+            summed, per = self._parts.get(price, (0, 1))
+            self._parts[price] = (summed * bottom + top * per, per * bottom)
+
+    def total(self) -> float:
+        """The sum, rounded once (0 for no share); ``inf`` past the largest float64."""
+        whole, parts = self._whole, self._parts
+        if not parts and len(whole) == 1:
+            ((price, count),) = whole.items()
+            if count == 1:
+                return price  # one whole device: its price
+        numerator, denominator = 0, 1
+        for price in {*whole, *parts}:
+            summed, per = parts.get(price, (0, 1))
+            written, scale = _decimal(price)
+            this, by = written * (whole.get(price, 0) * per + summed), scale * per
+            numerator, denominator = numerator * by + this * denominator, denominator * by
+        try:
+            return numerator / denominator
+        except OverflowError:
+            return math.inf
+
+
+def _decimal(price: float) -> tuple[int, int]:
+    """*price* as the decimal it reads as: (numerator, denominator)."""
+    text = repr(price)
+    whole, _, fraction = text.partition(".")
+    if whole.isdigit() and fraction.isdigit():
+        return int(whole + fraction), 10 ** len(fraction)
+    return Fraction(text).as_integer_ratio()  # 1e+300, 1.5e-05
 
 
 class Pool(msgspec.Struct, gc=False, eq=False):
@@ -560,15 +618,19 @@ class ClusterIndex:
         for claim in self.claims:
             if not claim.home:
                 continue
-            sums: dict[str, float] = {}
+            sums: dict[str, CostSum] = {}
             for result in claim.results:
                 cost = self.costs.get(result.deviceclass)
                 if result.admin or cost is None:
                     continue
                 share = self._share(claim, result)
                 if share is not None:
-                    sums[result.deviceclass] = sums.get(result.deviceclass, 0.0) + cost * share
-            for deviceclass, total in sums.items():
+                    summed = sums.get(result.deviceclass)
+                    if summed is None:
+                        summed = sums[result.deviceclass] = CostSum()
+                    summed.add(cost, *share)
+            for deviceclass, summed in sums.items():
+                total = summed.total()
                 if math.isfinite(total):
                     yield claim.labels, deviceclass, total
                     continue
@@ -579,10 +641,11 @@ class ClusterIndex:
                     "is past the largest float64, so it is not written",
                 )
 
-    def _share(self, claim: ClaimFacts, result: ResultFacts) -> float | None:
+    def _share(self, claim: ClaimFacts, result: ResultFacts) -> tuple[float, float] | None:
+        """The share of its device *result* uses: (what it consumes, of what capacity)."""
         device = self.devices.get((result.driver, result.pool, result.device))
         if not result.consumed and not (device is not None and device.shareable):
-            return 1.0
+            return 1.0, 1.0
         capacity = device.share_capacity if device is not None else None
         if result.consumed_share is None or not capacity:
             self.problems.add(
@@ -593,7 +656,7 @@ class ClusterIndex:
                 "capacity on the device), so it costs nothing",
             )
             return None
-        return result.consumed_share / capacity
+        return result.consumed_share, capacity
 
 
 def _everything(driver: str, pool: str) -> bool:

@@ -5,7 +5,9 @@ request (or ``firstAvailable`` alternative) is judged alone against what the all
 devices its class and its own selectors match (current generations only), their pools' states,
 their taints against its tolerations, what is allocated, and the counters.  The first reason that
 applies is the one given (the metrics reference lists them in order); ``feasible`` says the
-request alone could be allocated now, so the claim waits for something else.
+request alone could be allocated now, so the claim waits for something else: its pod's node
+selection (pinned away from the nodes its devices are on: ``unreachable`` with the Node view),
+CPU or memory, the scheduler.
 
 Equal requests get one judgement per collection: claims made from one template cost one.  The
 devices a request matches and may take are found by :mod:`.candidates`; whether several fit

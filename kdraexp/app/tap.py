@@ -145,6 +145,19 @@ class Options(usage.Options):
             "pool is published.",
         ],
         [
+            "metric-labels-allowlist",
+            None,
+            "",
+            "Labels written by kube_<kind>_labels, per resource: "
+            "resourceclaims=[team,cost-center],pods=[*] (kube-state-metrics' form).",
+        ],
+        [
+            "metric-annotations-allowlist",
+            None,
+            "",
+            "Annotations written by kube_<kind>_annotations, per resource, in the same form.",
+        ],
+        [
             "device-capacities",
             None,
             DEFAULT_DEVICE_CAPACITIES,
@@ -235,6 +248,8 @@ class Options(usage.Options):
                 cost_share_capacity=self["cost-share-capacity"],
                 claim_device_data=self["claim-device-data"],
                 hides_allocated_devices=self["hides-allocated-devices"],
+                labels_allowlist=self["metric-labels-allowlist"],
+                annotations_allowlist=self["metric-annotations-allowlist"],
                 sharded=not shard.whole,
                 expect_pools=self["expect-pools"],
             )

@@ -54,7 +54,16 @@ class ObjectMeta(Wire):
     owner_references: list[OwnerReference] | None = msgspec.field(
         default=None, name="ownerReferences"
     )
-    annotations: dict[str, str | None] | None = None
+    labels: msgspec.Raw = ABSENT
+    annotations: msgspec.Raw = ABSENT
+    """Both read only when a family asks, and then only the keys it asks for: a pod's
+    annotations alone can be kilobytes."""
+
+
+class ClassAnnotations(Wire):
+    """The one annotation of a DeviceClass the families read: what a device of it costs."""
+
+    hourly_cost: str | None = msgspec.field(default=None, name="hourly-cost")
 
 
 # --- ResourceClaim ---------------------------------------------------------------------------
@@ -496,10 +505,17 @@ IDENTITY = msgspec.json.Decoder(Identity)
 """Decodes an object's :class:`Identity`, once an object (and once a watch event)."""
 
 
+class BookmarkMeta(Wire):
+    """``metadata`` of a bookmark."""
+
+    resource_version: str | None = msgspec.field(default=None, name="resourceVersion")
+    annotations: dict[str, str | None] | None = None
+
+
 class Bookmark(Wire):
     """A watch's ``BOOKMARK`` object: its version, and what ends a streaming list's first events."""
 
-    metadata: ObjectMeta | None = None
+    metadata: BookmarkMeta | None = None
 
 
 class WatchEvent(Wire):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from kdraexp.families.family import Family
@@ -33,9 +33,10 @@ class CollectionCollector(Collector):
         for family, rows in self._collection.families():
             metric = _metric(family)
             for row in rows:
-                metric.add_metric(list(family.label_values(row)), row[-1])
+                metric.add_sample(family.name, family.labels_of(row), row[-1])
             yield metric
 
 
-def _metric(family: Family) -> GaugeMetricFamily:
-    return GaugeMetricFamily(family.name, family.help, labels=list(family.label_names))
+def _metric(family: Family) -> Metric:
+    """An empty gauge family: each sample brings its labels (an object's own vary)."""
+    return Metric(family.name, family.help, family.type)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import attrs
 import msgspec
@@ -11,6 +12,7 @@ from kdraexp.cel.classindex import ClassIndex
 from kdraexp.dra import gated, nodeselector, wire
 from kdraexp.dra.nodeselector import LabelSelector, NodeSelector
 from kdraexp.dra.problems import Problems
+from kdraexp.util.labels import KeyedLabels, KeyedValues
 
 DEFAULT_DEVICE_CAPACITIES = r"(?!(.*/)?memorySlice[0-9]+$).*"
 """Every capacity but the placement-only ``memorySlice<N>`` of MIG devices."""
@@ -36,6 +38,129 @@ class DataKey:
     name: str
 
 
+WILDCARD = "*"
+"""First in a kind's keys, every key; within a key, any text (``app.kubernetes.io/*``)."""
+_ANY_MAP = msgspec.json.Decoder(dict[str, str | None] | None)
+WRITTEN_KEPT = 4096
+"""Distinct maps whose labels a :class:`KeyFilter` keeps made, to give them again: claims made
+from one template have the same labels, and make them once.  Forgotten all at once past this."""
+
+
+@attrs.frozen
+class KeyFilter:
+    """The keys of one kind's labels (or annotations) written, as kube-state-metrics picks them.
+
+    ``*`` first takes every key (anywhere else it is passed over); a key holding one ``*``
+    takes every key it matches, the ``*`` standing for any text; any other key, itself.  A map
+    is decoded only here, when a family asks: for keys named outright, those keys alone.
+    """
+
+    keys: tuple[str, ...]
+    every: bool = attrs.field(init=False)
+    exact: tuple[str, ...] = attrs.field(init=False)
+    patterns: tuple[re.Pattern[str], ...] = attrs.field(init=False)
+    _decoder: msgspec.json.Decoder[Any] = attrs.field(init=False, eq=False, repr=False)
+    _written: dict[tuple[str, bytes], KeyedValues] = attrs.field(
+        init=False, eq=False, repr=False, factory=dict
+    )
+    """The labels made of each map lately read, by its prefix and JSON."""
+
+    def __attrs_post_init__(self) -> None:
+        keys = self.keys
+        every = bool(keys) and keys[0] == WILDCARD
+        exact = tuple(dict.fromkeys(key for key in keys if WILDCARD not in key))
+        patterns = tuple(
+            re.compile(".*".join(re.escape(part) for part in key.split(WILDCARD)))
+            for key in dict.fromkeys(keys)
+            if WILDCARD in key and key != WILDCARD
+        )
+        if every or patterns:
+            decoder: msgspec.json.Decoder[Any] = _ANY_MAP
+        else:  # the keys named are decoded, every other one skipped
+            chosen = msgspec.defstruct(
+                "ChosenKeys",
+                [
+                    (f"k{i}", str | None | msgspec.UnsetType, msgspec.UNSET)
+                    for i in range(len(exact))
+                ],
+                rename={f"k{i}": key for i, key in enumerate(exact)},
+                gc=False,
+            )
+            decoder = msgspec.json.Decoder(chosen | None)
+        object.__setattr__(self, "every", every)
+        object.__setattr__(self, "exact", exact)
+        object.__setattr__(self, "patterns", patterns)
+        object.__setattr__(self, "_decoder", decoder)
+
+    def written(self, keyed: KeyedLabels, raw: msgspec.Raw) -> KeyedValues:
+        """The labels *keyed* makes of the keys wanted of *raw*, made once for equal maps.
+
+        :raises msgspec.DecodeError: when *raw* is not a map of strings.
+        """
+        key = (keyed.prefix, bytes(raw))
+        found = self._written.get(key)
+        if found is None:
+            found = keyed.values(self.pick(raw))
+            if len(self._written) >= WRITTEN_KEPT:
+                self._written.clear()
+            self._written[key] = found
+        return found
+
+    def pick(self, raw: msgspec.Raw) -> dict[str, str]:
+        """The keys wanted, and their values, of an undecoded ``labels`` or ``annotations`` map.
+
+        A null value is the empty string, as Go reads it.
+
+        :raises msgspec.DecodeError: when *raw* is not a map of strings.
+        """
+        if not raw:
+            return {}
+        found = self._decoder.decode(raw)
+        if found is None:
+            return {}
+        if self._decoder is not _ANY_MAP:
+            return {
+                key: value or ""
+                for key, value in zip(self.exact, msgspec.structs.astuple(found), strict=True)
+                if value is not msgspec.UNSET
+            }
+        if self.every:
+            return {key: value or "" for key, value in found.items()}
+        picked = {key: found[key] or "" for key in self.exact if key in found}
+        for key, value in found.items():
+            if any(pattern.fullmatch(key) for pattern in self.patterns):
+                picked[key] = value or ""
+        return picked
+
+
+@attrs.frozen
+class Allowlist:
+    """``--metric-labels-allowlist`` or ``--metric-annotations-allowlist``: per kind, its keys.
+
+    A kind not named (or named with no key) has none of its labels written, and no family of
+    them.
+    """
+
+    kinds: tuple[tuple[str, KeyFilter], ...] = ()
+    """(resource, its keys), for each resource with at least one key."""
+    every_resource: bool = False
+    """Given for ``*``, every resource: those not listed are no mistake."""
+    _by_resource: dict[str, KeyFilter] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_by_resource", dict(self.kinds))
+
+    def get(self, resource: str) -> KeyFilter | None:
+        """The keys of *resource* written, if any."""
+        return self._by_resource.get(resource)
+
+
+LABELS = KeyedLabels("label")
+"""An object's labels, as ``label_<key>``."""
+ANNOTATIONS = KeyedLabels("annotation")
+"""An object's annotations, as ``annotation_<key>``."""
+
+
 @attrs.frozen
 class FamilyOptions:
     """How the families are written (``--device-attributes`` and the like)."""
@@ -50,6 +175,13 @@ class FamilyOptions:
     hides_allocated_devices: frozenset[str] = frozenset()
     """The drivers that take a device out of their slices while it is allocated (a NIC moved
     into a pod's network namespace): such a device is hidden, not gone."""
+    labels_allowlist: Allowlist = Allowlist()
+    annotations_allowlist: Allowlist = Allowlist()
+
+    def metadata_keys(self, keyed: KeyedLabels, resource: str) -> KeyFilter | None:
+        """The keys of *resource*'s labels or annotations (*keyed*) written, if any."""
+        allowlist = self.labels_allowlist if keyed is LABELS else self.annotations_allowlist
+        return allowlist.get(resource)
 
     def capacity_wanted(self, name: str) -> bool:
         """Whether ``kube_resourceslice_device_capacity`` reports the capacity *name*."""

@@ -6,12 +6,15 @@ import math
 import re
 from collections.abc import Iterator
 
+import msgspec
+
 from kdraexp.cel.classindex import ClassEntry
 from kdraexp.dra import wire
 from kdraexp.dra.listing import DEVICE_CLASSES
 from kdraexp.families.context import Context
 from kdraexp.families.family import Row, Stability, family
 from kdraexp.families.kind import KindSpec
+from kdraexp.families.metadata import Named, metadata_families
 
 HOURLY_COST_ANNOTATION = "hourly-cost"
 
@@ -22,6 +25,7 @@ _GO_WHITESPACE = (
     "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
+_ANNOTATIONS = msgspec.json.Decoder(wire.ClassAnnotations | None)
 
 
 class HourlyCostError(ValueError):
@@ -53,7 +57,7 @@ class ClassView:
         self.spec = item.spec or wire.ClassSpec()
         self.name = self.meta.name or ""
         self.cost = None
-        raw = (self.meta.annotations or {}).get(HOURLY_COST_ANNOTATION)
+        raw = self._hourly_cost(context)
         if raw is not None:
             try:
                 self.cost = parse_hourly_cost(raw)
@@ -72,6 +76,21 @@ class ClassView:
         self.entry = ClassEntry(
             self.name, expressions, self.cost, extended if isinstance(extended, str) else ""
         )
+
+    def _hourly_cost(self, context: Context) -> str | None:
+        """The ``hourly-cost`` annotation, the only one decoded; None if absent or unreadable."""
+        if not self.meta.annotations:
+            return None
+        try:
+            found = _ANNOTATIONS.decode(self.meta.annotations)
+            return found.hourly_cost if found is not None else None
+        except msgspec.DecodeError as error:
+            context.problems.add(
+                DEVICE_CLASSES.plural,
+                HOURLY_COST_ANNOTATION,
+                f"Error parsing '{HOURLY_COST_ANNOTATION}' on DeviceClass {self.name}: {error}",
+            )
+            return None
 
 
 @family(
@@ -117,7 +136,13 @@ def class_created(view: ClassView) -> Iterator[Row]:
     yield (view.name, created)
 
 
-FAMILIES = (class_hourly_cost, class_info, class_created)
+def _named(view: ClassView) -> Named:
+    return (view.name,), view.meta
+
+
+class_labels, class_annotations = metadata_families(DEVICE_CLASSES, ("deviceclass_name",), _named)
+
+FAMILIES = (class_hourly_cost, class_info, class_created, class_labels, class_annotations)
 
 
 def _entry(view: ClassView, written: bool) -> ClassEntry:

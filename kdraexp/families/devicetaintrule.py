@@ -15,17 +15,19 @@ from kdraexp.dra.listing import DEVICE_TAINT_RULES
 from kdraexp.families.context import Context
 from kdraexp.families.family import Row, family
 from kdraexp.families.kind import KindSpec
+from kdraexp.families.metadata import Named, metadata_families
 
 
 class TaintRuleView:
     """One DeviceTaintRule."""
 
-    __slots__ = ("context", "name", "selected", "selector", "status", "taint")
+    __slots__ = ("context", "meta", "name", "selected", "selector", "status", "taint")
 
     def __init__(self, item: wire.DeviceTaintRule, context: Context) -> None:
         spec = item.spec or wire.TaintRuleSpec()
         self.context = context
-        self.name = (item.metadata or wire.ObjectMeta()).name or ""
+        self.meta = item.metadata or wire.ObjectMeta()
+        self.name = self.meta.name or ""
         self.selected = spec.device_selector is not None
         """Without a ``deviceSelector`` a rule selects no device (an empty one selects all)."""
         self.selector = spec.device_selector or wire.TaintSelector()
@@ -100,7 +102,15 @@ def taint_rule_condition(view: TaintRuleView) -> Iterator[Row]:
         yield (view.name, condition, status, 1.0)
 
 
-FAMILIES = (taint_rule_info, taint_rule_condition)
+def _named(view: TaintRuleView) -> Named:
+    return (view.name,), view.meta
+
+
+taint_rule_labels, taint_rule_annotations = metadata_families(
+    DEVICE_TAINT_RULES, ("devicetaintrule",), _named
+)
+
+FAMILIES = (taint_rule_info, taint_rule_condition, taint_rule_labels, taint_rule_annotations)
 
 
 def _rule_facts(view: TaintRuleView, written: bool) -> RuleFacts | None:

@@ -6,7 +6,9 @@ is one block in the file of its kind (``kdraexp/families/``).
 
 A row is a tuple of label values followed by the sample's value.  Families whose rows share a
 leading group of labels (the device labels D, the claim labels C) take that group as one
-:class:`GroupValues`, rendered once and reused by every family of the object.
+:class:`GroupValues`, rendered once and reused by every family of the object.  A family of an
+object's own labels or annotations ends with :class:`KeyedLabels`, whose names come with each
+row (a :class:`KeyedValues`), as kube-state-metrics writes them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ import attrs
 
 from kdraexp.allocator.scopes import Per
 from kdraexp.dra.listing import Kind
-from kdraexp.util.labels import GroupValues, LabelArityError, LabelGroup, escape_label_value
+from kdraexp.util.labels import (
+    GroupValues,
+    KeyedLabels,
+    KeyedValues,
+    LabelArityError,
+    LabelGroup,
+    escape_label_value,
+)
 
 
 class Stability(StrEnum):
@@ -32,8 +41,8 @@ class Stability(StrEnum):
 
 
 Row = tuple[Any, ...]
-"""Label values (strings, or GroupValues for a group) then the value (a float)."""
-LabelSpec = tuple["str | LabelGroup", ...]
+"""Label values (strings, GroupValues for a group, KeyedValues last) then the value (a float)."""
+LabelSpec = tuple["str | LabelGroup | KeyedLabels", ...]
 
 
 class Cluster:
@@ -72,7 +81,11 @@ class Family:
     """Why a shard cannot write it, when its rows join an object with every pool or claim."""
     per: Per = Per.NONE
     """For a cross-object family, what its rows come in sets of."""
+    keyed: KeyedLabels | None = attrs.field(init=False)
+    """The labels its objects name themselves, last of its labels; written only for the kinds
+    an allowlist names (see :mod:`kdraexp.families.selection`)."""
     label_names: tuple[str, ...] = attrs.field(init=False)
+    """Every label name; for :attr:`keyed`, how they are shown (``label_<key>``)."""
     line_prefix: Callable[[Row], str] = attrs.field(init=False, repr=False)
     """``name{labels} `` for a row, to which the writer appends the value.
 
@@ -81,25 +94,33 @@ class Family:
     def __attrs_post_init__(self) -> None:
         names: list[str] = []
         for label in self.labels:
-            names.extend(label.names if isinstance(label, LabelGroup) else (label,))
+            if isinstance(label, LabelGroup):
+                names.extend(label.names)
+            else:
+                names.append(label.shown if isinstance(label, KeyedLabels) else label)
         if len(set(names)) != len(names):
             raise ValueError(f"{self.name}: a label is declared twice")
-        if self.original and any(isinstance(label, LabelGroup) for label in self.labels):
+        if self.original and any(not isinstance(label, str) for label in self.labels):
             raise ValueError(f"{self.name}: the original's families take no label groups")
+        keyed = [label for label in self.labels if isinstance(label, KeyedLabels)]
+        if keyed and (len(keyed) > 1 or self.labels[-1] is not keyed[0] or len(self.labels) < 2):
+            raise ValueError(f"{self.name}: keyed labels come last, after another label")
+        object.__setattr__(self, "keyed", keyed[0] if keyed else None)
         if (self.reads is CLUSTER) != (self.per is not Per.NONE):
             raise ValueError(f"{self.name}: a cross-object family says what its sets are per")
         object.__setattr__(self, "label_names", tuple(names))
         object.__setattr__(self, "line_prefix", _renderer(self))
 
-    def label_values(self, row: Row) -> tuple[str, ...]:
-        """The row's label values, groups expanded, in :attr:`label_names` order."""
-        values: list[str] = []
-        for value in row[:-1]:
-            if isinstance(value, GroupValues):
-                values.extend(value.values)
+    def labels_of(self, row: Row) -> dict[str, str]:
+        """The row's labels by name, groups and keyed labels expanded."""
+        found: dict[str, str] = {}
+        for label, value in zip(self.labels, row[:-1], strict=True):
+            if isinstance(label, str):
+                found[label] = value
             else:
-                values.append(value)
-        return tuple(values)
+                names = label.names if isinstance(label, LabelGroup) else value.names
+                found.update(zip(names, value.values, strict=True))
+        return found
 
 
 def _renderer(family: Family) -> Callable[[Row], str]:
@@ -117,6 +138,11 @@ def _renderer(family: Family) -> Callable[[Row], str]:
         label = family.labels[index]
         value = f"v{index}"
         checks.append(f"    {value} = row[{index}]")
+        if isinstance(label, KeyedLabels):  # last, never first: its text brings its commas
+            checks.append(f"    if {value}.__class__ is not KeyedValues:")
+            checks.append(f"        raise LabelArityError(f'{{name}}: label {index} is not keyed')")
+            parts.append(f"{{{value}.text}}")
+            continue
         if isinstance(label, LabelGroup):
             checks.append(
                 f"    if {value}.__class__ is not GroupValues or {value}.group is not group{index}:"
@@ -144,6 +170,7 @@ def _renderer(family: Family) -> Callable[[Row], str]:
     namespace: dict[str, Any] = {
         "name": family.name,
         "GroupValues": GroupValues,
+        "KeyedValues": KeyedValues,
         "LabelArityError": LabelArityError,
         "escape": escape_label_value,
         **{f"group{i}": label for i, label in enumerate(family.labels)},

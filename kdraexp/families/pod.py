@@ -27,6 +27,7 @@ from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, Row, family
 from kdraexp.families.kind import KindSpec, ShardKey
+from kdraexp.families.metadata import Named, metadata_families
 
 _NATIVE = "kubernetes.io"
 """Resources of this domain (and its subdomains) are Kubernetes' own, not extended."""
@@ -51,11 +52,11 @@ def extended_name(name: str) -> bool:
 class PodView:
     """One pod, read once: its facts when it matters, else None."""
 
-    __slots__ = ("context", "facts")
+    __slots__ = ("context", "facts", "meta")
 
     def __init__(self, item: wire.Pod, context: Context) -> None:
         self.context = context
-        meta = item.metadata or wire.ObjectMeta()
+        self.meta = meta = item.metadata or wire.ObjectMeta()
         spec = item.spec or wire.PodSpec()
         status = item.status or wire.PodStatus()
         where = f"Pod {meta.namespace or ''}/{meta.name or ''}"
@@ -370,7 +371,24 @@ def _device(
     return "", "", ""
 
 
-FAMILIES = (extended_resource_request, unschedulable, not_started, device_health)
+def _named(view: PodView) -> Named | None:
+    """A pod that matters (see the module): its labels are written, no other pod's."""
+    facts = view.facts
+    if facts is None:
+        return None
+    return (facts.namespace, facts.name, facts.uid), view.meta
+
+
+pod_labels, pod_annotations = metadata_families(PODS, P, _named)
+
+FAMILIES = (
+    extended_resource_request,
+    unschedulable,
+    not_started,
+    device_health,
+    pod_labels,
+    pod_annotations,
+)
 
 
 def _pod_facts(view: PodView, written: bool) -> PodFacts | None:

@@ -15,6 +15,7 @@ from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, Row, Stability, family
 from kdraexp.families.kind import KindSpec, ShardKey
+from kdraexp.families.metadata import Named, metadata_families
 from kdraexp.util.labels import LabelGroup
 
 C = LabelGroup(("namespace", "resourceclaim_name"))
@@ -651,6 +652,12 @@ def allocation_node_info(view: ClaimView) -> Iterator[Row]:
         yield (view.labels, selector.node, selector.text, 1.0)
 
 
+def _named(view: ClaimView) -> Named:
+    return (view.labels,), view.meta
+
+
+claim_labels, claim_annotations = metadata_families(RESOURCE_CLAIMS, (C,), _named)
+
 FAMILIES = (
     allocated_device,
     reserved_for_pod,
@@ -672,6 +679,8 @@ FAMILIES = (
     allocation_tainted,
     status_device_info,
     allocation_node_info,
+    claim_labels,
+    claim_annotations,
 )
 
 

@@ -25,6 +25,7 @@ from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
 from kdraexp.families.family import CLUSTER, Row, Stability, family
 from kdraexp.families.kind import KindSpec, ShardKey
+from kdraexp.families.metadata import Named, metadata_families
 from kdraexp.util.labels import LabelGroup
 
 D = LabelGroup(("resourceslice_name", "driver", "pool", "device_name", "node_name"))
@@ -550,6 +551,14 @@ def node_selector_info(view: SliceView) -> Iterator[Row]:
             yield (device.labels, device.node_selector.text, 1.0)
 
 
+def _named(view: SliceView) -> Named:
+    return (view.name,), view.wire.metadata or wire.ObjectMeta()
+
+
+slice_labels, slice_annotations = metadata_families(
+    RESOURCE_SLICES, ("resourceslice_name",), _named
+)
+
 FAMILIES = (
     capacity_memory_bytes,
     capacity_multiprocessors,
@@ -564,6 +573,8 @@ FAMILIES = (
     device_capacity_available,
     device_taint_added,
     node_selector_info,
+    slice_labels,
+    slice_annotations,
 )
 
 

@@ -26,14 +26,25 @@ from kdraexp.dra.nodeselector import LabelSelector, label_selector
 from kdraexp.families import CLAIM_DEVICE_INFO, DEVICE_INFO, FAMILIES
 from kdraexp.families.context import (
     DEFAULT_DEVICE_CAPACITIES,
+    WILDCARD,
+    Allowlist,
     DataKey,
     DeviceAttribute,
     FamilyOptions,
+    KeyFilter,
 )
 from kdraexp.families.family import Family
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
 _DOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABELLED = tuple(
+    kind.plural
+    for kind in LIST_ORDER
+    if any(family.keyed is not None and family.reads is kind for family in FAMILIES)
+)
+"""The resources whose labels and annotations the allowlists may name: those with such families."""
+_ALLOWLIST_ENTRY = re.compile(r"\s*([^=\[\],]*?)\s*=\[([^=\[\]]*)\]")
+"""``resource=[key,...]``: spaces are allowed before the resource and around keys only."""
 
 
 class SelectionError(ValueError):
@@ -179,6 +190,61 @@ def drivers_of(value: str) -> frozenset[str]:
     return frozenset(drivers)
 
 
+def allowlist_of(flag: str, value: str) -> Allowlist:
+    """A ``--metric-labels-allowlist`` or ``--metric-annotations-allowlist`` value.
+
+    kube-state-metrics' form and meaning: ``resource=[key,...]`` separated by commas
+    (``resourceclaims=[team,cost-center],deviceclasses=[*]``), ``*`` as the resource for every
+    one (the other entries then do not count), a resource named twice by its last entry; the
+    keys as :class:`KeyFilter` reads them.  What kube-state-metrics would cut short without a
+    word (a missing bracket, an empty key) is refused.
+
+    :raises SelectionError: naming *flag*, for a malformed value, an unknown resource, or a key
+        with more than one ``*``.
+    """
+    entries: dict[str, tuple[str, ...]] = {}
+    position = 0
+    while value.strip():
+        entry = _ALLOWLIST_ENTRY.match(value, position)
+        if entry is None or not entry[1]:
+            raise SelectionError(
+                f"{flag}: expected RESOURCE=[KEY,...] separated by commas, got {value!r}"
+            )
+        resource, inside = entry[1], entry[2]
+        if resource not in LABELLED and resource != WILDCARD:
+            raise SelectionError(
+                f"{flag}: unknown resource {resource!r} (expected {', '.join(LABELLED)} or *)"
+            )
+        keys = tuple(key.strip() for key in inside.split(",")) if inside.strip() else ()
+        if not all(keys):
+            raise SelectionError(f"{flag}: {resource}=[{inside}] names an empty key")
+        for key in keys:
+            if key.count(WILDCARD) > 1:
+                raise SelectionError(f"{flag}: {key!r} holds more than one *")
+        entries[resource] = keys
+        position = entry.end()
+        if position == len(value):
+            break
+        if value[position] != ",":
+            raise SelectionError(
+                f"{flag}: expected a comma after {value[entry.start() : position].strip()!r}, "
+                f"got {value[position:]!r}"
+            )
+        position += 1
+    every = WILDCARD in entries
+    if every:
+        entries = {resource: entries[WILDCARD] for resource in LABELLED}
+    return Allowlist(
+        tuple((resource, KeyFilter(keys)) for resource, keys in entries.items() if keys), every
+    )
+
+
+def _allowlisted(family: Family, options: FamilyOptions) -> bool:
+    """Whether an allowlist names the kind of *family*, one of an object's own labels."""
+    assert family.keyed is not None and isinstance(family.reads, Kind)
+    return options.metadata_keys(family.keyed, family.reads.plural) is not None
+
+
 def select(
     resources: str = ",".join(DEFAULT_RESOURCES),
     allowlist: str = "",
@@ -189,6 +255,8 @@ def select(
     cost_share_capacity: str = "memory",
     claim_device_data: str = "",
     hides_allocated_devices: str = "",
+    labels_allowlist: str = "",
+    annotations_allowlist: str = "",
     sharded: bool = False,
     expect_pools: Sequence[str] = (),
 ) -> Selection:
@@ -212,17 +280,24 @@ def select(
         raise SelectionError(f"--cost-share-capacity: {cost_share_capacity!r} is not a name")
     attributes = device_attributes_of(device_attributes)
     data_keys = claim_device_data_of(claim_device_data)
+    expected = expected_pools_of(expect_pools, chosen)
+    labels = allowlist_of("--metric-labels-allowlist", labels_allowlist)
+    annotations = allowlist_of("--metric-annotations-allowlist", annotations_allowlist)
     options = FamilyOptions(
         attributes,
         capacities,
         cost_share_capacity,
         data_keys,
-        expected_pools_of(expect_pools, chosen),
+        expected,
         drivers_of(hides_allocated_devices),
+        labels,
+        annotations,
     )
 
     def wanted(family: Family) -> bool:
         if not family.needs <= chosen:
+            return False
+        if family.keyed is not None and not _allowlisted(family, options):
             return False
         if family.opt_in and not any(p.search(family.name) for p in opted):
             return False
@@ -231,7 +306,16 @@ def select(
         return not any(p.search(family.name) for p in deny)
 
     families = [family for family in FAMILIES if wanted(family)]
-    warnings = []
+    warnings = [
+        f"{flag} names {resource}, which --resources does not list: its {what} are not written"
+        for flag, allowlist, what in (
+            ("--metric-labels-allowlist", labels, "labels"),
+            ("--metric-annotations-allowlist", annotations, "annotations"),
+        )
+        if not allowlist.every_resource
+        for resource, _ in allowlist.kinds
+        if resource not in chosen
+    ]
     if not matching.AVAILABLE:
         warnings += [
             f"{f.name} is not written: no CEL runtime is available for this platform"

@@ -7,6 +7,8 @@ families that write them.
 
 from __future__ import annotations
 
+import re
+
 import attrs
 import msgspec
 
@@ -53,3 +55,96 @@ class GroupValues(msgspec.Struct, frozen=True, gc=False):
     group: LabelGroup
     values: tuple[str, ...]
     text: str
+
+
+@attrs.frozen
+class KeyedLabels:
+    """Labels each object names itself, after a row's other labels: ``<prefix>_<key>``.
+
+    kube-state-metrics writes an object's labels and annotations this way (``label_team``,
+    ``annotation_owner``): which keys, and so which label names, differ from object to object.
+    """
+
+    prefix: str
+    """``label`` or ``annotation``."""
+
+    @property
+    def shown(self) -> str:
+        """How the labels are named where a family's labels are listed: ``label_<key>``."""
+        return f"{self.prefix}_<key>"
+
+    def values(self, picked: dict[str, str]) -> KeyedValues:
+        """The labels of *picked* keys and values, named and ordered as kube-state-metrics does."""
+        keys = sorted(picked)
+        names = kube_label_names(self.prefix, keys)
+        values = tuple([picked[key] for key in keys])
+        text = "".join(
+            [
+                f',{name}="{escape_label_value(value)}"'
+                for name, value in zip(names, values, strict=True)
+            ]
+        )
+        return KeyedValues(names, values, text)
+
+
+class KeyedValues(msgspec.Struct, frozen=True, gc=False):
+    """The names, values and text of one object's :class:`KeyedLabels`.
+
+    The text is ``,name="value"`` for each: written after the row's other labels, it is empty
+    when the object has none of the keys asked for.
+    """
+
+    names: tuple[str, ...]
+    values: tuple[str, ...]
+    text: str
+
+
+_INVALID_NAME_CHARACTER = re.compile(r"[^a-zA-Z0-9_]")
+_CAPITAL_AFTER = re.compile(r"([a-z0-9])([A-Z])")
+
+
+def kube_label_name(prefix: str, key: str) -> str:
+    """``<prefix>_<key>`` as kube-state-metrics spells it.
+
+    Any character but ``[a-zA-Z0-9_]`` an underscore, then snake case: ``cost-center`` and
+    ``costCenter`` are both ``label_cost_center``.
+    """
+    snake = _CAPITAL_AFTER.sub(r"\1_\2", _INVALID_NAME_CHARACTER.sub("_", key))
+    return f"{prefix}_{snake.lower()}"
+
+
+def kube_label_names(prefix: str, keys: list[str]) -> tuple[str, ...]:
+    """The label names of sorted *keys*, those that collide made apart as kube-state-metrics does.
+
+    Keys whose names collide (``team.name``, ``team/name``, ``team_name``) all take
+    ``_conflict<N>``, numbered in the keys' order from 1; a suffixed name that another key
+    already gives is passed over for the next number, so no name is written twice.
+    """
+    names: list[str] = []
+    used: dict[str, int] = {}
+    """Each name given so far, and where: a first collision renames the name given before."""
+    conflicts: dict[str, int] = {}
+    """Per name that collided, the last suffix number handed out."""
+    for key in keys:
+        base = kube_label_name(prefix, key)
+        name = base
+        if base in conflicts:
+            name, conflicts[base] = _free_name(base, conflicts[base], used)
+        elif name in used:
+            index = used.pop(name)
+            renamed, count = _free_name(base, 0, used)
+            names[index] = renamed
+            used[renamed] = index
+            name, conflicts[base] = _free_name(base, count, used)
+        used[name] = len(names)
+        names.append(name)
+    return tuple(names)
+
+
+def _free_name(base: str, count: int, used: dict[str, int]) -> tuple[str, int]:
+    """The next ``<base>_conflict<N>`` after *count* that no label uses yet, and its N."""
+    while True:
+        count += 1
+        candidate = f"{base}_conflict{count}"
+        if candidate not in used:
+            return candidate, count

@@ -130,7 +130,7 @@ def create_claim(
 ) -> None:
     """Create a claim and write its allocation and reservations through the status subresource."""
     path = f"{V1}/namespaces/{namespace}/resourceclaims"
-    created = kube.create(path, claim(name, namespace, max(1, len(devices))))
+    created = kube.create(path, labelled(claim(name, namespace, max(1, len(devices)))))
     if not devices:
         return
     created["status"] = {
@@ -150,11 +150,24 @@ def create_claim(
     kube.request("PUT", f"{path}/{name}/status", created)
 
 
+LABELS = {"team": "research", "app.kubernetes.io/part-of": "e2e-dataset"}
+"""The labels of every object of the dataset (what exporters given an allowlist write)."""
+ANNOTATIONS = {"example.com/owner": "research@example.com"}
+"""An annotation of every object of the dataset, beside a class's hourly-cost."""
+
+
+def labelled(obj: dict[str, Any]) -> dict[str, Any]:
+    """*obj* with the dataset's labels and annotations."""
+    meta = obj["metadata"]
+    annotations = {**meta.get("annotations", {}), **ANNOTATIONS}
+    return {**obj, "metadata": {**meta, "labels": LABELS, "annotations": annotations}}
+
+
 def create_all(kube: Kube) -> None:
     for obj in CLASSES:
-        kube.create(f"{V1}/deviceclasses", obj)
+        kube.create(f"{V1}/deviceclasses", labelled(obj))
     for obj in SLICES:
-        kube.create(f"{V1}/resourceslices", obj)
+        kube.create(f"{V1}/resourceslices", labelled(obj))
     for name, (devices, pods) in CLAIMS.items():
         create_claim(kube, name, NAMESPACE, devices, pods)
 

@@ -39,6 +39,10 @@ pytestmark = pytest.mark.slow
 COMPACTION = 3
 """Seconds between etcd compactions on this module's API server."""
 DRA = re.compile(r"^kube_(resourceclaim|resourceslice|resourcepool|deviceclass|devicetaintrule)_")
+ALLOWLISTS = ("--metric-labels-allowlist", "*=[*]", "--metric-annotations-allowlist", "*=[*]")
+"""Every label and annotation of every kind: the objects' own families compared too."""
+REFERENCE = ("--resources", ",".join(RESOURCES), *ALLOWLISTS)
+"""What the reference exporter lists and writes, and those compared with it."""
 
 
 def dra_lines(text: str) -> set[str]:
@@ -68,6 +72,11 @@ def start(
     return Exporter(directory / "run", list(args), {"KUBECONFIG": str(config)})
 
 
+def watch(directory: Path, kube: Kube) -> Exporter:
+    """An exporter in watch mode over the session's cluster, as the reference lists it."""
+    return start(directory, kube, ADMIN_TOKEN, "--mode", "watch", *REFERENCE)
+
+
 def listed(directory: Path, kube: Kube) -> set[str]:
     """The samples an exporter in list mode writes now, started for this and stopped."""
     listing = start(directory, kube, ADMIN_TOKEN)
@@ -83,9 +92,7 @@ def listing(
     kube: Kube, dra_objects: None, family_claims: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Exporter]:
     """An exporter in list mode over the session's cluster: the reference."""
-    exporter = start(
-        tmp_path_factory.mktemp("list"), kube, ADMIN_TOKEN, "--resources", ",".join(RESOURCES)
-    )
+    exporter = start(tmp_path_factory.mktemp("list"), kube, ADMIN_TOKEN, *REFERENCE)
     yield exporter
     assert exporter.stop() == 0
 
@@ -93,14 +100,37 @@ def listing(
 def test_watch_writes_what_list_writes_and_follows(
     kube: Kube, listing: Exporter, tmp_path: Path
 ) -> None:
-    """Synchronised by streaming lists, it writes the list's samples, then follows changes."""
-    watching = start(
-        tmp_path, kube, ADMIN_TOKEN, "--mode", "watch", "--resources", ",".join(RESOURCES)
-    )
+    """Synchronised by streaming lists, it writes the list's samples, then follows changes.
+
+    The objects' own labels and annotations too: a claim relabelled is followed.
+    """
+    watching = watch(tmp_path, kube)
+    relabelled = f"{dataset.V1}/namespaces/{dataset.NAMESPACE}/resourceclaims/train"
     try:
         wait_until(lambda: ready(watching), 60, "the watching exporter synchronised")
-        assert wait_until(lambda: metrics(watching), 30) == metrics(listing)
+        listed_first = metrics(listing)
+        assert wait_until(lambda: metrics(watching), 30) == listed_first
+        assert listed_first is not None
+        for family in ("resourceclaim", "resourceslice", "deviceclass"):
+            assert any(
+                line.startswith(f"kube_{family}_labels{{") and 'label_team="research"' in line
+                for line in listed_first
+            ), family
+            assert any(
+                line.startswith(f"kube_{family}_annotations{{")
+                and 'annotation_example_com_owner="research@example.com"' in line
+                for line in listed_first
+            ), family
         assert "kube_dra_exporter_watch_relists_total{" not in watching.telemetry()
+        claim = kube.get(relabelled)
+        claim["metadata"]["labels"]["team"] = "moved"
+        kube.put(relabelled, claim)
+        wait_until(
+            lambda: _has(watching, "kube_resourceclaim_labels{", 'label_team="moved"'),
+            30,
+            "the relabelled claim",
+        )
+        assert wait_until(lambda: metrics(watching), 30) == metrics(listing)
         ensure_namespace(kube, "watching")
         dataset.create_claim(kube, "followed", "watching", [("node-a", "gpu-1")], [])
         wait_until(
@@ -116,6 +146,9 @@ def test_watch_writes_what_list_writes_and_follows(
             assert watching.scrape()[0] == 200
         assert _dra_lists(kube) == lists_before  # a scrape costs the API server nothing
     finally:
+        claim = kube.get(relabelled)
+        claim["metadata"]["labels"] = dataset.LABELS
+        kube.put(relabelled, claim)
         assert watching.stop() == 0
 
 
@@ -195,9 +228,7 @@ def test_watch_counts_and_logs_what_list_does(
     kube.create(f"{dataset.V1}/deviceclasses", erring)
     watching = None
     try:
-        watching = start(
-            tmp_path, kube, ADMIN_TOKEN, "--mode", "watch", "--resources", ",".join(RESOURCES)
-        )
+        watching = watch(tmp_path, kube)
         wait_until(lambda: ready(watching), 60, "the watching exporter synchronised")
         wait_until(lambda: metrics(watching) == metrics(listing), 30, "the same samples")
         cost = {"resource": "deviceclasses", "field": "hourly-cost"}
@@ -295,7 +326,9 @@ def test_watch_counts_and_logs_what_list_does(
 def test_two_shards_write_what_one_writes(kube: Kube, listing: Exporter, tmp_path: Path) -> None:
     """Two shards (one listing, one watching) write, together, exactly the unsharded samples.
 
-    But for the families that judge a pending claim against every pool, which shards leave out.
+    The objects' own labels and annotations included (each object's by the shard it belongs
+    to).  But for the families that judge a pending claim against every pool, which shards
+    leave out.
     """
     shards = [
         start(
@@ -308,6 +341,7 @@ def test_two_shards_write_what_one_writes(kube: Kube, listing: Exporter, tmp_pat
             "2",
             "--resources",
             ",".join(RESOURCES),
+            *ALLOWLISTS,
         ),
         start(
             tmp_path / "1",
@@ -321,6 +355,7 @@ def test_two_shards_write_what_one_writes(kube: Kube, listing: Exporter, tmp_pat
             "watch",
             "--resources",
             ",".join(RESOURCES),
+            *ALLOWLISTS,
         ),
     ]
     try:

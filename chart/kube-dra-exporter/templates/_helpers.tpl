@@ -152,6 +152,12 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 {{- with $e.hidesAllocatedDevices }}
 - {{ printf "--hides-allocated-devices=%s" (join "," .) | quote }}
 {{- end }}
+{{- with $e.metricLabelsAllowlist }}
+- {{ printf "--metric-labels-allowlist=%s" (join "," .) | quote }}
+{{- end }}
+{{- with $e.metricAnnotationsAllowlist }}
+- {{ printf "--metric-annotations-allowlist=%s" (join "," .) | quote }}
+{{- end }}
 {{- with $e.deviceCapacities }}
 - {{ printf "--device-capacities=%s" . | quote }}
 {{- end }}
