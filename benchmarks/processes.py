@@ -82,8 +82,8 @@ class Run:
     """One cluster size: the fake API and the exporter, as child processes.
 
     With *api*, the exporter reads that run's fake API instead of starting one; the API
-    started otherwise holds *pending* pending claims more (see benchmarks.cluster.PENDING), and
-    the cluster's pods *with_pods*.
+    started otherwise holds *pending* pending claims more (see benchmarks.cluster.PENDING), the
+    cluster's pods *with_pods*, and serves a cluster of *shape* (benchmarks.cluster.SHAPES).
     """
 
     def __init__(
@@ -94,6 +94,7 @@ class Run:
         api: Run | None = None,
         pending: int = 0,
         with_pods: bool = False,
+        shape: str = "mixed",
     ) -> None:
         self.devices = devices
         self.nodes = max(1, devices // DEVICES_PER_NODE)
@@ -110,6 +111,7 @@ class Run:
                     str(self.api_port),
                     str(pending),
                     "1" if with_pods else "0",
+                    shape,
                 ],
                 stdout=subprocess.PIPE,
                 text=True,
