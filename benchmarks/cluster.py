@@ -4,12 +4,16 @@ N nodes with 8 devices each: three nodes in four carry full GPUs (A100 80GB), ev
 partitioned into MIG devices (eight 1g.10gb slices of its GPUs). Half of the devices are
 allocated, one device a claim, each claim reserved by a pod and labelled as the template it was
 made from would label it (a team, a cost center). A few DeviceClasses, with costs.
+
+The ``h100`` shape (:data:`SHAPES`) is another driver's view of another fleet: every node eight
+full H100 GPUs, each with three capacities, and claims spread over 50 namespaces.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 DEVICES_PER_NODE = 8
 DRIVER = "gpu.nvidia.com"
@@ -81,7 +85,65 @@ def devices(node: int) -> list[dict[str, Any]]:
     return found
 
 
-def resource_slices(nodes: int) -> list[dict[str, Any]]:
+H100 = {
+    "productName": {"string": "NVIDIA H100 80GB HBM3"},
+    "brand": {"string": "Nvidia"},
+    "architecture": {"string": "Hopper"},
+    "cudaComputeCapability": {"version": "9.0.0"},
+    "driverVersion": {"version": "580.95.5"},
+    "cudaDriverVersion": {"version": "13.0.0"},
+}
+
+
+def h100_devices(node: int) -> list[dict[str, Any]]:
+    """One node's eight H100 GPUs: nine attributes and three capacities each."""
+    return [
+        {
+            "name": f"gpu-{index}",
+            "attributes": {
+                "type": {"string": "gpu"},
+                "uuid": {"string": _uuid("GPU", node, index)},
+                **H100,
+                "resource.kubernetes.io/pciBusID": {
+                    "string": f"0000:{0x18 + index * 0x10:02x}:00.0"
+                },
+            },
+            "capacity": {
+                "memory": {"value": "80Gi"},
+                "multiprocessors": {"value": "132"},
+                "decoders": {"value": "7"},
+            },
+        }
+        for index in range(DEVICES_PER_NODE)
+    ]
+
+
+CLASSES = (
+    ("gpu.nvidia.com", "type", "gpu", "2.50"),
+    ("mig.nvidia.com", "type", "mig", "0.45"),
+    ("vfio.gpu.nvidia.com", "type", "vfio", None),
+)
+"""The NVIDIA chart's classes: (name, attribute, value selected, hourly cost)."""
+H100_CLASSES = (
+    ("gpu.nvidia.com", "type", "gpu", "2.50"),
+    ("h100.nvidia.com", "productName", H100["productName"]["string"], "3.90"),
+)
+"""A generic class and a per-model one, both priced, both selecting every H100."""
+
+
+class Shape(NamedTuple):
+    """What a node publishes, over how many namespaces its claims are spread, the classes."""
+
+    devices: Callable[[int], list[dict[str, Any]]]
+    namespaces: int
+    classes: tuple[tuple[str, str, str, str | None], ...]
+
+
+SHAPES = {"mixed": Shape(devices, 16, CLASSES), "h100": Shape(h100_devices, 50, H100_CLASSES)}
+"""The clusters the fake API can serve, by name: the mixed A100 and MIG fleet is the default."""
+
+
+def resource_slices(nodes: int, shape: Shape = SHAPES["mixed"]) -> list[dict[str, Any]]:
     """One slice a node, as the driver writes them."""
     return [
         {
@@ -107,18 +169,18 @@ def resource_slices(nodes: int) -> list[dict[str, Any]]:
                 "driver": DRIVER,
                 "nodeName": node_name(n),
                 "pool": {"name": node_name(n), "generation": 1, "resourceSliceCount": 1},
-                "devices": devices(n),
+                "devices": shape.devices(n),
             },
         }
         for n in range(nodes)
     ]
 
 
-def resource_claims(nodes: int) -> list[dict[str, Any]]:
+def resource_claims(nodes: int, shape: Shape = SHAPES["mixed"]) -> list[dict[str, Any]]:
     """A claim for every other device, allocated and reserved by a pod."""
     claims: list[dict[str, Any]] = []
     for n in range(nodes):
-        for device in devices(n)[::2]:
+        for device in shape.devices(n)[::2]:
             name = f"job-{n:05d}-{device['name']}"
             claims.append(
                 {
@@ -126,7 +188,7 @@ def resource_claims(nodes: int) -> list[dict[str, Any]]:
                     "kind": "ResourceClaim",
                     "metadata": {
                         "name": name,
-                        "namespace": f"team-{n % 16:02d}",
+                        "namespace": f"team-{n % shape.namespaces:02d}",
                         "uid": str(uuid.UUID(int=2 * 10**9 + len(claims))),
                         "resourceVersion": str(5000 + len(claims)),
                         "creationTimestamp": "2026-11-28T16:02:11Z",
@@ -192,8 +254,10 @@ def resource_claims(nodes: int) -> list[dict[str, Any]]:
     return claims
 
 
-def device_classes() -> list[dict[str, Any]]:
-    """The NVIDIA chart's classes, some with an hourly cost."""
+def device_classes(
+    classes: tuple[tuple[str, str, str, str | None], ...] = CLASSES,
+) -> list[dict[str, Any]]:
+    """DeviceClasses selecting the driver's devices by one attribute, some with an hourly cost."""
     return [
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -209,18 +273,14 @@ def device_classes() -> list[dict[str, Any]]:
                     {
                         "cel": {
                             "expression": f"device.driver == '{DRIVER}' && "
-                            f"device.attributes['{DRIVER}'].type == '{kind}'"
+                            f"device.attributes['{DRIVER}'].{attribute} == '{value}'"
                         }
                     }
                 ],
-                **({"extendedResourceName": "nvidia.com/gpu"} if kind == "gpu" else {}),
+                **({"extendedResourceName": "nvidia.com/gpu"} if name == "gpu.nvidia.com" else {}),
             },
         }
-        for name, kind, cost in [
-            ("gpu.nvidia.com", "gpu", "2.50"),
-            ("mig.nvidia.com", "mig", "0.45"),
-            ("vfio.gpu.nvidia.com", "vfio", None),
-        ]
+        for name, attribute, value, cost in classes
     ]
 
 
@@ -503,16 +563,18 @@ def cluster(
     with_pods: bool = False,
     renewed: int = 0,
     with_nodes: bool = False,
+    shape: str = "mixed",
 ) -> dict[str, list[dict[str, Any]]]:
     """The lists of a cluster of *nodes* nodes, *pending* pending claims more, and what is asked.
 
     Its pods *with_pods*, its Nodes *with_nodes*; *renewed* (from 1) makes every object new
-    (see :func:`renew`).
+    (see :func:`renew`); *shape* names one of :data:`SHAPES`.
     """
+    made = SHAPES[shape]
     lists = {
-        "resourceclaims": resource_claims(nodes) + pending_claims(pending),
-        "resourceslices": resource_slices(nodes),
-        "deviceclasses": device_classes(),
+        "resourceclaims": resource_claims(nodes, made) + pending_claims(pending),
+        "resourceslices": resource_slices(nodes, made),
+        "deviceclasses": device_classes(made.classes),
     }
     if with_pods:
         lists["pods"] = pods(nodes)

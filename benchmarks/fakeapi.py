@@ -1,8 +1,8 @@
 """A fast fake of the three DRA lists and their watches: pages encoded ahead, counted.
 
-Run as ``python -m benchmarks.fakeapi NODES PORT [PENDING [PODS [WITH_NODES]]]``; it prints
-``ready`` when it serves (with PODS 1, the cluster's pods too, at ``/api/v1/pods``; with
-WITH_NODES 1, its Nodes at ``/api/v1/nodes``).
+Run as ``python -m benchmarks.fakeapi NODES PORT [PENDING [PODS [WITH_NODES [SHAPE]]]]``; it
+prints ``ready`` when it serves (with PODS 1, the cluster's pods too, at ``/api/v1/pods``; with
+WITH_NODES 1, its Nodes at ``/api/v1/nodes``; SHAPE names one of ``cluster.SHAPES``).
 Lists honour ``limit``/``continue``.  Watches (``watch=1``) send the initial events when asked
 (``sendInitialEvents``, ending with the ``k8s.io/initial-events-end`` bookmark), then every
 change, a bookmark every ten seconds, an ERROR 410 to a watch from before the last compaction,
@@ -13,7 +13,8 @@ and end after ``timeoutSeconds`` (or close at once for ``/close``).
 collection open while a burst of scrapes arrives; ``GET /churn?rate=R`` releases or allocates
 R claims a second (0 stops); ``GET /probe?name=N`` adds a claim named N now and answers the
 time it was sent; ``GET /compact`` and ``GET /close`` act on the watches; ``GET /renew?nodes=N``
-serves a cluster of N nodes whose every object is new, for lists (``cluster.renew``).
+serves a cluster of N nodes whose every object is new, for lists (``cluster.renew``; with
+``&shape=h100``, of that shape: ``cluster.SHAPES``).
 """
 
 from __future__ import annotations
@@ -45,12 +46,17 @@ class Pages:
     """Every list's pages, encoded once per (resource, offset, limit); and the watches."""
 
     def __init__(
-        self, nodes: int, pending: int = 0, with_pods: bool = False, with_nodes: bool = False
+        self,
+        nodes: int,
+        pending: int = 0,
+        with_pods: bool = False,
+        with_nodes: bool = False,
+        shape: str = "mixed",
     ) -> None:
         self.lock = threading.Lock()
         self.version = 10**6
         """The resourceVersion of the last change (the lists' items are older)."""
-        self._load(cluster(nodes, pending, with_pods, with_nodes=with_nodes))
+        self._load(cluster(nodes, pending, with_pods, with_nodes=with_nodes, shape=shape))
         self.requests: Counter[str] = Counter()
         self.delay = 0.0
         self.compacted = 0
@@ -88,10 +94,10 @@ class Pages:
             for offset in range(0, max(1, len(self.items[plural])), DEFAULT_LIMIT):
                 self.page(plural, offset, DEFAULT_LIMIT)
 
-    def renew(self, nodes: int) -> None:
+    def renew(self, nodes: int, shape: str = "mixed") -> None:
         """Serve a cluster of *nodes* nodes whose every object is new (see ``cluster.renew``)."""
         self.renewed += 1
-        self._load(cluster(nodes, renewed=self.renewed))
+        self._load(cluster(nodes, renewed=self.renewed, shape=shape))
 
     def page(self, plural: str, offset: int, limit: int) -> bytes:
         """The page of *plural* starting at *offset*, encoded on first use."""
@@ -181,10 +187,15 @@ def bookmark(plural: str, version: int, end: bool = False) -> bytes:
 
 
 def serve(
-    nodes: int, port: int, pending: int = 0, with_pods: bool = False, with_nodes: bool = False
+    nodes: int,
+    port: int,
+    pending: int = 0,
+    with_pods: bool = False,
+    with_nodes: bool = False,
+    shape: str = "mixed",
 ) -> None:
     """Serve a cluster of *nodes* nodes until killed; *pending* and the others, as ``Pages``."""
-    pages = Pages(nodes, pending, with_pods, with_nodes)
+    pages = Pages(nodes, pending, with_pods, with_nodes, shape)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -216,7 +227,7 @@ def serve(
                 self._send(200, json.dumps({"sent": sent}).encode())
                 return
             if url.path == "/renew":
-                pages.renew(int(query["nodes"][0]))
+                pages.renew(int(query["nodes"][0]), query.get("shape", ["mixed"])[0])
                 self._send(200, b"{}")
                 return
             if url.path == "/compact":
@@ -318,4 +329,5 @@ if __name__ == "__main__":
         int(sys.argv[3]) if len(sys.argv) > 3 else 0,
         len(sys.argv) > 4 and sys.argv[4] == "1",
         len(sys.argv) > 5 and sys.argv[5] == "1",
+        sys.argv[6] if len(sys.argv) > 6 else "mixed",
     )

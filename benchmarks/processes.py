@@ -82,8 +82,9 @@ class Run:
     """One cluster size: the fake API and the exporter, as child processes.
 
     With *api*, the exporter reads that run's fake API instead of starting one; the API
-    started otherwise holds *pending* pending claims more (see benchmarks.cluster.PENDING), and
-    the cluster's pods *with_pods* and its Nodes *with_nodes*.
+    started otherwise holds *pending* pending claims more (see benchmarks.cluster.PENDING), the
+    cluster's pods *with_pods* and its Nodes *with_nodes*, and serves a cluster of *shape*
+    (benchmarks.cluster.SHAPES).
     """
 
     def __init__(
@@ -95,6 +96,7 @@ class Run:
         pending: int = 0,
         with_pods: bool = False,
         with_nodes: bool = False,
+        shape: str = "mixed",
     ) -> None:
         self.devices = devices
         self.nodes = max(1, devices // DEVICES_PER_NODE)
@@ -112,6 +114,7 @@ class Run:
                     str(pending),
                     "1" if with_pods else "0",
                     "1" if with_nodes else "0",
+                    shape,
                 ],
                 stdout=subprocess.PIPE,
                 text=True,

@@ -86,3 +86,6 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert renewed["after_small_scrape"] > 0 and renewed["read_again_healthz_max"] > 0
     assert renewed["original_children"] == 0, "the original's families started a CEL process"
     assert "every object changed again" in result.stdout
+    assert renewed["shaped_scrape"] > 0 and renewed["shaped_start_healthz_max"] > 0
+    assert "H100 fleet: every object new, after a 20-slice cluster" in result.stdout
+    assert "while an H100 fleet's objects are all new" in result.stdout
