@@ -175,8 +175,13 @@ def bookmark(plural: str, version: int, end: bool = False) -> bytes:
     return json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n"
 
 
-def serve(nodes: int, port: int, pending: int = 0, with_pods: bool = False) -> None:
-    """Serve a cluster of *nodes* nodes (*pending* pending claims, its pods) until killed."""
+def serve(
+    nodes: int, port: int, pending: int = 0, with_pods: bool = False, host: str = "127.0.0.1"
+) -> None:
+    """Serve a cluster of *nodes* nodes (*pending* pending claims, its pods) until killed.
+
+    On *host*: loopback, unless pods are to reach it (the node tier's).
+    """
     pages = Pages(nodes, pending, with_pods)
 
     class Handler(BaseHTTPRequestHandler):
@@ -297,7 +302,7 @@ def serve(nodes: int, port: int, pending: int = 0, with_pods: bool = False) -> N
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     print("ready", flush=True)
     server.serve_forever()
