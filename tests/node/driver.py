@@ -35,10 +35,17 @@ class Driver:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        """Start it; wait until its pool is published (the kubelet has registered it)."""
+        """Start it; wait until the kubelet has registered it and its pool is published.
+
+        Registered: the kubelet has told this process so (its gRPC calls are logged from
+        ``-v=6``); the slices of a driver stopped a moment ago may still be there, and the
+        kubelet may still hold that driver's endpoint.
+        """
         kubelet = host.ROOT / "kubelet"
         (kubelet / "plugins" / NAME).mkdir(parents=True, exist_ok=True)
-        with (host.ROOT / "logs" / "dra-test-driver.log").open("ab") as log:
+        path = host.ROOT / "logs" / "dra-test-driver.log"
+        begins = path.stat().st_size if path.exists() else 0
+        with path.open("ab") as log:
             self.process = host.spawn(
                 "dra-test-driver",
                 [
@@ -50,17 +57,26 @@ class Driver:
                     f"--datadir={kubelet / 'plugins'}",
                     f"--cdi-dir={host.ROOT / 'cdi'}",
                     f"--num-devices={DEVICES}",
+                    "-v=6",
                 ],
                 log,
             )
 
-        def published() -> bool:
+        def registered() -> bool:
             assert self.process is not None and self.process.poll() is None, self.node.log(
                 "dra-test-driver"
             )
-            return len(self.devices()) == DEVICES
+            with path.open("rb") as written:
+                written.seek(begins)
+                calls = [
+                    line
+                    for line in written.read().splitlines()
+                    if b"/pluginregistration.Registration/NotifyRegistrationStatus" in line
+                ]
+            return any(b"handling request succeeded" in line for line in calls)
 
-        wait_until(published, 60, "the driver's pool published")
+        wait_until(registered, 60, "the driver registered by the kubelet")
+        wait_until(lambda: len(self.devices()) == DEVICES, 60, "the driver's pool published")
 
     def stop(self) -> None:
         """Stop it as a DaemonSet's pod is stopped (SIGTERM): it unregisters, the slices stay."""

@@ -51,6 +51,8 @@ VERSIONS: dict[str, tuple[str, Callable[[], Path]]] = {
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 PODS = "/api/v1/namespaces/default/pods"
 ALERT = "DRAResourceClaimUnsatisfiable"
+INTERVAL = "10s"
+"""How often the exporter is scraped and the rules evaluated (30 s by default)."""
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +91,7 @@ def resource(release: str) -> dict[str, Any]:
     found["spec"]["image"] = f"quay.io/prometheus/prometheus:{version}"
     # The test runs the operator's configuration itself: no pod of an image no registry serves.
     found["spec"]["replicas"] = 0
+    found["spec"]["evaluationInterval"] = INTERVAL
     return found
 
 
@@ -96,7 +99,9 @@ def resource(release: str) -> dict[str, Any]:
 def installed(node: Node, operator: subprocess.Popen[bytes]) -> Iterator[None]:
     """The chart for kube-prometheus-stack, its alert at once, and the Prometheus resources.
 
-    The alert fires as soon as its condition holds (``for: 0m``).
+    The alert fires as soon as its condition holds (``for: 0m``); the exporter is scraped and
+    the rules evaluated every :data:`INTERVAL` (30 s by default), the exporter's timeout below
+    the scrape's, as the chart requires: values of the chart and of kube-prometheus-stack.
     """
     node.helm(
         "install",
@@ -108,6 +113,12 @@ def installed(node: Node, operator: subprocess.Popen[bytes]) -> Iterator[None]:
         str(CHART / "kube-prometheus-stack-values.yaml"),
         "--set",
         f"prometheusRule.alerts.{ALERT}.for=0m",
+        "--set",
+        f"prometheus.servicemonitor.interval={INTERVAL}",
+        "--set",
+        f"prometheus.servicemonitor.scrapeTimeout={INTERVAL}",
+        "--set",
+        "exporter.timeout=8",
         "--wait",
         "--timeout",
         "180s",
@@ -117,7 +128,7 @@ def installed(node: Node, operator: subprocess.Popen[bytes]) -> Iterator[None]:
             f"/apis/monitoring.coreos.com/v1/namespaces/{NAMESPACE}/prometheuses", resource(release)
         )
     yield
-    node.helm("uninstall", EXPORTER, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
+    node.helm("uninstall", EXPORTER, "--namespace", NAMESPACE)
 
 
 @pytest.fixture(scope="module")

@@ -76,7 +76,7 @@ def view(node: Node) -> Iterator[View]:
     )
     driver.ensure_class(node.kube)
     yield View(node)
-    node.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
+    node.helm("uninstall", RELEASE, "--namespace", NAMESPACE)
 
 
 @pytest.fixture

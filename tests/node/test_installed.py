@@ -61,7 +61,7 @@ def installed(node: Node) -> Iterator[None]:
         "180s",
     )
     yield
-    node.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "120s")
+    node.helm("uninstall", RELEASE, "--namespace", NAMESPACE)
     node.kube.delete(f"/apis/resource.k8s.io/v1/deviceclasses/{CLASS}")
 
 
