@@ -30,8 +30,10 @@ def established(kube: Kube, name: str) -> bool:
 
 def install(kube: Kube, directory: Path) -> None:
     """Create every CRD of the YAML files in *directory*; wait until each is established."""
+    names = []
     for path in sorted(directory.glob("*.yaml")):
         crd = yaml.load(path.read_text(), Loader=CRDLoader)
         kube.create(CRD_PATH, crd)
-        name = crd["metadata"]["name"]
+        names.append(crd["metadata"]["name"])
+    for name in names:
         wait_until(partial(established, kube, name), 60, f"CRD {name} established")

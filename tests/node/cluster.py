@@ -11,7 +11,7 @@ under the names the chart and the kubelet ask for. The host's changes are tests/
 
 from __future__ import annotations
 
-import contextlib
+import concurrent.futures
 import gzip
 import io
 import json
@@ -223,45 +223,16 @@ class Node:
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def stop(self) -> None:
-        """Stop the node, its pods first, then kube-proxy, the kubelet, containerd, the rest.
+        """Stop kube-proxy, the kubelet, containerd and the control plane.
 
-        The pods first, so that the kubelet tears their sandboxes down; the control plane last.
-        What is left is :func:`~tests.node.host.restore`'s.
+        The pods are not drained one by one: what they leave (containers, sandboxes, mounts,
+        network namespaces) is :func:`~tests.node.host.restore`'s, as after a killed run.
         """
-        for component in self.simulated.components:  # nothing makes pods again
-            host.stop(component)
-        if "kubelet" in self.processes and self.processes["kubelet"].poll() is None:
-            with contextlib.suppress(Exception):
-                self._drain()
         for name in ("kube-proxy", "kubelet", "containerd"):
             if name in self.processes:
                 host.stop(self.processes[name])
         host.run(str(self.binaries / "kube-proxy"), "--cleanup", check=False)
         self.simulated.stop()
-
-    def _drain(self, grace: float = 60.0) -> None:
-        """Delete every pod and wait for the kubelet to stop them; force what it cannot.
-
-        A pod whose claim's driver is gone cannot be unprepared.
-        """
-        for pod in self.kube.get("/api/v1/pods")["items"]:
-            with contextlib.suppress(APIError):
-                self.kube.delete(_pod_path(pod))
-        deadline = time.monotonic() + grace
-        while self.kube.get("/api/v1/pods")["items"] and time.monotonic() < deadline:
-            time.sleep(0.5)
-        for pod in self.kube.get("/api/v1/pods")["items"]:
-            with contextlib.suppress(APIError):
-                self.kube.request(
-                    "DELETE",
-                    _pod_path(pod),
-                    {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0},
-                )
-
-
-def _pod_path(pod: dict[str, Any]) -> str:
-    metadata = pod["metadata"]
-    return f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}"
 
 
 @attrs.frozen
@@ -421,42 +392,45 @@ def _proxy_config(kubeconfig: Path, healthz: int, metrics: int) -> dict[str, Any
 def start_node(binaries: Path, images: Path) -> Node:
     """Start the cluster and its node; wait until the Node is Ready and kube-proxy serves.
 
-    The host must have been :func:`~tests.node.host.prepare`-d; :meth:`Node.stop` then
+    containerd starts and takes the images while the control plane starts. The host must have
+    been :func:`~tests.node.host.prepare`-d; :meth:`Node.stop` then
     :func:`~tests.node.host.restore` undo it.
     """
-    logs = host.ROOT / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    (host.ROOT / "logs").mkdir(parents=True, exist_ok=True)
     host.run("ip", "link", "add", host.BRIDGE, "type", "bridge")
     host.run("ip", "address", "add", f"{host.GATEWAY}/24", "dev", host.BRIDGE)
     host.run("ip", "link", "set", host.BRIDGE, "up")
     # Services' addresses lead to the bridge, as in a cluster, where nothing routes them: what
     # kube-proxy has no rule for finds nobody there instead of leaving by the default route.
     host.run("ip", "route", "add", SERVICES, "dev", host.BRIDGE)
-    plane_dir = host.ROOT / "control-plane"
-    plane_dir.mkdir()
-    simulated = start_simulated(
-        plane_dir,
-        # The node's name resolves nowhere: its address, as kubeadm's clusters say.
-        ("--kubelet-preferred-address-types=InternalIP,Hostname",),
-        pods_reach=host.GATEWAY,
-        controllers="*",
-    )
-    kube = simulated.kube
-    kubeconfig = write_kubeconfig(host.ROOT / "admin.kubeconfig", kube, kube.token)
-    node = Node(simulated, binaries, kubeconfig)
-    try:
-        _start_runtime(node, images)
-        _start_kubelet(node)
-        _start_proxy(node)
-    except BaseException:
-        node.stop()
-        raise
+    with concurrent.futures.ThreadPoolExecutor(1) as beside:
+        runtime = beside.submit(_start_runtime, binaries, images)
+        plane_dir = host.ROOT / "control-plane"
+        plane_dir.mkdir()
+        simulated = start_simulated(
+            plane_dir,
+            # The node's name resolves nowhere: its address, as kubeadm's clusters say.
+            ("--kubelet-preferred-address-types=InternalIP,Hostname",),
+            pods_reach=host.GATEWAY,
+            controllers="*",
+        )
+        kube = simulated.kube
+        kubeconfig = write_kubeconfig(host.ROOT / "admin.kubeconfig", kube, kube.token)
+        node = Node(simulated, binaries, kubeconfig)
+        try:
+            node.processes["containerd"] = runtime.result()
+            proxy_healthz = _start_proxy(node)
+            _start_kubelet(node)
+            _wait_proxy(node, proxy_healthz)
+        except BaseException:
+            node.stop()
+            raise
     return node
 
 
-def _start(node: Node, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+def _start(node: Node, name: str, args: list[str]) -> None:
     with (host.ROOT / "logs" / f"{name}.log").open("wb") as log:
-        node.processes[name] = host.spawn(name, args, log, env=env)
+        node.processes[name] = host.spawn(name, args, log)
 
 
 def _alive(node: Node, name: str) -> None:
@@ -464,7 +438,8 @@ def _alive(node: Node, name: str) -> None:
     assert process.poll() is None, f"{name} exited with {process.returncode}:\n{node.log(name)}"
 
 
-def _start_runtime(node: Node, images: Path) -> None:
+def _start_runtime(binaries: Path, images: Path) -> subprocess.Popen[bytes]:
+    """Start containerd; import the images once it serves."""
     directory = host.ROOT / "containerd"
     directory.mkdir()
     (host.ROOT / "cdi").mkdir()
@@ -472,28 +447,30 @@ def _start_runtime(node: Node, images: Path) -> None:
     (host.ROOT / "cni" / "net.d" / "10-kdraexp.conflist").write_text(json.dumps(_network()))
     config = directory / "config.toml"
     config.write_text(_containerd_config(directory))
-    path = f"{node.binaries}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    _start(
-        node,
-        "containerd",
-        [str(node.binaries / "containerd"), "--config", str(config)],
-        env={"PATH": path},
-    )
+    path = f"{binaries}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    with (host.ROOT / "logs" / "containerd.log").open("wb") as log:
+        process = host.spawn(
+            "containerd",
+            [str(binaries / "containerd"), "--config", str(config)],
+            log,
+            env={"PATH": path},
+        )
     socket = directory / "containerd.sock"
 
     def serving() -> bool:
-        _alive(node, "containerd")
-        return socket.exists() and _ctr(node, "version", check=False).returncode == 0
+        assert process.poll() is None, f"containerd exited with {process.returncode}"
+        return socket.exists() and _ctr(binaries, "version", check=False).returncode == 0
 
     wait_until(serving, 60, "containerd serving")
     for archive in ("pause.tar", "kdraexp.tar"):
-        _ctr(node, "images", "import", "--local", str(images / archive))
+        _ctr(binaries, "images", "import", "--local", str(images / archive))
+    return process
 
 
-def _ctr(node: Node, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _ctr(binaries: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     socket = host.ROOT / "containerd" / "containerd.sock"
     done = subprocess.run(
-        [str(node.binaries / "ctr"), "--address", str(socket), "--namespace", "k8s.io", *args],
+        [str(binaries / "ctr"), "--address", str(socket), "--namespace", "k8s.io", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -542,13 +519,19 @@ def _start_kubelet(node: Node) -> None:
     host.restore_sysctls()
 
 
-def _start_proxy(node: Node) -> None:
+def _start_proxy(node: Node) -> int:
+    """Start kube-proxy; its health port."""
     directory = host.ROOT / "kube-proxy"
     directory.mkdir()
     config = directory / "config.yaml"
     healthz = free_port()
     config.write_text(yaml.safe_dump(_proxy_config(node.kubeconfig, healthz, free_port())))
     _start(node, "kube-proxy", [str(node.binaries / "kube-proxy"), f"--config={config}", "--v=2"])
+    return healthz
+
+
+def _wait_proxy(node: Node, healthz: int) -> None:
+    """Wait until kube-proxy has written the Services' rules once (it is healthy then)."""
 
     def serving() -> bool:
         _alive(node, "kube-proxy")

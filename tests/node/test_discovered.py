@@ -51,7 +51,7 @@ VERSIONS: dict[str, tuple[str, Callable[[], Path]]] = {
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 PODS = "/api/v1/namespaces/default/pods"
 ALERT = "DRAResourceClaimUnsatisfiable"
-INTERVAL = "10s"
+INTERVAL = "5s"
 """How often the exporter is scraped and the rules evaluated (30 s by default)."""
 
 
@@ -118,7 +118,7 @@ def installed(node: Node, operator: subprocess.Popen[bytes]) -> Iterator[None]:
         "--set",
         f"prometheus.servicemonitor.scrapeTimeout={INTERVAL}",
         "--set",
-        "exporter.timeout=8",
+        "exporter.timeout=4",
         "--wait",
         "--timeout",
         "180s",

@@ -15,11 +15,13 @@ cluster in-cluster instead.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import yaml
 
@@ -39,9 +41,33 @@ LIMIT = 192 * 1024 * 1024
 """The chart's default resources.limits.memory (checked against the rendered chart below)."""
 
 
+@attrs.frozen
+class FakeAPI:
+    """The benchmark's fake API, started: where it serves, once it does."""
+
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def wait(self) -> None:
+        """Wait until it serves: making the cluster and encoding its pages takes a while."""
+
+        def serving() -> bool:
+            assert self.process.poll() is None, (host.ROOT / "logs" / "fake-api.log").read_text()
+            try:
+                return http_get(f"{self.url}/stats", timeout=5)[0] == 200
+            except OSError:
+                return False
+
+        wait_until(serving, 120, "the fake API serving")
+
+
 @pytest.fixture(scope="module")
-def fake_api(node: Node) -> Iterator[str]:
-    """The benchmark's fake API with the 16,000-device cluster, where pods reach it."""
+def fake_api(node: Node) -> Iterator[FakeAPI]:
+    """The benchmark's fake API with the 16,000-device cluster, where pods reach it.
+
+    Not waited for: it makes the cluster while the chart is installed (the exporter calls no
+    API until it is scraped).
+    """
     port = free_port()
     with (host.ROOT / "logs" / "fake-api.log").open("wb") as log:
         process = host.spawn(
@@ -58,18 +84,8 @@ def fake_api(node: Node) -> Iterator[str]:
             log,
             cwd=ROOT,
         )
-    url = f"http://{host.GATEWAY}:{port}"
-
-    def serving() -> bool:
-        assert process.poll() is None, node.log("fake-api")
-        try:
-            return http_get(f"{url}/stats", timeout=5)[0] == 200
-        except OSError:
-            return False
-
     try:
-        wait_until(serving, 120, "the fake API serving")
-        yield url
+        yield FakeAPI(f"http://{host.GATEWAY}:{port}", process)
     finally:
         host.stop(process)
 
@@ -88,7 +104,9 @@ def _kubeconfig(server: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def sized(node: Node, fake_api: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def sized(
+    node: Node, fake_api: FakeAPI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
     """The chart, default resources, reading the fake API through a mounted kubeconfig."""
     node.kube.create(
         "/api/v1/namespaces",
@@ -100,7 +118,7 @@ def sized(node: Node, fake_api: str, tmp_path_factory: pytest.TempPathFactory) -
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": "fake-api"},
-            "data": {"kubeconfig": _kubeconfig(fake_api)},
+            "data": {"kubeconfig": _kubeconfig(fake_api.url)},
         },
     )
     values = {
@@ -136,7 +154,7 @@ def scrape(pod: dict[str, Any]) -> str:
     return text
 
 
-def test_default_limit_holds_the_sized_cluster(node: Node, sized: None, fake_api: str) -> None:
+def test_default_limit_holds_the_sized_cluster(node: Node, sized: None, fake_api: FakeAPI) -> None:
     """Scraped again and again, and after every object changed, it stays inside the limit.
 
     No OOM kill, no restart, the peak inside the chart's default limit, as its own cgroup says.
@@ -146,9 +164,10 @@ def test_default_limit_holds_the_sized_cluster(node: Node, sized: None, fake_api
     assert container["resources"]["limits"]["memory"] == "192Mi"  # the chart's default
     cgroup = memory_cgroup(node, pod)
     assert cgroup.limit() == LIMIT
+    fake_api.wait()
     for turn in range(6):
         if turn == 4:  # every object new, as after a re-list or a replaced cluster
-            assert http_get(f"{fake_api}/renew?nodes={NODES}", 120)[0] == 200
+            assert http_get(f"{fake_api.url}/renew?nodes={NODES}", 120)[0] == 200
         # Counted, not parsed: 212,000 series a scrape.
         assert scrape(pod).count("\nkube_resourceslice_device_info{") == DEVICES
     processes = node.container_pids(pod)
