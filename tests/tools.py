@@ -290,7 +290,16 @@ BACKGROUND = {
 
 
 def stages(path: str) -> list[str]:
-    """The background stages the test file at *path* needs, in build order."""
+    """The background stages the test file at *path* needs, in build order.
+
+    None for the node tier where this host cannot run a node: its tests are skipped, and
+    nothing is built for them.
+    """
+    if "tests/node/" in path:
+        try:
+            node_host()
+        except ToolUnavailable:
+            return []
     needed = {
         BACKGROUND[build]
         for fragment, builders in NEEDS.items()
