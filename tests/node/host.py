@@ -61,11 +61,12 @@ SYSCTLS = (
     "net/ipv4/conf/all/route_localnet",
 )
 TIMEOUT = 30
+REMOVAL_TIMEOUT = 600
 
 
-def run(*args: str, check: bool = True) -> str:
+def run(*args: str, check: bool = True, timeout: float = TIMEOUT) -> str:
     """Run a command; its standard output."""
-    done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
     if check and done.returncode != 0:
         raise RuntimeError(f"{shlex.join(args)} failed: {done.stderr.strip()[-500:]}")
     return done.stdout
@@ -310,7 +311,8 @@ def _unmount_below(directory: Path) -> None:
 
 def _remove_tree(path: Path) -> None:
     _unmount_below(path)
-    run("rm", "-rf", "--one-file-system", str(path))
+    # containerd's snapshots hold the images unpacked: tens of thousands of files.
+    run("rm", "-rf", "--one-file-system", str(path), timeout=REMOVAL_TIMEOUT)
 
 
 def _remove_chains(before: dict[str, list[str]]) -> None:
