@@ -11,6 +11,9 @@
 
 ARG DEBIAN_IMAGE=debian:13-slim
 ARG DISTROLESS_PYTHON=gcr.io/distroless/python3-debian13:nonroot
+# Filled in by BuildKit from the target platform; declared for builders that do not fill it
+# (buildah), which are then given it as a build argument.
+ARG TARGETARCH
 
 FROM ${DEBIAN_IMAGE} AS build
 # hadolint ignore=DL3008

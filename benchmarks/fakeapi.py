@@ -193,8 +193,12 @@ def serve(
     with_pods: bool = False,
     with_nodes: bool = False,
     shape: str = "mixed",
+    host: str = "127.0.0.1",
 ) -> None:
-    """Serve a cluster of *nodes* nodes until killed; *pending* and the others, as ``Pages``."""
+    """Serve a cluster of *nodes* nodes until killed; *pending* and the others, as ``Pages``.
+
+    On *host*: loopback, unless pods are to reach it (the node tier's).
+    """
     pages = Pages(nodes, pending, with_pods, with_nodes, shape)
 
     class Handler(BaseHTTPRequestHandler):
@@ -316,7 +320,7 @@ def serve(
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     print("ready", flush=True)
     server.serve_forever()

@@ -4,17 +4,26 @@
 # discovery are always in), into a cache outside the repository keyed by version and go.sum, and
 # reuse it when present. The version Prometheus reports is set as its own release does.
 # Prints the directory holding them on the last line of stdout.
+#
+#   scripts/build-prometheus.sh [MODULE]   another wrapper module than tools/prometheus:
+#                                          tools/prometheus2 (2.42, every discovery: 2.x builds
+#                                          them all), for the node tier
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/cache.sh
 . "$here/scripts/cache.sh"
-module="$here/tools/prometheus"
-# v0.316.0 is Prometheus 3.16.0: the Go module's versions are 0.<major><minor>.<patch>.
+module="$here/${1:-tools/prometheus}"
+# v0.316.0 is Prometheus 3.16.0 (the Go module's versions are 0.<major><minor>.<patch> from 3.0
+# on), v0.42.0 is 2.42.0 (0.<minor>.<patch> before).
 module_version=$(awk -v m=github.com/prometheus/prometheus '$1 == m {print $2; exit} $2 == m {print $3; exit}' "$module/go.mod")
 numbers=${module_version#v0.}
 minor=${numbers%%.*}
-version="${minor:0:1}.$((10#${minor:1})).${numbers#*.}"
+if [ ${#minor} -ge 3 ]; then
+  version="${minor:0:1}.$((10#${minor:1})).${numbers#*.}"
+else
+  version="2.$minor.${numbers#*.}"
+fi
 sum=$(cat "$module/go.sum" "$0" | sha256sum | cut -c1-12)
 out="$cache_root/prometheus-$version-$sum"
 

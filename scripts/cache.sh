@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Building into the cache outside the repository; sourced by the build scripts.
 #   cache_hit DIR FILE...   true when every FILE is already in DIR
-#   cache_begin DIR WHAT    check for Go and make "$tmp" to build into (removed on failure)
+#   cache_begin DIR WHAT    check for Go, wait for the slow build in progress, and make "$tmp"
+#                           to build into (removed on failure); with cache_beside set, do not wait
 #   cache_commit            move "$tmp" to DIR and say how long the build took
 #   cache_add               move each file of "$tmp" into DIR (which exists), as cache_commit
 cache_root=${KDRAEXP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kdraexp}
@@ -18,6 +19,13 @@ cache_hit() {
 cache_begin() {
   cache_dir=$1 cache_what=$2
   command -v go >/dev/null || { echo "go is not installed: cannot build $cache_what" >&2; exit 1; }
+  # One slow build at a time, whoever asks for it: make prebuild, the tests, and the node tier's
+  # tests beside them each ask for theirs, in their order. Quick tools (go-tool.sh's) are built
+  # beside them: the tests wait for those as they start.
+  if [ -z "${cache_beside:-}" ]; then
+    exec 7>"$cache_root/slow-build.lock"
+    flock 7
+  fi
   cache_start=$(date +%s)
   # Below the tests that run meanwhile: they are what waits on a person, and some (a burst of
   # 2,000 clients) measure a server that must not be starved by a compiler.
@@ -46,5 +54,8 @@ cache_add() {
 
 _cache_built() {
   trap - EXIT
+  if [ -z "${cache_beside:-}" ]; then
+    exec 7>&-
+  fi
   echo "$cache_what built in $(( $(date +%s) - cache_start ))s" >&2
 }

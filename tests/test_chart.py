@@ -83,6 +83,14 @@ def test_defaults_and_probes() -> None:
     assert resource(docs, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
 
 
+def test_pod_answers_until_it_has_left_its_service() -> None:
+    """A preStop sleep before SIGTERM by default (kube-proxy catches up meanwhile); 0 for none."""
+    assert container(render())["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert "lifecycle" not in container(render({"preStopSleepSeconds": 0}))
+    with pytest.raises(RenderError, match="preStopSleepSeconds"):
+        render({"preStopSleepSeconds": 30})
+
+
 def test_security_contexts() -> None:
     """Non-root, RuntimeDefault seccomp, no escalation, no capabilities, read-only root."""
     docs = render()

@@ -57,12 +57,15 @@ def actionlint() -> str:
     )
 
 
-STAGES = ("core", "prometheus3", "scheduler", "oldest", "operator")
+STAGES = ("core", "prometheus3", "scheduler", "oldest", "operator", "prometheus2", "node", "image")
 """The slow builds, in the order they are made, one at a time: ``core`` (kube-apiserver, etcd,
 the CRDs), ``prometheus3`` (Prometheus 3 and its promtool), ``scheduler`` (kube-scheduler,
 kube-controller-manager and publish-slices), ``oldest`` (the oldest supported kube-apiserver),
-then ``operator`` (the Prometheus Operator). ``make prebuild`` makes them in the same order, so
-the two never build at once: each waits on the other's lock and then finds the cache."""
+``operator`` (the Prometheus Operator), then the node tier's: ``prometheus2`` (Prometheus 2.42
+with Kubernetes service discovery), ``node`` (the kubelet, kube-proxy, the DRA test driver,
+containerd and pause) and ``image`` (the image built from the Dockerfile). ``make prebuild``
+makes them in the same order, so the two never build at once: each waits on the other's lock
+and then finds the cache."""
 _builds: dict[str, concurrent.futures.Future[Path]] = {}
 _builder: list[concurrent.futures.ThreadPoolExecutor] = []
 
@@ -88,6 +91,15 @@ def _prometheus3() -> Path:
     return Path(_last_line(["bash", str(SCRIPTS / "build-prometheus.sh")], "Prometheus 3"))
 
 
+def _prometheus2() -> Path:
+    node_host()
+    return Path(
+        _last_line(
+            ["bash", str(SCRIPTS / "build-prometheus.sh"), "tools/prometheus2"], "Prometheus 2.42"
+        )
+    )
+
+
 def _operator() -> Path:
     return Path(
         _last_line(["bash", str(SCRIPTS / "build-prometheus-operator.sh")], "prometheus-operator")
@@ -100,12 +112,43 @@ def _oldest() -> Path:
     )
 
 
+def node_host() -> None:
+    """Check that this host can run a node: root, and cgroups with a memory controller.
+
+    :raises ToolUnavailable: saying what is missing.
+    """
+    if os.geteuid() != 0:
+        raise ToolUnavailable("a node (kubelet, containerd, iptables, cgroups) needs root")
+    cgroups = Path("/sys/fs/cgroup")
+    unified = cgroups / "cgroup.controllers"
+    has_v2 = unified.exists() and "memory" in unified.read_text().split()
+    if not has_v2 and not (cgroups / "memory" / "memory.limit_in_bytes").exists():
+        raise ToolUnavailable("a node needs cgroups with a memory controller, and none is mounted")
+
+
+def _node() -> Path:
+    node_host()
+    return Path(
+        _last_line(
+            ["bash", str(SCRIPTS / "build-node.sh")], "the kubelet, kube-proxy and containerd"
+        )
+    )
+
+
+def _image() -> Path:
+    node_host()
+    return Path(_last_line(["bash", str(SCRIPTS / "build-node-image.sh")], "the image"))
+
+
 _BUILD: dict[str, Callable[[], Path]] = {
     "core": functools.partial(_stage, ["core"], "kube-apiserver/etcd"),
     "prometheus3": _prometheus3,
     "scheduler": functools.partial(_stage, [], "kube-scheduler/kube-controller-manager"),
     "oldest": _oldest,
     "operator": _operator,
+    "prometheus2": _prometheus2,
+    "node": _node,
+    "image": _image,
 }
 
 
@@ -168,6 +211,38 @@ def prometheus_operator() -> Path:
     return _built("operator")
 
 
+def prometheus2() -> Path:
+    """The directory of Prometheus 2.42 built from its Go module, with Kubernetes discovery.
+
+    Debian's 2.42 (:func:`prometheus`) is built without it; the node tier's Prometheus finds
+    its targets as kube-prometheus-stack's does.
+
+    :raises ToolUnavailable: when it cannot be built, or this host cannot run the node tier.
+    """
+    return _built("prometheus2")
+
+
+def node_binaries() -> Path:
+    """The directory of the node's binaries, built by scripts/build-node.sh.
+
+    The kubelet, kube-proxy, the DRA test driver, containerd (with its runc shim and ctr) and
+    pause.
+
+    :raises ToolUnavailable: when they cannot be built, or this host cannot run them.
+    """
+    return _built("node")
+
+
+def node_images() -> Path:
+    """The directory of the images the node runs, built by scripts/build-node-image.sh.
+
+    The image built from the Dockerfile and pause, as docker archives.
+
+    :raises ToolUnavailable: when it cannot be built, or this host cannot run it.
+    """
+    return _built("image")
+
+
 SCHEDULED = (
     "test_allocator.py",
     "test_chargeback.py",
@@ -198,6 +273,8 @@ NEEDS = {
     "tests/e2e/test_operator.py": (prometheus3, prometheus_operator),
     "tests/e2e/test_oldest_server.py": (oldest_server,),
     **{f"tests/e2e/{name}": (scheduler_plane,) for name in SCHEDULED},
+    "tests/node/": (node_host, helm, control_plane, scheduler_plane, node_binaries, node_images),
+    "tests/node/test_discovered.py": (prometheus3, prometheus2, prometheus_operator),
 }
 """Which collected tests need which tools (matched on the test file's path; several may match)."""
 BACKGROUND = {
@@ -206,12 +283,24 @@ BACKGROUND = {
     scheduler_plane: "scheduler",
     oldest_server: "oldest",
     prometheus_operator: "operator",
+    prometheus2: "prometheus2",
+    node_binaries: "node",
+    node_images: "image",
 }
 """The tools built beside the tests (:func:`start_builds`), by their stage."""
 
 
 def stages(path: str) -> list[str]:
-    """The background stages the test file at *path* needs, in build order."""
+    """The background stages the test file at *path* needs, in build order.
+
+    None for the node tier where this host cannot run a node: its tests are skipped, and
+    nothing is built for them.
+    """
+    if "tests/node/" in path:
+        try:
+            node_host()
+        except ToolUnavailable:
+            return []
     needed = {
         BACKGROUND[build]
         for fragment, builders in NEEDS.items()

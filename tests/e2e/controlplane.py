@@ -25,6 +25,8 @@ from tests import tools
 from tests.processes import free_port
 
 ADMIN_TOKEN = "e2e-admin-token"
+SERVICE_ADDRESS = "10.0.0.1"
+"""The ``kubernetes`` Service's address: the first of ``--service-cluster-ip-range``."""
 READY_TIMEOUT = 120.0
 
 
@@ -45,7 +47,9 @@ class Kube:
     ca_pem: bytes
     token: str = ADMIN_TOKEN
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+    ) -> Any:
         """Send one request; return the decoded JSON answer or raise APIError."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(
@@ -54,7 +58,7 @@ class Kube:
             method=method,
             headers={
                 "Authorization": f"Bearer {self.token}",
-                "Content-Type": "application/json",
+                "Content-Type": content_type,
                 "Accept": "application/json",
             },
         )
@@ -85,6 +89,10 @@ class Kube:
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)
+
+    def patch(self, path: str, changes: dict[str, Any]) -> Any:
+        """A JSON merge patch (RFC 7386): *changes* merged into the object."""
+        return self.request("PATCH", path, changes, "application/merge-patch+json")
 
 
 @attrs.define
@@ -142,6 +150,7 @@ def start(
     identities: tuple[tuple[str, str], ...] = (),
     apiserver: Path | None = None,
     gates: tuple[str, ...] = GATES,
+    pods_reach: str | None = None,
 ) -> ControlPlane:
     """Start etcd and kube-apiserver with their files in *directory*; wait until ready.
 
@@ -149,10 +158,18 @@ def start(
     *identities* are (token, user name) pairs it accepts besides the admin's, for components
     that run with their production identity and its bootstrap RBAC.  *apiserver* is another
     kube-apiserver binary (an older release) than the control plane's, run with *gates*.
+    *pods_reach* is the address pods reach it at, for a cluster with a node: it then listens
+    there alone, its certificate names it and the ``kubernetes`` Service's address, the
+    ``kubernetes`` Service's endpoints point at it, and ServiceAccount admission mounts a token
+    into every pod, as in any cluster.
     """
     bin_dir = tools.control_plane()
     ca = trustme.CA()
-    serving = ca.issue_cert("127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc")
+    address = pods_reach or "127.0.0.1"
+    names = ["127.0.0.1", "localhost", "kubernetes", "kubernetes.default.svc"]
+    if pods_reach:
+        names += [pods_reach, SERVICE_ADDRESS]
+    serving = ca.issue_cert(*names)
     serving.cert_chain_pems[0].write_to_path(str(directory / "serving.crt"))
     serving.private_key_pem.write_to_path(str(directory / "serving.key"))
     (directory / "ca.crt").write_bytes(ca.cert_pem.bytes())
@@ -197,8 +214,8 @@ def start(
     apiserver_args = [
         str(apiserver or bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
+        f"--bind-address={address}",
+        f"--advertise-address={address}",
         f"--secure-port={port}",
         f"--tls-cert-file={directory / 'serving.crt'}",
         f"--tls-private-key-file={directory / 'serving.key'}",
@@ -209,12 +226,16 @@ def start(
         f"--service-account-key-file={directory / 'sa.pub'}",
         f"--service-account-signing-key-file={directory / 'sa.key'}",
         "--service-cluster-ip-range=10.0.0.0/24",
-        "--disable-admission-plugins=ServiceAccount",
         *gates,
         "--profiling=false",
-        # A loopback advertise address is refused by the endpoint reconciler from 1.37 on; no
-        # Service of the API server itself is needed here.
-        "--endpoint-reconciler-type=none",
+        *(
+            ()
+            if pods_reach
+            # No pod runs without a node: no token to mount. A loopback advertise address is
+            # refused by the endpoint reconciler from 1.37 on; no Service of the API server
+            # itself is needed here.
+            else ("--disable-admission-plugins=ServiceAccount", "--endpoint-reconciler-type=none")
+        ),
         *extra_args,
     ]
     processes.append(
@@ -223,7 +244,7 @@ def start(
     etcd_log.close()
     apiserver_log.close()
     plane = ControlPlane(
-        Kube(f"https://127.0.0.1:{port}", ca.cert_pem.bytes()),
+        Kube(f"https://{address}:{port}", ca.cert_pem.bytes()),
         port,
         directory,
         processes,

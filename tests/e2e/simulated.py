@@ -176,13 +176,21 @@ def start_simulated(
     directory: Path,
     apiserver_args: tuple[str, ...] = (),
     profile: dict[str, Any] | None = None,
+    pods_reach: str | None = None,
+    controllers: str = CONTROLLERS,
 ) -> Simulated:
     """Start the control plane, kube-scheduler and kube-controller-manager; wait until ready.
 
     *apiserver_args* go to kube-apiserver besides its usual ones; *profile*, if given, is the
     scheduler's one profile in a KubeSchedulerConfiguration (its plugins' arguments).
+    *pods_reach* is the address pods reach it at, when a node runs them (see
+    :func:`~tests.e2e.controlplane.start`): the controller manager then publishes the cluster's
+    CA in every namespace (``kube-root-ca.crt``, which the pods' projected ServiceAccount volumes
+    carry). *controllers* are the controller manager's.
     """
-    plane = start(directory, apiserver_args, identities=(SCHEDULER, CONTROLLER_MANAGER))
+    plane = start(
+        directory, apiserver_args, identities=(SCHEDULER, CONTROLLER_MANAGER), pods_reach=pods_reach
+    )
     binaries = tools.scheduler_plane()
     scheduler_config = _kubeconfig(directory / "scheduler.kubeconfig", plane.kube, SCHEDULER[0])
     manager_config = _kubeconfig(
@@ -226,7 +234,8 @@ def start_simulated(
             [
                 *common(manager_config, manager_port),
                 "--use-service-account-credentials=true",
-                f"--controllers={CONTROLLERS}",
+                f"--controllers={controllers}",
+                *((f"--root-ca-file={directory / 'ca.crt'}",) if pods_reach else ()),
             ],
         ),
     ]

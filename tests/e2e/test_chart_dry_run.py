@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests import tools
-from tests.e2e.conftest import ensure_namespace, wait_until
+from tests.e2e import crds
+from tests.e2e.conftest import ensure_namespace
 from tests.e2e.controlplane import Kube
 from tests.helm import CHART, render
 
@@ -30,24 +29,14 @@ PATHS = {
     "PrometheusRule": "/apis/monitoring.coreos.com/v1/namespaces/{ns}/prometheusrules",
     "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
 }
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 @pytest.fixture(scope="module")
 def monitor_crds(kube: Kube) -> None:
     """The prometheus-operator CRDs (monitors and rules) from its module, established."""
-    for path in sorted((tools.control_plane() / "crds").glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        kube.create(CRD_PATH, crd)
-        name = crd["metadata"]["name"]
-        wait_until(partial(_established, kube, name), 60, f"CRD {name} established")
+    crds.install(kube, tools.control_plane() / "crds")
     for namespace in ("exporter", "monitoring"):
         ensure_namespace(kube, namespace)
-
-
-def _established(kube: Kube, name: str) -> bool:
-    conditions = (kube.get(f"{CRD_PATH}/{name}").get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 VALUE_SETS: dict[str, tuple[dict[str, Any], bool]] = {

@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from tests import dashboard, tools
-from tests.e2e import prometheus
+from tests.e2e import crds, prometheus
 from tests.e2e.conftest import Exporter, ensure_namespace, wait_until, write_kubeconfig
 from tests.e2e.controlplane import APIError, ControlPlane, Kube, start
 from tests.helm import CHART
@@ -48,7 +48,6 @@ VALUES = CHART / "kube-prometheus-stack-values.yaml"
 PUBLISHED = "192.0.2.10"
 """The address the exporter's endpoints publish: TEST-NET-1, rewritten to 127.0.0.1."""
 MONITORING = "/apis/monitoring.coreos.com/v1"
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 @attrs.frozen
@@ -155,31 +154,12 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     started.stop()
 
 
-class _CRDLoader(yaml.SafeLoader):
-    """PyYAML's safe loader without its ``=`` value tag: a CRD enumerates "=" as a string."""
-
-
-_CRDLoader.yaml_implicit_resolvers = {
-    first: [r for r in resolvers if r[0] != "tag:yaml.org,2002:value"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
-def _established(kube: Kube, name: str) -> bool:
-    conditions = (kube.get(f"{CRD_PATH}/{name}").get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-
 @pytest.fixture(scope="module")
 def operator(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The operator's CRDs established and the operator running; yields the admin kubeconfig."""
     kube = plane.kube
     binaries = tools.prometheus_operator()
-    for path in sorted((binaries / "crds").glob("*.yaml")):
-        crd = yaml.load(path.read_text(), Loader=_CRDLoader)
-        kube.create(CRD_PATH, crd)
-        name = crd["metadata"]["name"]
-        wait_until(partial(_established, kube, name), 60, f"CRD {name} established")
+    crds.install(kube, binaries / "crds")
     ensure_namespace(kube, NAMESPACE)
     directory = tmp_path_factory.mktemp("operator")
     kubeconfig = write_kubeconfig(directory / "admin.kubeconfig", kube, kube.token)
