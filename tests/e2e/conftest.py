@@ -125,9 +125,12 @@ def stuck_objects(kube: Kube) -> None:
 
 @pytest.fixture(scope="session")
 def families_account(kube: Kube, chart_rbac: object) -> str:
-    """The chart's RBAC for a release listing devicetaintrules and pods too (the role follows)."""
+    """The chart's RBAC for a release listing devicetaintrules, pods and nodes too.
+
+    The role follows the resources.
+    """
     docs = render(
-        {"fullnameOverride": "families", "exporter": {"resources": [*RESOURCES, "pods"]}},
+        {"fullnameOverride": "families", "exporter": {"resources": [*RESOURCES, "pods", "nodes"]}},
         extra=("--namespace", CHART_NAMESPACE),
     )
     for doc in docs:

@@ -3,8 +3,9 @@
 Prometheus scrapes the exporter, which lists the real API server holding the objects of
 tests/e2e/families.py, a claim waiting for a class that matches nothing and claims waiting for
 shared NICs; a second exporter whose identity may list nothing (in list mode and in watch mode),
-and a target where nothing listens, complete the job. The rules are the chart's, rendered with
-every ``for`` at 0s.
+and a target where nothing listens, complete the job, with a fourth exporter expecting a
+driver's pool on a Node labelled for it that no pool serves. The rules are the chart's,
+rendered with every ``for`` at 0s.
 
 This module creates objects that the exact-sample tests of test_cluster.py do not expect: it
 runs after them (pytest runs the files in name order).
@@ -39,6 +40,8 @@ from tests.test_alerts import ALERTS
 pytestmark = pytest.mark.slow
 JOB = "kdraexp"
 NAMESPACE = "alerts"
+BARE_NODE = "alerts-bare"
+"""A Node no pool of the driver it is labelled for serves."""
 NEVER_EMPTY_EXCEPT: dict[str, str] = {}
 """Dashboard panels that can have no data on this cluster, with the reason."""
 
@@ -221,20 +224,38 @@ def pod_view(kube: Kube, scarce_claim: None) -> None:
 
 
 @pytest.fixture(scope="module")
+def bare_node(kube: Kube) -> Iterator[None]:
+    """A Node labelled for a driver that publishes nothing: no pool of it serves the node."""
+    kube.create(
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": BARE_NODE, "labels": {"alerts.example.com/gpu": "true"}},
+            "spec": {"unschedulable": True},
+        },
+    )
+    yield
+    kube.delete(f"/api/v1/nodes/{BARE_NODE}")
+
+
+@pytest.fixture(scope="module")
 def exporters(
     kube: Kube,
     scarce_claim: None,
     shared_nics: None,
     pod_view: None,
     stuck_objects: None,
+    bare_node: None,
     families_account: str,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[Exporter, Exporter, Exporter]]:
-    """The exporter listing everything, and two whose ServiceAccount may list nothing.
+) -> Iterator[tuple[Exporter, Exporter, Exporter, Exporter]]:
+    """The exporter listing everything, two whose ServiceAccount may list nothing, a Node view.
 
     The first is told that the network driver of tests/e2e/stuck.py hides allocated devices.
     The second lists, the third watches (with a short --max-staleness, so that its watch alerts
-    fire within the test).
+    fire within the test).  The fourth expects a pool of alerts.example.com on the nodes
+    labelled for it, and writes only what it finds missing (the others' alerts stay as they are).
     """
     directory = tmp_path_factory.mktemp("rules")
     kube.create(
@@ -251,7 +272,19 @@ def exporters(
     ):
         config = write_kubeconfig(directory / f"{name}.kubeconfig", kube, mint_token(kube, account))
         started.append(Exporter(directory / name, args + mode, {"KUBECONFIG": str(config)}))
-    yield started[0], started[1], started[2]
+    node_view = [
+        "--resources",
+        ",".join([*RESOURCES, "nodes"]),
+        "--expect-pools",
+        "alerts.example.com=alerts.example.com/gpu=true",
+        "--metric-allowlist",
+        "^kube_node_dra_pool_missing$",
+    ]
+    config = write_kubeconfig(
+        directory / "nodes.kubeconfig", kube, mint_token(kube, families_account)
+    )
+    started.append(Exporter(directory / "nodes", node_view, {"KUBECONFIG": str(config)}))
+    yield started[0], started[1], started[2], started[3]
     for exporter in started:
         assert exporter.stop() == 0
 
@@ -271,11 +304,11 @@ def chart_rules() -> dict[str, Any]:
 @pytest.fixture(scope="module", params=sorted(tools.PROMETHEUS))
 def prometheus_port(
     request: pytest.FixtureRequest,
-    exporters: tuple[Exporter, Exporter, Exporter],
+    exporters: tuple[Exporter, Exporter, Exporter, Exporter],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[int]:
     """A Prometheus of each release (tests/tools.py) on the chart's rules, scraping the job."""
-    good, refused, watch_refused = exporters
+    good, refused, watch_refused, node_view = exporters
     directory = tmp_path_factory.mktemp(f"rules-prometheus-{request.param}")
     (directory / "rules.yaml").write_text(yaml.safe_dump(chart_rules()))
     targets = [
@@ -285,6 +318,7 @@ def prometheus_port(
         refused.telemetry_port,
         watch_refused.port,  # answers 503: never synchronised
         watch_refused.telemetry_port,
+        node_view.port,
         free_port(),  # nothing listens: up is 0
     ]
     config = {
@@ -310,7 +344,7 @@ def _up(port: int) -> bool:
 
 
 def test_every_alert_fires(
-    prometheus_port: int, exporters: tuple[Exporter, Exporter, Exporter]
+    prometheus_port: int, exporters: tuple[Exporter, Exporter, Exporter, Exporter]
 ) -> None:
     """Each of the chart's alerts becomes firing, on the objects that should make it fire."""
 
@@ -322,9 +356,14 @@ def test_every_alert_fires(
                 found.setdefault(alert["labels"]["alertname"], []).append(described)
         listing = {a["resource"] for a in found.get("KubeDraExporterListErrors", ())}
         # The list-mode exporter's errors, not only the watch-mode one's, which come first.
-        return found if set(ALERTS) <= set(found) and "resourceclaims" in listing else None
+        missing[:] = sorted(set(ALERTS) - set(found))
+        return found if not missing and "resourceclaims" in listing else None
 
-    alerts = wait_until(firing, 90, "every alert firing")
+    missing: list[str] = []
+    try:
+        alerts = wait_until(firing, 90, "every alert firing")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; not firing: {missing}") from None
     assert {
         (a["namespace"], a["resourceclaim_name"]) for a in alerts["DRAResourceClaimPendingTooLong"]
     } == {
@@ -383,6 +422,9 @@ def test_every_alert_fires(
     assert (unprepared["pod"], unprepared["node_name"]) == ("unprepared", stuck.NODE)
     assert unprepared["description"].endswith(f"Drivers of its claims: {stuck.NIC_DRIVER}.")
     assert "DRAResourceClaimUnsatisfiable" not in in_stuck  # the pending claim is feasible
+    assert {(a["node_name"], a["driver"]) for a in alerts["DRANodePoolMissing"]} == {
+        (BARE_NODE, "alerts.example.com")
+    }
 
 
 def test_every_dashboard_query_answers(prometheus_port: int) -> None:
