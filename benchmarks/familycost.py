@@ -43,6 +43,7 @@ WATCHED = (
     "kube_resourceclaim_allocation_orphaned",
     "kube_resourceclaim_allocation_binding",
     "kube_resourceclaim_allocation_binding_failed",
+    "kube_resourceclaim_allocation_node_info",
     "kube_resourceclaim_labels",
     "kube_resourceclaim_annotations",
 )

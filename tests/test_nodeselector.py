@@ -140,3 +140,17 @@ def test_an_allocation_names_its_node_or_its_nodes() -> None:
         "node_name",
         "selector",
     ) == {("one", "a", "name=a"): 1.0, ("several", "", _read(RACK).text): 1.0}
+
+
+def test_one_selector_read_once() -> None:
+    """Claims on one node carry the same selector: read once, its text and node with it."""
+    one_node = _selector(
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-7"]}]}
+    )
+    first, again = _read(one_node), _read(one_node)
+    assert first is again
+    assert (first.node, first.text) == ("gpu-7", "name=gpu-7")
+    unreadable = _selector({"matchFields": [{"key": "x", "operator": "In"}]})
+    for _ in range(2):  # refused each time it is read, never kept as something read
+        with pytest.raises(Unreadable):
+            _read(unreadable)

@@ -9,6 +9,7 @@ requirements matches no node; ``matchFields`` name ``metadata.name`` only.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 
@@ -84,9 +85,22 @@ class Requirement:
 
 @attrs.frozen
 class NodeSelector:
-    """A node selector, read: its terms, each a tuple of requirements."""
+    """A node selector, read: its terms, each a tuple of requirements.
+
+    Its :attr:`text` and :attr:`node` are worked out once: the same selector (every claim
+    allocated on one node carries it) is read once and shared (:func:`read`).
+    """
 
     terms: tuple[tuple[Requirement, ...], ...]
+    text: str = attrs.field(init=False, eq=False, repr=False)
+    """Terms joined by `` || ``, each term's requirements by ``, ``."""
+    node: str = attrs.field(init=False, eq=False, repr=False)
+    """The one node it names (a single term: ``metadata.name`` in one name), else ""."""
+
+    def __attrs_post_init__(self) -> None:
+        text = " || ".join(", ".join(r.text for r in term) for term in self.terms)
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "node", _one_node(self.terms))
 
     def matches(self, name: str, labels: Mapping[str, str]) -> bool:
         """Whether the node *name* with *labels* is one it selects."""
@@ -95,28 +109,36 @@ class NodeSelector:
             for term in self.terms
         )
 
-    @property
-    def text(self) -> str:
-        """Terms joined by `` || ``, each term's requirements by ``, ``."""
-        return " || ".join(", ".join(r.text for r in term) for term in self.terms)
 
-    @property
-    def node(self) -> str:
-        """The one node it names (a single term: ``metadata.name`` in one name), else ""."""
-        if len(self.terms) == 1 and len(self.terms[0]) == 1:
-            (only,) = self.terms[0]
-            if only.field and only.operator == "In" and len(only.values) == 1:
-                return only.values[0]
-        return ""
+def _one_node(terms: tuple[tuple[Requirement, ...], ...]) -> str:
+    if len(terms) == 1 and len(terms[0]) == 1:
+        (only,) = terms[0]
+        if only.field and only.operator == "In" and len(only.values) == 1:
+            return only.values[0]
+    return ""
 
 
 def read(raw: msgspec.Raw) -> NodeSelector | None:
     """The node selector of *raw* (a field's undecoded JSON); None when absent or null.
 
+    The last :data:`KEPT` read are kept by their JSON: claims allocated on one node, and a
+    driver's slices, repeat the same selector.
+
     :raises Unreadable: for one that is not a node selector (an unknown operator, a field
         other than ``metadata.name``, a requirement without a key).
     """
-    if not raw or bytes(raw) == b"null":
+    if not raw:
+        return None
+    return _read(bytes(raw))
+
+
+KEPT = 1024
+"""Selectors kept by their JSON (a few hundred bytes each)."""
+
+
+@functools.lru_cache(maxsize=KEPT)
+def _read(raw: bytes) -> NodeSelector | None:
+    if raw == b"null":
         return None
     try:
         decoded = _DECODER.decode(raw)
