@@ -15,6 +15,7 @@ from tests.e2e.conftest import (
     Exporter,
     ensure_namespace,
     mint_token,
+    scrape,
     wait_until,
     write_kubeconfig,
 )
@@ -220,6 +221,8 @@ def test_many_pages(kube: Kube, dra_objects: None, service_account: str, tmp_pat
     config = write_kubeconfig(tmp_path / "kubeconfig", kube, mint_token(kube, service_account))
     exporter = Exporter(tmp_path / "run", ["--page-size", "7"], {"KUBECONFIG": str(config)})
     try:
+        # The collection made at start lists the claims too: counted from when it has ended.
+        wait_until(lambda: scrape(exporter.port, "/readyz")[0] == 200, 60, "the exporter ready")
         before = _claim_lists(kube)
         code, body = exporter.scrape()
         pages = _claim_lists(kube) - before
