@@ -36,10 +36,7 @@ def measure(devices: int, scrapes: int, directory: Path) -> dict[str, Any]:
         list_rss = listing.peak_rss()
         watching = Run(devices, directory / "watch", ["--mode", "watch"], api=listing)
         runs.append(watching)
-        started = time.monotonic()
-        while get(watching.port, "/readyz")[0] != 200:
-            time.sleep(0.02)
-        synced = time.monotonic() - started
+        synced = watching.start_seconds  # Run waits for /readyz: synchronised, in watch mode
         watching.scrape()
         before = listing.list_requests()
         calm_watch = [watching.scrape() for _ in range(scrapes)]
