@@ -67,3 +67,22 @@ def query(port: int, promql: str) -> list[dict[str, Any]]:
     """An instant query's result."""
     result: list[dict[str, Any]] = api(port, "query", query=promql)["result"]
     return result
+
+
+def operator_generated(text: str, name: str, kubeconfig: Path, rules: Path) -> dict[str, Any]:
+    """The Prometheus Operator's generated configuration, as a Prometheus outside a pod runs it.
+
+    *text* is what the operator wrote for the Prometheus resource *name*: ``$(SHARD)`` and
+    ``$(POD_NAME)`` filled in (shard 0, the StatefulSet's first pod), the rule files where they
+    were written (*rules*), the cluster found through *kubeconfig* (the generated one assumes
+    in-cluster), no Alertmanager (none runs).
+    """
+    config: dict[str, Any] = yaml.safe_load(
+        text.replace("$(SHARD)", "0").replace("$(POD_NAME)", f"prometheus-{name}-0")
+    )
+    config["rule_files"] = [str(rules / "*.yaml")]
+    config.pop("alerting", None)
+    for scrape in config["scrape_configs"]:
+        for discovery in scrape.get("kubernetes_sd_configs", ()):
+            discovery["kubeconfig_file"] = str(kubeconfig)
+    return config

@@ -138,6 +138,16 @@ def samples(body: str, family: str) -> list[dict[str, str]]:
     ]
 
 
+def sample_values(body: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """The samples named *name* (``_total`` and all) of an exposition: (labels, value)."""
+    return [
+        (dict(sample.labels), sample.value)
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+        if sample.name == name
+    ]
+
+
 def values(body: str, family: str) -> list[tuple[dict[str, str], float]]:
     return [
         (dict(sample.labels), sample.value)

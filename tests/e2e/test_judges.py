@@ -52,7 +52,6 @@ from functools import partial
 from typing import Any, TypeVar
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
 from tests.e2e.simulated import Simulated, ensure, start_simulated
@@ -65,6 +64,7 @@ from tests.e2e.simworld import (
     gpu,
     pod,
     pool_slice,
+    sample_values,
     samples,
 )
 
@@ -203,21 +203,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
         simulated.stop()
 
 
-def values(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """Each sample of metric *name* in a Prometheus text exposition: (labels, value)."""
-    return [
-        (dict(sample.labels), sample.value)
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name
-    ]
-
-
 def controller_claims(simulated: Simulated) -> Counter[tuple[str, str, str]]:
     """kube-controller-manager's claims by (allocated, admin_access, source)."""
     text = simulated.metrics("kube-controller-manager")
     counts: Counter[tuple[str, str, str]] = Counter()
-    for labels, value in values(text, "dynamic_resource_allocation_resource_claims"):
+    for labels, value in sample_values(text, "dynamic_resource_allocation_resource_claims"):
         counts[labels["allocated"], labels["admin_access"], labels["source"]] += int(value)
     return counts
 
@@ -266,11 +256,12 @@ def comparable(counts: Counter[tuple[str, str, str]]) -> Counter[tuple[str, str,
 def scheduler_counts(simulated: Simulated) -> dict[str, int]:
     text = simulated.metrics("kube-scheduler")
     queues = {
-        labels["queue"]: int(value) for labels, value in values(text, "scheduler_pending_pods")
+        labels["queue"]: int(value)
+        for labels, value in sample_values(text, "scheduler_pending_pods")
     }
     rejected = sum(
         int(value)
-        for labels, value in values(text, "scheduler_unschedulable_pods")
+        for labels, value in sample_values(text, "scheduler_unschedulable_pods")
         if labels["plugin"] == "DynamicResources"
     )
     return {
@@ -301,12 +292,12 @@ def apiserver_counts(simulated: Simulated) -> dict[str, tuple[int, int]]:
     text = simulated.metrics("kube-apiserver")
     new = {
         labels["resource"]: int(value)
-        for labels, value in values(text, "apiserver_resource_objects")
+        for labels, value in sample_values(text, "apiserver_resource_objects")
         if labels["group"] == "resource.k8s.io"
     }
     old = {
         labels["resource"]: int(value)
-        for labels, value in values(text, "apiserver_storage_objects")
+        for labels, value in sample_values(text, "apiserver_storage_objects")
         if labels["resource"].endswith(".resource.k8s.io")
     }
     return {kind: (new[kind], old[f"{kind}.resource.k8s.io"]) for kind in KINDS}

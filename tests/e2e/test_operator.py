@@ -312,19 +312,11 @@ def _publish(kube: Kube, exporter: Exporter, setup: Setup) -> None:
 def runnable(text: str, kubeconfig: Path, rules: Path, setup: Setup) -> dict[str, Any]:
     """The operator's configuration as a Prometheus outside a pod can run it.
 
-    ``$(SHARD)`` and ``$(POD_NAME)`` filled in (shard 0 of 1, the StatefulSet's first pod), a
-    kubeconfig for service discovery (the generated one assumes in-cluster), the rule files
-    where they were written, no Alertmanager (none runs), and at the end of every scrape
+    As :func:`~tests.e2e.prometheus.operator_generated` makes it, and at the end of every scrape
     configuration the relabeling to loopback that keeps loopback targets only.
     """
-    config: dict[str, Any] = yaml.safe_load(
-        text.replace("$(SHARD)", "0").replace("$(POD_NAME)", f"prometheus-{setup.prometheus}-0")
-    )
-    config["rule_files"] = [str(rules / "*.yaml")]
-    config.pop("alerting", None)
+    config = prometheus.operator_generated(text, setup.prometheus, kubeconfig, rules)
     for scrape in config["scrape_configs"]:
-        for discovery in scrape.get("kubernetes_sd_configs", ()):
-            discovery["kubeconfig_file"] = str(kubeconfig)
         scrape.setdefault("relabel_configs", []).extend(
             [
                 {

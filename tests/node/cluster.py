@@ -21,22 +21,21 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests import tools
-from tests.e2e.conftest import write_kubeconfig
+from tests.e2e.conftest import wait_until, write_kubeconfig
 from tests.e2e.controlplane import APIError, Kube
 from tests.e2e.simulated import Simulated, start_simulated
+from tests.helm import CHART
 from tests.node import host
 from tests.processes import free_port
 
-T = TypeVar("T")
 NODE = "kdraexp-node"
 """The Node's name."""
 SERVICES = "10.0.0.0/24"
@@ -46,17 +45,6 @@ PAUSE = "registry.k8s.io/pause:3.10.1"
 READY_TIMEOUT = 120.0
 BODY_LIMIT = 256 * 1024 * 1024
 """The most read of one answer: a 64,000-device exposition is about 160 MiB."""
-
-
-def wait_until(condition: Callable[[], T | None], limit: float, what: str) -> T:
-    """Poll *condition* until it returns something truthy, at most *limit* seconds."""
-    deadline = time.monotonic() + limit
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what}: not within {limit:g}s"
-        time.sleep(0.2)
 
 
 def http_get(url: str, timeout: float = 30.0, gzipped: bool = False) -> tuple[int, bytes]:
@@ -74,16 +62,6 @@ def http_get(url: str, timeout: float = 30.0, gzipped: bool = False) -> tuple[in
             body = inflating.read(BODY_LIMIT + 1)
         assert len(body) <= BODY_LIMIT, f"{url} inflated to more than {BODY_LIMIT} bytes"
     return code, body
-
-
-def sample_values(body: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """The samples named *name* (``_total`` and all) of an exposition: (labels, value)."""
-    return [
-        (dict(sample.labels), sample.value)
-        for family in text_string_to_metric_families(body)
-        for sample in family.samples
-        if sample.name == name
-    ]
 
 
 @attrs.define
@@ -111,6 +89,25 @@ class Node:
         )
         assert done.returncode == 0, f"helm {' '.join(args)}: {done.stderr.strip()[-2000:]}"
         return done.stdout
+
+    def install(self, release: str, namespace: str, *args: str) -> None:
+        """The chart installed as *release* in *namespace* (made if missing), its pods Ready.
+
+        *args* are helm's (values).  helm waits three minutes and says what it waited for.
+        """
+        self.helm(
+            "install",
+            release,
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--create-namespace",
+            *args,
+            "--wait",
+            "--timeout",
+            "180s",
+            timeout=240.0,
+        )
 
     def pod(self, namespace: str, name: str) -> dict[str, Any]:
         found: dict[str, Any] = self.kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")

@@ -15,9 +15,10 @@ from typing import Any
 
 import attrs
 
+from tests.e2e.conftest import wait_until
 from tests.e2e.controlplane import APIError, Kube
 from tests.node import host
-from tests.node.cluster import NODE, PAUSE, Node, wait_until
+from tests.node.cluster import NODE, PAUSE, Node
 
 NAME = "test-driver.cdi.k8s.io"
 """The driver's name, its slices' ``spec.driver``."""

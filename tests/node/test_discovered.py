@@ -30,11 +30,12 @@ import yaml
 
 from tests import dashboard, tools
 from tests.e2e import crds, prometheus
+from tests.e2e.conftest import wait_until
 from tests.e2e.controlplane import APIError
 from tests.e2e.test_operator import Setup, prometheus_cr
 from tests.helm import CHART
 from tests.node import driver, host
-from tests.node.cluster import Node, wait_until
+from tests.node.cluster import Node
 from tests.node.driver import Driver
 from tests.processes import free_port
 
@@ -103,11 +104,8 @@ def installed(node: Node, operator: subprocess.Popen[bytes]) -> Iterator[None]:
     the rules evaluated every :data:`INTERVAL` (30 s by default), the exporter's timeout below
     the scrape's, as the chart requires: values of the chart and of kube-prometheus-stack.
     """
-    node.helm(
-        "install",
+    node.install(
         EXPORTER,
-        str(CHART),
-        "--namespace",
         NAMESPACE,
         "-f",
         str(CHART / "kube-prometheus-stack-values.yaml"),
@@ -119,9 +117,6 @@ def installed(node: Node, operator: subprocess.Popen[bytes]) -> Iterator[None]:
         f"prometheus.servicemonitor.scrapeTimeout={INTERVAL}",
         "--set",
         "exporter.timeout=4",
-        "--wait",
-        "--timeout",
-        "180s",
     )
     for release in VERSIONS:
         node.kube.create(
@@ -192,24 +187,6 @@ def generated(
     return (text, files) if any(EXPORTER in key for key in files) else None
 
 
-def runnable(text: str, name: str, kubeconfig: Path, rules: Path) -> dict[str, Any]:
-    """The operator's configuration as its pod would run it.
-
-    Shard 0, the StatefulSet's first pod, the rule files where they were written, the cluster
-    found through a kubeconfig (the generated one assumes in-cluster), no Alertmanager (none
-    runs).
-    """
-    config: dict[str, Any] = yaml.safe_load(
-        text.replace("$(SHARD)", "0").replace("$(POD_NAME)", f"prometheus-{name}-0")
-    )
-    config["rule_files"] = [str(rules / "*.yaml")]
-    config.pop("alerting", None)
-    for scrape in config["scrape_configs"]:
-        for discovery in scrape.get("kubernetes_sd_configs", ()):
-            discovery["kubeconfig_file"] = str(kubeconfig)
-    return config
-
-
 def test_prometheus_finds_scrapes_and_alerts(
     node: Node,
     operator: subprocess.Popen[bytes],
@@ -244,7 +221,7 @@ def test_prometheus_finds_scrapes_and_alerts(
                 if EXPORTER in key
                 for group in yaml.safe_load(value)["groups"]
             )
-            config = runnable(text, name, node.kubeconfig, rules)
+            config = prometheus.operator_generated(text, name, node.kubeconfig, rules)
             ports[release] = running.enter_context(
                 prometheus.serve(binaries(), config, tmp_path / release)
             )

@@ -22,10 +22,10 @@ from typing import Any
 import attrs
 import pytest
 
-from tests.e2e.simworld import samples
-from tests.helm import CHART
+from tests.e2e.conftest import wait_until
+from tests.e2e.simworld import sample_values, samples
 from tests.node import driver
-from tests.node.cluster import NODE, Node, http_get, sample_values, wait_until
+from tests.node.cluster import NODE, Node, http_get
 from tests.node.driver import Driver
 
 pytestmark = pytest.mark.slow
@@ -58,18 +58,11 @@ class View:
 def view(node: Node) -> Iterator[View]:
     """The chart installed with pods listed (the Pod view), and the claims' namespace."""
     resources = "{resourceclaims,resourceslices,deviceclasses,pods}"
-    node.helm(
-        "install",
+    node.install(
         RELEASE,
-        str(CHART),
-        "--namespace",
         NAMESPACE,
-        "--create-namespace",
         "--set",
         f"exporter.resources={resources}",
-        "--wait",
-        "--timeout",
-        "180s",
     )
     node.kube.create(
         "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WORK}}

@@ -24,9 +24,10 @@ import attrs
 import pytest
 import yaml
 
-from tests.e2e.simworld import samples
+from tests.e2e.conftest import wait_until
+from tests.e2e.simworld import sample_values, samples
 from tests.helm import CHART
-from tests.node.cluster import Node, http_get, sample_values, wait_until
+from tests.node.cluster import Node, http_get
 
 pytestmark = pytest.mark.slow
 NAMESPACE = "kdraexp"
@@ -49,17 +50,7 @@ def installed(node: Node) -> Iterator[None]:
         "/apis/resource.k8s.io/v1/deviceclasses",
         {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": CLASS}},
     )
-    node.helm(
-        "install",
-        RELEASE,
-        str(CHART),
-        "--namespace",
-        NAMESPACE,
-        "--create-namespace",
-        "--wait",
-        "--timeout",
-        "180s",
-    )
+    node.install(RELEASE, NAMESPACE)
     yield
     node.helm("uninstall", RELEASE, "--namespace", NAMESPACE)
     node.kube.delete(f"/apis/resource.k8s.io/v1/deviceclasses/{CLASS}")

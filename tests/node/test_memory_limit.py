@@ -25,9 +25,9 @@ import attrs
 import pytest
 import yaml
 
-from tests.helm import CHART
+from tests.e2e.conftest import wait_until
 from tests.node import host
-from tests.node.cluster import Node, http_get, memory_cgroup, wait_until
+from tests.node.cluster import Node, http_get, memory_cgroup
 from tests.processes import free_port
 
 pytestmark = pytest.mark.slow
@@ -130,17 +130,11 @@ def sized(
     }
     path = tmp_path_factory.mktemp("sized") / "values.yaml"
     path.write_text(yaml.safe_dump(values))
-    node.helm(
-        "install",
+    node.install(
         RELEASE,
-        str(CHART),
-        "--namespace",
         NAMESPACE,
         "-f",
         str(path),
-        "--wait",
-        "--timeout",
-        "180s",
     )
     yield
     node.helm("uninstall", RELEASE, "--namespace", NAMESPACE)
