@@ -111,6 +111,8 @@ def request_policy(value: Any) -> RequestPolicy:
         bounds = bounds or {}
         texts = [bounds.get(key) for key in ("min", "max", "step")]
         low, high, step = (None if text is None else quantity(text) for text in texts)
+        if step == 0:  # the API refuses it on a new slice; one stored before may have it
+            raise Unreadable("validRange step: must be greater than zero")
         return RequestPolicy(
             None if default is None else quantity(default),
             "validRange" in value and value["validRange"] is not None,
