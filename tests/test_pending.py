@@ -735,8 +735,9 @@ def test_a_policy_the_exporter_cannot_judge_costs_its_device_not_the_scrape(
 ) -> None:
     """Request policies no arithmetic can judge: the collection is made and written.
 
-    A step of zero is reported as the invalid value it is, and its device is judged without
-    the policy it cannot read; the others are judged, refused where the amount is beyond them.
+    A step of zero, and a capacity too many steps from min without a default, are reported as
+    invalid values, and their devices judged without the policy; the tiny default is judged,
+    a device holding more shares of it than a float counts.
     """
     slices = [pool_slice(k, [made], pool=k, driver=NIC_DRIVER) for k, made in HOSTILE.items()]
     classes = [classy(k, f"device.attributes['{NIC_DRIVER}'].kind == '{k}'") for k in HOSTILE]
@@ -744,6 +745,8 @@ def test_a_policy_the_exporter_cannot_judge_costs_its_device_not_the_scrape(
     written = collect(slices=slices, claims=claims, classes=classes)
     assert set(reasons(written)) == {(kind, "gpu") for kind in HOSTILE}
     assert samples(written)["kube_resourcepool_allocatable_devices"]
-    (problem,) = written.problems
-    assert (problem.resource, problem.field) == ("resourceslices", "capacity")
-    assert problem.message.endswith("validRange step: must be greater than zero")
+    zero, huge = written.problems
+    assert (zero.resource, zero.field) == ("resourceslices", "capacity")
+    assert zero.message.endswith("validRange step: must be greater than zero")
+    assert (huge.resource, huge.field) == ("resourceslices", "capacity")
+    assert "more steps of 1e-09 from min than can be counted" in huge.message

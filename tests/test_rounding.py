@@ -209,6 +209,16 @@ def test_a_policy_that_cannot_be_read(raw: Any, problem: str) -> None:
         gated.request_policy(raw)
 
 
+def test_a_capacity_no_step_count_reaches_needs_a_default() -> None:
+    """A request naming it not consumes all of it: too many steps from min, it cannot be judged."""
+    raw = {"validRange": {"min": "0", "step": "1n"}}
+    with pytest.raises(gated.Unreadable, match=r"the capacity 1e\+300 is more steps of 1e-09"):
+        gated.request_policy(raw, 1e300)
+    assert gated.request_policy(raw, 1e299).step == 1e-9
+    assert gated.request_policy({**raw, "default": "1"}, 1e300).default == 1
+    assert gated.request_policy({"validRange": {"step": "1n"}}, 1e300).min is None
+
+
 def test_thousandths_as_the_allocator_works_them() -> None:
     """``useMilli``: every bound a whole number of thousandths within an int64, the step 1m+."""
     assert policy(valid_range={"min": "200m", "max": "1", "step": "100m"}).milli

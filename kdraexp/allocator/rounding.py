@@ -86,7 +86,7 @@ def _round_up_range(policy: RequestPolicy, low: float, asked: float) -> float | 
     scale = 1000 if policy.milli else 1
     if asked * scale > _INT64 or (policy.milli and not _whole(asked * scale)):
         return None
-    steps = _steps(asked - low, policy.step)
+    steps = policy.steps(asked)
     if steps is None:
         return None
     steps = math.ceil(steps - _CLOSE)
@@ -102,7 +102,7 @@ def refuses(policy: RequestPolicy, amount: float) -> bool:
         if policy.max is not None and amount > policy.max * (1 + _CLOSE):
             return True
         if policy.step is not None and policy.min is not None:
-            steps = _steps(amount - policy.min, policy.step)
+            steps = policy.steps(amount)
             return steps is None or not _whole(steps)
         return False
     if policy.values:
@@ -123,17 +123,6 @@ def room(device: DeviceFacts, need: Mapping[str, float], used: Mapping[str, floa
         if amount - (capacities[name] - used.get(name, 0.0)) > _CLOSE * max(1.0, amount):
             return False
     return True
-
-
-def _steps(span: float, step: float) -> float | None:
-    """How many *step* make *span*; None when no float says it (a step of zero, too many).
-
-    The allocator cannot judge such an amount either: past an int64 its arithmetic wraps.
-    """
-    if step <= 0:
-        return None
-    steps = span / step
-    return steps if math.isfinite(steps) else None
 
 
 def _whole(number: float) -> bool:
