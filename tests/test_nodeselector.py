@@ -69,6 +69,31 @@ def test_terms_are_alternatives_and_requirements_all_hold(
     assert _read(RACK).matches(name, labels) is selected
 
 
+@pytest.mark.parametrize(
+    ("operator", "bound", "label", "selected"),
+    [
+        ("Gt", "64", "128", True),
+        ("Gt", "64", "+128", True),
+        ("Gt", "64", "000128", True),
+        ("Gt", "64", "1_28", False),  # Python reads 128; strconv.ParseInt reads nothing
+        ("Gt", "64", " 128", False),
+        ("Gt", "64", "\u0661\u0662\u0668", False),  # Arabic-Indic digits
+        ("Gt", "64", "99999999999999999999", False),  # past an int64
+        ("Gt", "64", "9223372036854775807", True),
+        ("Lt", "64", "-9223372036854775808", True),
+        ("Lt", "64", "-9223372036854775809", False),
+        ("Lt", "1_00", "5", False),  # a bound read as nothing matches nothing
+        ("Lt", "-1", "-2", True),
+    ],
+)
+def test_gt_and_lt_read_integers_as_go_does(
+    operator: str, bound: str, label: str, selected: bool
+) -> None:
+    """``Gt`` and ``Lt`` read the label and the bound as ``strconv.ParseInt(v, 10, 64)``."""
+    term = {"matchExpressions": [{"key": "cores", "operator": operator, "values": [bound]}]}
+    assert _read(_selector(term)).matches("n1", {"cores": label}) is selected
+
+
 def test_a_term_without_requirements_matches_no_node() -> None:
     assert not _read(_selector({})).matches("n1", {})
     assert not _read(_selector()).matches("n1", {})

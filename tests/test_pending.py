@@ -717,3 +717,36 @@ def test_one_device_reaches_as_the_most_says(needs: list[Any], total: float) -> 
         )
         usable.append((pool, facts))
     assert pending._reaches(usable, 1) == (pending._most(usable) >= 1)
+
+
+HOSTILE = {
+    # a step of zero: the API refuses it on a new slice, one stored before may keep it
+    "zero": nic("zero", "100G", default="10G", validRange={"min": "10G", "step": "0"}),
+    # a capacity beyond any step count, no default: a request naming none consumes all of it
+    "huge": nic("huge", "1e300", validRange={"min": "0", "step": "1n"}),
+    # a default of one nano of 1e300: more shares than a float counts
+    "tiny": nic("tiny", "1e300", default="1n", validRange={"min": "1n", "step": "1n"}),
+}
+
+
+@pytest.mark.parametrize("fields", [{}, bandwidth("15G"), bandwidth("1e299")])
+def test_a_policy_the_exporter_cannot_judge_costs_its_device_not_the_scrape(
+    fields: dict[str, Any],
+) -> None:
+    """Request policies no arithmetic can judge: the collection is made and written.
+
+    A step of zero, and a capacity too many steps from min without a default, are reported as
+    invalid values, and their devices judged without the policy; the tiny default is judged,
+    a device holding more shares of it than a float counts.
+    """
+    slices = [pool_slice(k, [made], pool=k, driver=NIC_DRIVER) for k, made in HOSTILE.items()]
+    classes = [classy(k, f"device.attributes['{NIC_DRIVER}'].kind == '{k}'") for k in HOSTILE]
+    claims = [new_claim(kind, None, requests=[request(kind, **fields)]) for kind in HOSTILE]
+    written = collect(slices=slices, claims=claims, classes=classes)
+    assert set(reasons(written)) == {(kind, "gpu") for kind in HOSTILE}
+    assert samples(written)["kube_resourcepool_allocatable_devices"]
+    zero, huge = written.problems
+    assert (zero.resource, zero.field) == ("resourceslices", "capacity")
+    assert zero.message.endswith("validRange step: must be greater than zero")
+    assert (huge.resource, huge.field) == ("resourceslices", "capacity")
+    assert "more steps of 1e-09 from min than can be counted" in huge.message

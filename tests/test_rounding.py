@@ -12,8 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kdraexp.allocator.facts import DeviceFacts
+from kdraexp.allocator.headroom import shares
 from kdraexp.allocator.rounding import consumed, consumption, fits, refuses
 from kdraexp.dra import gated
 from kdraexp.families.resourceslice import D
@@ -198,11 +201,22 @@ def test_what_is_left_must_cover_the_rounded_amount() -> None:
         ({"validValues": "10G"}, "validValues: expected a list"),
         ({"default": "ten"}, "not a Kubernetes quantity"),
         ({"validRange": {"min": "-1"}}, "a negative amount"),
+        ({"validRange": {"min": "1", "step": "0"}}, "step: must be greater than zero"),
     ],
 )
 def test_a_policy_that_cannot_be_read(raw: Any, problem: str) -> None:
     with pytest.raises(gated.Unreadable, match=problem):
         gated.request_policy(raw)
+
+
+def test_a_capacity_no_step_count_reaches_needs_a_default() -> None:
+    """A request naming it not consumes all of it: too many steps from min, it cannot be judged."""
+    raw = {"validRange": {"min": "0", "step": "1n"}}
+    with pytest.raises(gated.Unreadable, match=r"the capacity 1e\+300 is more steps of 1e-09"):
+        gated.request_policy(raw, 1e300)
+    assert gated.request_policy(raw, 1e299).step == 1e-9
+    assert gated.request_policy({**raw, "default": "1"}, 1e300).default == 1
+    assert gated.request_policy({"validRange": {"step": "1n"}}, 1e300).min is None
 
 
 def test_thousandths_as_the_allocator_works_them() -> None:
@@ -211,3 +225,52 @@ def test_thousandths_as_the_allocator_works_them() -> None:
     assert policy(valid_range={"min": "1", "max": "3", "step": "1"}).milli
     assert not policy(valid_range={"min": TOO_BIG_FOR_MILLI, "step": "1"}).milli
     assert not policy(valid_range={"min": "1", "step": "1u"}).milli
+
+
+QUANTITIES = st.one_of(
+    st.sampled_from(["0", "1n", "1m", "1", "1e-300", "1e300", "9223372036854775807", "8Ei"]),
+    st.builds(
+        "{}{}e{}".format,
+        st.sampled_from(["", "-"]),
+        st.decimals(0, 10**6, places=3, allow_nan=False).map(str),
+        st.integers(-400, 400),
+    ),
+)
+"""Amounts as quantities: zero, the smallest, the largest a float holds, negative, and others."""
+POLICIES = st.fixed_dictionaries(
+    {},
+    optional={
+        "default": QUANTITIES,
+        "validRange": st.fixed_dictionaries(
+            {}, optional={"min": QUANTITIES, "max": QUANTITIES, "step": QUANTITIES}
+        ),
+        "validValues": st.lists(QUANTITIES, max_size=3).map(sorted),
+    },
+)
+
+
+def read(text: str) -> float | None:
+    try:
+        return gated.quantity(text)
+    except gated.Unreadable:
+        return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(raw=POLICIES, value=QUANTITIES, asked=st.none() | QUANTITIES, used=QUANTITIES)
+def test_no_policy_or_amount_raises(
+    raw: dict[str, Any], value: str, asked: str | None, used: str
+) -> None:
+    """Whatever a slice and a claim say, judging a device is an answer, never an exception."""
+    try:
+        read_policy = gated.request_policy(raw)
+    except gated.Unreadable:
+        return  # reported as an invalid value; the capacity is judged without it
+    capacity, taken = read(value), read(used)
+    if capacity is None or taken is None:
+        return
+    device = nic({"bandwidth": value}, bandwidth=read_policy)
+    wants = {} if asked is None or read(asked) is None else {"bandwidth": read(asked) or 0.0}
+    fits(device, wants, {"bandwidth": taken})
+    fits(device, wants, {"bandwidth": capacity + taken + 1e308})
+    shares(device, {"bandwidth": taken})

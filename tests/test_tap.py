@@ -120,6 +120,27 @@ def test_values() -> None:
         ),
         (["--nope"], "option --nope not recognized"),
         (
+            ["--resources", "resourceslices,nodes", "--expect-pools", "gpu.nvidia.com=,,,"],
+            "--expect-pools 'gpu.nvidia.com=,,,': found ',', expected: !, identifier, or "
+            "'end of string'",
+        ),
+        (
+            ["--resources", "resourceslices,nodes", "--expect-pools", "gpu.nvidia.com=cores>1_0"],
+            "--expect-pools 'gpu.nvidia.com=cores>1_0': unable to parse requirement: "
+            "values[0]: Invalid value: '1_0': for 'Gt', 'Lt' operators, the value must be an "
+            "integer",
+        ),
+        (
+            [
+                "--resources",
+                "resourceslices,nodes",
+                "--expect-pools",
+                "gpu.nvidia.com=gpu notin (a b)",
+            ],
+            "--expect-pools 'gpu.nvidia.com=gpu notin (a b)': unable to parse requirement: "
+            "found 'b', expected: ',' or ')'",
+        ),
+        (
             ["--listen", ":8081"],
             "--listen ':8081' and --telemetry-listen ':8081' take the same port: "
             "give them different ones",

@@ -87,15 +87,19 @@ def shares(device: DeviceFacts, used: Mapping[str, float]) -> float:
     """How many more requests naming no capacity a device allowing several still takes.
 
     Each consumes every capacity's default (its request policy's, else the whole capacity); a
-    capacity of which such a request consumes nothing bounds nothing (+Inf when none does).
+    capacity of which such a request consumes nothing bounds nothing (+Inf when none does), nor
+    does one holding more of them than a float counts.
     """
     fits = math.inf
     for name, value in (device.capacities or {}).items():
         need = (device.defaults or {}).get(name, value)
         if need <= 0:
             continue
-        left = value - used.get(name, 0.0)
-        fits = min(fits, max(0.0, math.floor(left / need + 1e-9)))
+        left = (value - used.get(name, 0.0)) / need + 1e-9
+        if left < 1:
+            return 0.0
+        if left < math.inf:
+            fits = min(fits, math.floor(left))
     return fits
 
 

@@ -31,7 +31,7 @@ from kdraexp.allocator.facts import (
     SliceFacts,
 )
 from kdraexp.dra.gated import kept
-from kdraexp.dra.nodeselector import LabelSelector
+from kdraexp.dra.labelselector import LabelSelector
 from kdraexp.dra.problems import Problems
 from kdraexp.util.labels import GroupValues
 from kdraexp.util.turns import Turns

@@ -76,7 +76,8 @@ def _round_up_range(policy: RequestPolicy, low: float, asked: float) -> float | 
     """*asked* up to ``min``, then up to the next step from it.
 
     None where the allocator cannot represent the request or its rounding (past an int64, or
-    of thousandths, when it works in them): it gives up the claim then.
+    of thousandths, when it works in them): it gives up the claim then.  None too for a step
+    no arithmetic can round by (not above zero, which the API refuses).
     """
     if asked <= low:
         return low
@@ -85,7 +86,10 @@ def _round_up_range(policy: RequestPolicy, low: float, asked: float) -> float | 
     scale = 1000 if policy.milli else 1
     if asked * scale > _INT64 or (policy.milli and not _whole(asked * scale)):
         return None
-    steps = math.ceil((asked - low) / policy.step - _CLOSE)
+    steps = policy.steps(asked)
+    if steps is None:
+        return None
+    steps = math.ceil(steps - _CLOSE)
     rounded = low + steps * policy.step
     return None if rounded * scale > _INT64 else rounded
 
@@ -98,7 +102,8 @@ def refuses(policy: RequestPolicy, amount: float) -> bool:
         if policy.max is not None and amount > policy.max * (1 + _CLOSE):
             return True
         if policy.step is not None and policy.min is not None:
-            return not _whole((amount - policy.min) / policy.step)
+            steps = policy.steps(amount)
+            return steps is None or not _whole(steps)
         return False
     if policy.values:
         return not any(_close(amount, valid) for valid in policy.values)

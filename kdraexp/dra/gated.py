@@ -7,6 +7,7 @@ each value it cannot, so one odd value costs that value alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -92,11 +93,24 @@ class RequestPolicy(msgspec.Struct, frozen=True, gc=False):
         """Whether it rounds or refuses a request (a ``default`` alone does neither)."""
         return self.ranged or bool(self.values)
 
+    def steps(self, amount: float) -> float | None:
+        """How many ``step`` *amount* is from ``min``; None when no float counts them.
 
-def request_policy(value: Any) -> RequestPolicy:
-    """A capacity's ``requestPolicy`` map.
+        The allocator cannot judge such an amount either: past an int64 its arithmetic wraps.
+        None too without a step above zero (which the API requires).
+        """
+        if self.step is None or self.step <= 0 or self.min is None:
+            return None
+        steps = (amount - self.min) / self.step
+        return steps if math.isfinite(steps) else None
 
-    :raises Unreadable: when it is not a map, or one of its quantities cannot be read.
+
+def request_policy(value: Any, capacity: float | None = None) -> RequestPolicy:
+    """A capacity's ``requestPolicy`` map; *capacity*, the capacity's value, when known.
+
+    :raises Unreadable: when it is not a map, one of its quantities cannot be read, or no
+        request can be judged by it: a step of zero, or, without a ``default``, a capacity
+        more steps from ``min`` than a float counts (what a request naming none consumes).
     """
     if not isinstance(value, dict):
         raise Unreadable(f"requestPolicy: expected a map, got {_short(value)}")
@@ -111,7 +125,9 @@ def request_policy(value: Any) -> RequestPolicy:
         bounds = bounds or {}
         texts = [bounds.get(key) for key in ("min", "max", "step")]
         low, high, step = (None if text is None else quantity(text) for text in texts)
-        return RequestPolicy(
+        if step == 0:  # the API refuses it on a new slice; one stored before may have it
+            raise Unreadable("validRange step: must be greater than zero")
+        read = RequestPolicy(
             None if default is None else quantity(default),
             "validRange" in value and value["validRange"] is not None,
             low,
@@ -123,6 +139,13 @@ def request_policy(value: Any) -> RequestPolicy:
         )
     except Unreadable as error:
         raise Unreadable(f"requestPolicy: {error}") from None
+    stepped = step is not None and low is not None and read.default is None
+    if capacity is not None and stepped and read.steps(capacity) is None:
+        raise Unreadable(
+            f"requestPolicy: the capacity {capacity:g} is more steps of {step:g} from min than "
+            "can be counted, and no default says what a request naming none consumes"
+        )
+    return read
 
 
 def _thousandths(text: str) -> bool:

@@ -40,6 +40,20 @@ class _Selector(msgspec.Struct, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(_Selector)
+_DECIMAL = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_INT64 = 2**63
+
+
+def int64(text: str) -> int | None:
+    """*text* as Go's ``strconv.ParseInt(text, 10, 64)`` reads it; None where it reads nothing.
+
+    A sign, then ASCII digits alone (no ``_``, no space, no other script's digits), within an
+    int64: as node affinity and label selectors read ``Gt`` and ``Lt``.
+    """
+    if not _DECIMAL.fullmatch(text) or len(text.lstrip("+-").lstrip("0")) > 19:
+        return None  # more digits than an int64 has (leading zeros are read)
+    number = int(text)
+    return number if -_INT64 <= number < _INT64 else None
 
 
 @attrs.frozen
@@ -62,9 +76,10 @@ class Requirement:
             return value is not None
         if self.operator == "DoesNotExist":
             return value is None
-        try:  # Gt, Lt: the label and the one value as integers
-            number, bound = int(value or ""), int(self.values[0])
-        except (ValueError, IndexError):
+        # Gt, Lt: the label and the one value as integers
+        number = None if value is None else int64(value)
+        bound = int64(self.values[0]) if len(self.values) == 1 else None
+        if number is None or bound is None:
             return False
         return number > bound if self.operator == "Gt" else number < bound
 
@@ -161,57 +176,3 @@ def _read(raw: bytes) -> NodeSelector | None:
                 )
         terms.append(tuple(requirements))
     return NodeSelector(tuple(terms))
-
-
-@attrs.frozen
-class LabelSelector:
-    """A label selector (``a=b,c in (d,e),!f``): every requirement holds; none, every node."""
-
-    requirements: tuple[Requirement, ...]
-    text: str
-
-    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
-        """Whether a node *name* with *labels* is one it selects."""
-        return all(requirement.holds(name, labels) for requirement in self.requirements)
-
-
-_SET = re.compile(
-    r"^\s*(!?)\s*([^\s=!(),]+)\s*(?:(notin|in)\s*\(([^()]*)\)|(==|=|!=)\s*(\S*))?\s*$"
-)
-
-
-def label_selector(text: str) -> LabelSelector:
-    """A label selector as ``kubectl -l`` takes it, requirements joined by commas.
-
-    ``key=value``, ``key!=value``, ``key in (a,b)``, ``key notin (a,b)``, ``key``, ``!key``.
-
-    :raises ValueError: saying which requirement cannot be read.
-    """
-    requirements = []
-    for part in _requirements(text):
-        found = _SET.match(part)
-        if found is None:
-            raise ValueError(f"{part.strip()!r} is not a label requirement")
-        negated, key, set_operator, members, operator, value = found.groups()
-        if negated and (set_operator or operator):
-            raise ValueError(f"{part.strip()!r}: '!' goes before a key alone")
-        if set_operator:
-            values = tuple(v.strip() for v in members.split(",") if v.strip())
-            requirements.append(Requirement(key, "In" if set_operator == "in" else "NotIn", values))
-        elif operator:
-            requirements.append(Requirement(key, "NotIn" if operator == "!=" else "In", (value,)))
-        else:
-            requirements.append(Requirement(key, "DoesNotExist" if negated else "Exists", ()))
-    return LabelSelector(tuple(requirements), text.strip())
-
-
-def _requirements(text: str) -> list[str]:
-    """*text* split at the commas outside parentheses."""
-    parts, depth, start = [], 0, 0
-    for at, character in enumerate(text):
-        depth += {"(": 1, ")": -1}.get(character, 0)
-        if character == "," and depth == 0:
-            parts.append(text[start:at])
-            start = at + 1
-    parts.append(text[start:])
-    return [part for part in parts if part.strip()]

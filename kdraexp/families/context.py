@@ -10,7 +10,8 @@ import msgspec
 
 from kdraexp.cel.classindex import ClassIndex
 from kdraexp.dra import gated, nodeselector, wire
-from kdraexp.dra.nodeselector import LabelSelector, NodeSelector
+from kdraexp.dra.labelselector import LabelSelector
+from kdraexp.dra.nodeselector import NodeSelector
 from kdraexp.dra.problems import Problems
 from kdraexp.util.labels import KeyedLabels, KeyedValues
 

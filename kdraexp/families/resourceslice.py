@@ -153,7 +153,8 @@ class DeviceView(SelectorView):
                     name = sys.intern(key)
                     found[name] = gated.quantity(capacity.value if capacity else None)
                     if capacity is not None and capacity.request_policy is not None:
-                        self._read_policy(name, gated.request_policy(capacity.request_policy))
+                        policy = gated.request_policy(capacity.request_policy, found[name])
+                        self._read_policy(name, policy)
                 except (msgspec.ValidationError, gated.Unreadable) as error:
                     context.problems.add(
                         _RESOURCE, "capacity", f"{where} device {self.name} capacity {key}: {error}"

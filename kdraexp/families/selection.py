@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import attrs
 
 from kdraexp.cel import matching
+from kdraexp.dra.labelselector import LabelSelector, label_selector
 from kdraexp.dra.listing import (
     BY_PLURAL,
     DEFAULT_RESOURCES,
@@ -22,7 +23,6 @@ from kdraexp.dra.listing import (
     NODES,
     Kind,
 )
-from kdraexp.dra.nodeselector import LabelSelector, label_selector
 from kdraexp.families import CLAIM_DEVICE_INFO, DEVICE_INFO, FAMILIES
 from kdraexp.families.context import (
     DEFAULT_DEVICE_CAPACITIES,

@@ -33,7 +33,7 @@ from kdraexp.allocator import (
     pool_key,
 )
 from kdraexp.cel.classindex import ClassIndex
-from kdraexp.dra.nodeselector import LabelSelector
+from kdraexp.dra.labelselector import LabelSelector
 from kdraexp.dra.problems import Problem, Problems
 from kdraexp.families.family import Family
 from kdraexp.store.changes import EVERYTHING, Change, Everything, Made, touched_between
