@@ -19,6 +19,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.task import deferLater
 from twisted.web.client import HTTPConnectionPool
+from twisted.web.http_headers import Headers
 
 from tests.processes import free_port, get, start, stop, wait_for
 from tests.test_authfilter import READER, READER_NAME
@@ -70,9 +71,8 @@ async def test_a_flood_of_new_tokens_is_bounded(tmp_path: Path) -> None:
             async def flood() -> None:
                 for _ in range(REQUESTS // CONNECTIONS):
                     token = secrets.token_urlsafe(32)
-                    response = await treq.get(
-                        f"{base}/metrics", headers={"Authorization": f"Bearer {token}"}, pool=pool
-                    )
+                    headers = Headers({b"Authorization": [f"Bearer {token}".encode()]})
+                    response = await treq.get(f"{base}/metrics", headers=headers, pool=pool)
                     await response.content()
                     answers[response.code] = answers.get(response.code, 0) + 1
                     await deferLater(reactor, SECONDS * CONNECTIONS / REQUESTS, lambda: None)
