@@ -13,7 +13,12 @@ from typing import Any
 import attrs
 import pytest
 from treq.testing import RequestTraversalAgent, StubTreq
+from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
+from twisted.python.failure import Failure
+from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET
+from twisted.web.test.requesthelper import DummyRequest
 
 from kdraexp.families.selection import select
 from kdraexp.kube.credentials import Credentials
@@ -251,6 +256,33 @@ def test_one_review_per_token_in_flight(web: Guarded) -> None:
     web.fake.hanging.pop().callback(json.dumps(answer).encode())
     assert [web.answer(p)[0] for p in pending] == [200] * 5
     assert (web.reviews("tokenreviews"), web.reviews("subjectaccessreviews")) == (1, 1)
+
+
+def test_a_client_gone_while_judged_is_not_answered(web: Guarded) -> None:
+    """Its review runs on, and what it says is kept for the next request of the token."""
+    web.fake.faults["tokenreviews"] = Fault(hang=True)
+    served: list[object] = []
+
+    class Routes(Resource):
+        isLeaf = True  # noqa: N815 - Resource
+
+        def render(self, request: object) -> bytes:
+            served.append(request)
+            return b"served"
+
+    request = DummyRequest([b"metrics"])
+    request.path = b"/metrics"  # type: ignore[attr-defined]  # a Request has one
+    request.requestHeaders.setRawHeaders(b"authorization", [b"Bearer reader-token"])
+    assert web.auth.protect(Routes(), "main").render(request) is NOT_DONE_YET
+    web.settle()
+    request.processingFailed(Failure(ConnectionDone()))
+    del web.fake.faults["tokenreviews"]
+    answer = {"kind": "TokenReview", "status": {"authenticated": True, "user": READER}}
+    web.fake.hanging.pop().callback(json.dumps(answer).encode())
+    web.settle()
+    assert (served, request.written, request.finished) == ([], [], 0)
+    assert web.get("/metrics", "reader-token")[0] == 200
+    assert web.reviews("tokenreviews") == 1
 
 
 def test_past_the_reviews_in_flight_a_request_is_answered_503_at_once(
