@@ -664,7 +664,7 @@ def test_shards_have_a_headless_governing_service_and_a_budget_of_one() -> None:
         for name, service in services.items()
         if monitor.items() <= service["metadata"]["labels"].items()
     ]
-    assert selected == ["exporter-regression-kube-dra-exporter"]
+    assert selected == ["regression-kube-dra-exporter"]
     budget = resource(docs, "PodDisruptionBudget")["spec"]
     assert budget.get("maxUnavailable") == 1 and "minAvailable" not in budget
     unsharded = render({"podDisruptionBudget": {"enabled": True}})
