@@ -1110,3 +1110,24 @@ def test_auth_filter_with_a_monitor_needs_its_token(kind: str) -> None:
     monitor = resource(docs, "ServiceMonitor" if kind == "servicemonitor" else "PodMonitor")
     endpoints = monitor["spec"]["endpoints" if kind == "servicemonitor" else "podMetricsEndpoints"]
     assert [e["authorization"] for e in endpoints] == [own, own]
+
+
+def test_auth_filter_notes(tmp_path: Path) -> None:
+    """NOTES.txt's curl carries a token with the filter, and says annotations send none."""
+    chart = tmp_path / "kube-dra-exporter"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
+    (chart / "templates" / "notes-probe.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
+    )
+    notes = resource(render({"authFilter": {"enabled": True}}, chart=chart), "ConfigMap")
+    text = notes["data"]["notes"]
+    assert (
+        'curl -H "Authorization: Bearer $(kubectl --namespace NAMESPACE create token '
+        'SERVICEACCOUNT)" http://localhost:8080/metrics'
+    ) in text
+    assert "ClusterRole exporter-regression-kube-dra-exporter-metrics-reader" in text
+    assert "pod annotations, which send no token" in text
+    plain = resource(render(chart=chart), "ConfigMap")["data"]["notes"]
+    assert "\n  curl http://localhost:8080/metrics\n" in plain and "token" not in plain
