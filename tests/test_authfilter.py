@@ -8,6 +8,7 @@ second, header size, entries) and failing closed, each counted in the review the
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -107,10 +108,14 @@ class Guarded:
 
 
 def guarded(
-    fake: FakeKubeAPI, clock: Clock, audiences: tuple[str, ...] = (), **bounds: Any
+    fake: FakeKubeAPI,
+    clock: Clock,
+    audiences: tuple[str, ...] = (),
+    token_file: str | None = None,
+    **bounds: Any,
 ) -> Guarded:
-    client, agent = in_memory_client(fake, clock)
-    config = ClusterConfig(server="https://api.example:6443", origin="test")
+    client, agent = in_memory_client(fake, clock, token_file=token_file)
+    config = ClusterConfig(server="https://api.example:6443", origin="test", token_file=token_file)
     reviews = ReviewClient(agent, config.server, Credentials(config, clock), audiences)
     collection = CollectionStats(10.0)
     app = ExporterApp(Gatherer(client, clock, 10.0, collection, select()), clock, ":8081")
@@ -335,6 +340,28 @@ def test_the_cache_is_bounded_and_keeps_no_token(fake: FakeKubeAPI, clock: Clock
     assert (web.reviews("tokenreviews"), web.reviews("subjectaccessreviews")) == (11, 1)
     kept = b"".join(web.auth._cache._entries)
     assert b"reader-token" not in kept and b"new-" not in kept
+
+
+def test_a_refused_exporter_token_is_read_again(
+    fake: FakeKubeAPI, clock: Clock, tmp_path: Path
+) -> None:
+    """A review refused 401 (the exporter's token rotated) is sent again with the new token."""
+    token = tmp_path / "token"
+    token.write_text("old")
+    web = guarded(fake, clock, token_file=str(token))
+    fake.tokens = {"old"}
+    assert web.get("/metrics", "reader-token")[0] == 200
+    token.write_text("new")
+    fake.tokens = {"new"}
+    fake.users["other-reader-token"] = READER
+    assert web.get("/metrics", "other-reader-token")[0] == 200
+    assert [r.plural for r in fake.reviews] == [
+        "tokenreviews",
+        "subjectaccessreviews",
+        "tokenreviews",
+        "tokenreviews",
+        "subjectaccessreviews",
+    ]
 
 
 def test_audiences(fake: FakeKubeAPI, clock: Clock) -> None:
