@@ -4,12 +4,15 @@ It answers as kube-apiserver does (``limit``/``continue``, ``Status`` bodies, 41
 stale continue token; watches with bookmarks, streaming lists, ERROR 410 for a compacted
 version) and can be told to misbehave: fail a resource with any code, send HTML or garbage,
 hang, serve short or empty pages, expire the next continue token, refuse streaming lists.
+It also answers TokenReviews and SubjectAccessReviews from the users and grants it is given,
+and records each review with when it arrived (to count reviews a second).
 """
 
 from __future__ import annotations
 
 import builtins
 import json
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -49,6 +52,15 @@ class Fault:
     times: int | None = None
     """How many requests it answers; None for all."""
     headers: dict[str, str] = attrs.Factory(dict)
+
+
+@attrs.define
+class Review:
+    """A review the fake received: its kind's plural, its spec, and when (monotonic seconds)."""
+
+    plural: str
+    spec: dict[str, Any]
+    at: float
 
 
 @attrs.define
@@ -95,6 +107,13 @@ class FakeKubeAPI:
         """Whether watches may ask for the initial events (a streaming list)."""
         self.watches: list[_Watch] = []
         """The watches open now."""
+        self.users: dict[str, dict[str, Any]] = {}
+        """Token -> the user a TokenReview says it is (``username``, ``groups``, ...)."""
+        self.token_audiences: dict[str, builtins.list[str]] = {}
+        """Token -> the audiences it is meant for (default: those asked for)."""
+        self.grants: set[tuple[str, str, str]] = set()
+        """(username, verb, path) a SubjectAccessReview allows."""
+        self.reviews: builtins.list[Review] = []
 
     def add(self, plural: str, obj: dict[str, Any]) -> None:
         """Store an object (apiVersion and kind are filled in)."""
@@ -150,6 +169,49 @@ class FakeKubeAPI:
         held: Deferred[bytes] = Deferred()
         self.held.append(lambda: held.callback(self._list(request, plural)))  # type: ignore[arg-type]
         return held
+
+    @app.route("/apis/authentication.k8s.io/v1/tokenreviews", methods=["POST"])
+    def token_review(self, request: IRequest) -> bytes | Deferred[bytes]:
+        """``POST`` a TokenReview: authenticated when the token is one of :attr:`users`."""
+        spec = self._review(request, "tokenreviews")
+        if not isinstance(spec, dict):
+            return spec
+        user = self.users.get(spec.get("token", ""))
+        asked = spec.get("audiences") or []
+        meant = self.token_audiences.get(spec.get("token", ""), asked)
+        reviewed: dict[str, Any] = {"authenticated": user is not None}
+        if user is not None:
+            reviewed.update(user=user, audiences=meant)
+        return self._answer(request, 201, _reviewed("TokenReview", spec, reviewed))
+
+    @app.route("/apis/authorization.k8s.io/v1/subjectaccessreviews", methods=["POST"])
+    def access_review(self, request: IRequest) -> bytes | Deferred[bytes]:
+        """``POST`` a SubjectAccessReview of a non-resource path: allowed as :attr:`grants` say."""
+        spec = self._review(request, "subjectaccessreviews")
+        if not isinstance(spec, dict):
+            return spec
+        asked = spec.get("nonResourceAttributes", {})
+        allowed = (spec.get("user"), asked.get("verb"), asked.get("path")) in self.grants
+        reviewed = {"allowed": allowed, "denied": False}
+        return self._answer(request, 201, _reviewed("SubjectAccessReview", spec, reviewed))
+
+    def _review(self, request: IRequest, plural: str) -> dict[str, Any] | bytes | Deferred[bytes]:
+        """A review's spec, recorded; or the answer of its fault or of a refused credential."""
+        spec: dict[str, Any] = json.loads(request.content.read()).get("spec", {})
+        self.reviews.append(Review(plural, spec, time.monotonic()))
+        header = request.getHeader("Authorization")
+        if self.tokens is not None and (
+            header is None or header.removeprefix("Bearer ") not in self.tokens
+        ):
+            return self._answer(request, 401, status(401, "Unauthorized", "Unauthorized"))
+        fault = self.faults.get(plural)
+        if fault is None:
+            return spec
+        if fault.hang:
+            hung: Deferred[bytes] = Deferred()
+            self.hanging.append(hung)
+            return hung
+        return self._answer(request, fault.code, fault.body)
 
     def release(self) -> None:
         """Answer the held requests, in the order they arrived."""
@@ -278,6 +340,12 @@ class FakeKubeAPI:
         if request.responseHeaders.getRawHeaders("Content-Type") is None:
             request.setHeader("Content-Type", "application/json")
         return json.dumps(body).encode()
+
+
+def _reviewed(kind: str, spec: dict[str, Any], reviewed: dict[str, Any]) -> dict[str, Any]:
+    """A review as the API server answers it: the spec sent back, with its status."""
+    group = "authentication.k8s.io" if kind == "TokenReview" else "authorization.k8s.io"
+    return {"apiVersion": f"{group}/v1", "kind": kind, "spec": spec, "status": reviewed}
 
 
 def _bookmark(plural: str, version: int) -> dict[str, Any]:

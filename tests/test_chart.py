@@ -1014,3 +1014,120 @@ def test_nodes_granted_only_when_listed() -> None:
             )
             dra = next(r for r in role["rules"] if r["apiGroups"] == ["resource.k8s.io"])
             assert "nodes" not in dra["resources"]
+
+
+def test_auth_filter_off_by_default() -> None:
+    """No flag, no review rules, no metrics-reader role unless authFilter.enabled."""
+    docs = render({"prometheus": {"servicemonitor": {"enabled": True}}})
+    assert not any(arg.startswith("--auth") for arg in container(docs)["args"])
+    rules = resource(docs, "ClusterRole")["rules"]
+    assert not any(
+        "nonResourceURLs" in rule or "authentication.k8s.io" in rule.get("apiGroups", [])
+        for rule in rules
+    )
+    assert kinds(docs).count("ClusterRole") == 1
+    assert all(
+        "authorization" not in e for e in resource(docs, "ServiceMonitor")["spec"]["endpoints"]
+    )
+
+
+@pytest.mark.parametrize("kind", ["servicemonitor", "podmonitor"])
+def test_auth_filter(kind: str) -> None:
+    """The flag, the review rules, the metrics-reader role bound to the subjects given.
+
+    The monitor sends the token through `authorization`, from the Secret named.
+    """
+    reader = {"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}
+    docs = render(
+        {
+            "authFilter": {
+                "enabled": True,
+                "tokenAudiences": ["kdraexp", "metrics"],
+                "metricsReaderSubjects": [reader],
+                "scrapeCredentials": {"name": "prometheus-token"},
+            },
+            "prometheus": {kind: {"enabled": True}},
+        }
+    )
+    args = container(docs)["args"]
+    assert args[-2:] == ["--auth-filter", "--auth-token-audiences=kdraexp,metrics"]
+    roles = {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == "ClusterRole"}
+    exporter = roles["exporter-regression-kube-dra-exporter"]
+    assert exporter["rules"][-2:] == [
+        {
+            "apiGroups": ["authentication.k8s.io"],
+            "resources": ["tokenreviews"],
+            "verbs": ["create"],
+        },
+        {
+            "apiGroups": ["authorization.k8s.io"],
+            "resources": ["subjectaccessreviews"],
+            "verbs": ["create"],
+        },
+    ]
+    reader_role = roles["exporter-regression-kube-dra-exporter-metrics-reader"]
+    assert reader_role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    bindings = {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == "ClusterRoleBinding"}
+    bound = bindings["exporter-regression-kube-dra-exporter-metrics-reader"]
+    assert bound["roleRef"]["name"] == "exporter-regression-kube-dra-exporter-metrics-reader"
+    assert bound["subjects"] == [reader]
+    monitor = resource(docs, "ServiceMonitor" if kind == "servicemonitor" else "PodMonitor")
+    endpoints = monitor["spec"]["endpoints" if kind == "servicemonitor" else "podMetricsEndpoints"]
+    assert len(endpoints) == 2
+    for endpoint in endpoints:
+        assert endpoint["authorization"] == {
+            "type": "Bearer",
+            "credentials": {"name": "prometheus-token", "key": "token"},
+        }
+        assert "bearerTokenFile" not in endpoint
+    probes = container(docs)
+    assert probes["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert probes["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    unbound = render({"authFilter": {"enabled": True}})
+    assert "ClusterRoleBinding" in kinds(unbound)  # the exporter's own
+    assert not [
+        d
+        for d in unbound
+        if d["metadata"]["name"].endswith("-metrics-reader") and d["kind"] == "ClusterRoleBinding"
+    ]
+
+
+@pytest.mark.parametrize("kind", ["servicemonitor", "podmonitor"])
+def test_auth_filter_with_a_monitor_needs_its_token(kind: str) -> None:
+    fails(
+        {"authFilter": {"enabled": True}, "prometheus": {kind: {"enabled": True}}},
+        f"authFilter.enabled with prometheus.{kind}.enabled: set authFilter.scrapeCredentials.name",
+    )
+    own = {"type": "Bearer", "credentials": {"name": "own", "key": "t"}}
+    docs = render(
+        {
+            "authFilter": {"enabled": True},
+            "prometheus": {
+                kind: {"enabled": True, "endpointAdditionalProperties": {"authorization": own}}
+            },
+        }
+    )
+    monitor = resource(docs, "ServiceMonitor" if kind == "servicemonitor" else "PodMonitor")
+    endpoints = monitor["spec"]["endpoints" if kind == "servicemonitor" else "podMetricsEndpoints"]
+    assert [e["authorization"] for e in endpoints] == [own, own]
+
+
+def test_auth_filter_notes(tmp_path: Path) -> None:
+    """NOTES.txt's curl carries a token with the filter, and says annotations send none."""
+    chart = tmp_path / "kube-dra-exporter"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
+    (chart / "templates" / "notes-probe.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
+    )
+    notes = resource(render({"authFilter": {"enabled": True}}, chart=chart), "ConfigMap")
+    text = notes["data"]["notes"]
+    assert (
+        'curl -H "Authorization: Bearer $(kubectl --namespace NAMESPACE create token '
+        'SERVICEACCOUNT)" http://localhost:8080/metrics'
+    ) in text
+    assert "ClusterRole exporter-regression-kube-dra-exporter-metrics-reader" in text
+    assert "pod annotations, which send no token" in text
+    plain = resource(render(chart=chart), "ConfigMap")["data"]["notes"]
+    assert "\n  curl http://localhost:8080/metrics\n" in plain and "token" not in plain

@@ -16,6 +16,7 @@ from kdraexp.app.service import KubeClientService, ListeningService, Settings, b
 from kdraexp.app.tap import Options
 from kdraexp.dra.listing import LIST_ORDER
 from kdraexp.kube.kubeconfig import ClusterConfig
+from kdraexp.serve.authfilter import Protected
 from kdraexp.serve.site import BoundedSite
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.selfmetrics import CollectionStats
@@ -141,6 +142,14 @@ def test_values() -> None:
             "found 'b', expected: ',' or ')'",
         ),
         (
+            ["--auth-filter", "--source", "file:/x.json"],
+            "--auth-filter asks the API server to review tokens: it needs --source cluster",
+        ),
+        (
+            ["--auth-token-audiences", "kdraexp"],
+            "--auth-token-audiences is used by --auth-filter alone",
+        ),
+        (
             ["--listen", ":8081"],
             "--listen ':8081' and --telemetry-listen ':8081' take the same port: "
             "give them different ones",
@@ -196,6 +205,29 @@ def test_service_tree(tmp_path: Path) -> None:
     top.stopService()
     without = build_service(attrs.evolve(settings, telemetry_listen=""), cluster, reactor)
     assert sum(isinstance(child, ListeningService) for child in without) == 1
+
+
+def test_auth_filter_settings() -> None:
+    """--auth-filter and its audiences, comma-separated, blanks dropped."""
+    settings = parse("--auth-filter", "--auth-token-audiences", " kdraexp, metrics ,").settings
+    assert (settings.auth_filter, settings.auth_token_audiences) == (True, ("kdraexp", "metrics"))
+    assert not parse().settings.auth_filter
+
+
+def test_auth_filter_guards_both_listeners() -> None:
+    """With --auth-filter each listener serves its routes behind the filter; without, not."""
+    cluster = ClusterConfig("https://127.0.0.1:6443", "test", token="t")
+    settings = Settings(listen="tcp:8080", telemetry_listen="tcp:8081", auth_filter=True)
+    for auth_filter in (True, False):
+        memory = MemoryReactorClock()
+        top = build_service(
+            attrs.evolve(settings, auth_filter=auth_filter), cluster, cast(IKdraReactor, memory)
+        )
+        top.privilegedStartService()
+        sites = [cast(BoundedSite, server[1]) for server in memory.tcpServers]
+        assert len(sites) == 2
+        assert all(isinstance(site.resource, Protected) == auth_filter for site in sites)
+        top.stopService()
 
 
 def test_file_source_has_no_client() -> None:
@@ -275,7 +307,7 @@ def test_the_readme_options_table_is_the_command_s() -> None:
         name.removeprefix("opt_").replace("_", "-")
         for name in dir(options)
         if name.startswith("opt_")
-    }
+    } | {row[0] for row in options.optFlags}
     assert set(shown) == set(taken) | flags - {"help"}, "the README's table and --help differ"
     for name, row in taken.items():
         default, coerce = row[2], row[4] if len(row) > 4 else str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -14,6 +15,7 @@ from twisted.logger import ILogObserver, Logger
 from twisted.python.components import Componentized
 from twisted.python.failure import Failure
 from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.resource import IResource
 
 from kdraexp import __version__
 from kdraexp.app import logs
@@ -23,9 +25,11 @@ from kdraexp.families.selection import Selection, select
 from kdraexp.kube.client import KubeListClient
 from kdraexp.kube.credentials import Credentials
 from kdraexp.kube.kubeconfig import ClusterConfig, redacted
+from kdraexp.kube.reviews import ReviewClient
 from kdraexp.kube.tls import KubeTLSPolicy, trust_root
 from kdraexp.kube.transport import EndpointFactory, Limits
 from kdraexp.serve import listen
+from kdraexp.serve.authfilter import AuthFilter
 from kdraexp.serve.site import BoundedSite
 from kdraexp.serve.web import HANDLERS, ExporterApp, TelemetryApp
 from kdraexp.sources.file import FileSource
@@ -33,6 +37,7 @@ from kdraexp.sources.gather import Gatherer
 from kdraexp.sources.protocol import CollectionSource
 from kdraexp.sources.watch import WatchGatherer
 from kdraexp.store.sharding import Shard
+from kdraexp.telemetry.authfilter import AuthFilterStats
 from kdraexp.telemetry.http import HTTPStats
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
 from kdraexp.telemetry.watchstats import WatchStats
@@ -66,6 +71,9 @@ class Settings:
     """In watch mode, seconds a failing watch's last state may still be served."""
     log_level: str = "info"
     log_format: str = "text"
+    auth_filter: bool = False
+    """Every route but the probes behind a TokenReview and a SubjectAccessReview."""
+    auth_token_audiences: tuple[str, ...] = ()
 
 
 class KubeClientService(Service):
@@ -77,6 +85,7 @@ class KubeClientService(Service):
         reactor: IKdraReactor,
         page_size: int,
         limits: Limits = Limits(),  # noqa: B008 - frozen
+        audiences: tuple[str, ...] = (),
     ) -> None:
         self.pool = HTTPConnectionPool(reactor, persistent=True)
         self.pool.maxPersistentPerHost = MAX_CONNECTIONS
@@ -99,6 +108,9 @@ class KubeClientService(Service):
             limits,
             cluster.tls_server_name,
             clock=reactor,
+        )
+        self.reviews = ReviewClient(
+            agent, cluster.server, credentials, audiences, cluster.tls_server_name
         )
 
     def stopService(self) -> Deferred[None]:
@@ -253,13 +265,16 @@ def build_service(
     top = ExporterService(logs.observer(settings.log_level, settings.log_format))
     source: Source
     watcher: Watcher | None = None
+    client: KubeClientService | None = None
     if settings.file is not None:
         source = FileSource(settings.file, reactor, settings.max_response_bytes)
         origin = f"file {settings.file}"
     else:
         assert cluster is not None
         limits = Limits(body=settings.max_response_bytes)
-        client = KubeClientService(cluster, reactor, settings.page_size, limits)
+        client = KubeClientService(
+            cluster, reactor, settings.page_size, limits, settings.auth_token_audiences
+        )
         client.setServiceParent(top)
         source = watcher = client.client
         origin = f"{redacted(cluster.server)} ({cluster.origin})"
@@ -306,8 +321,9 @@ def build_service(
             index=settings.shard.index,
             total=settings.shard.total,
         )
+    protect = _protection(settings, client, reactor, collectors)
     main = BoundedSite(
-        exporter.app.resource(),
+        protect(exporter.app.resource(), "main"),
         "main",
         http_stats,
         HANDLERS,
@@ -318,7 +334,7 @@ def build_service(
     ).setServiceParent(top)
     if settings.telemetry_listen:
         telemetry = BoundedSite(
-            TelemetryApp(registry(*collectors)).app.resource(),
+            protect(TelemetryApp(registry(*collectors)).app.resource(), "telemetry"),
             "telemetry",
             http_stats,
             HANDLERS,
@@ -331,3 +347,19 @@ def build_service(
             telemetry,
         ).setServiceParent(top)
     return top
+
+
+def _protection(
+    settings: Settings,
+    client: KubeClientService | None,
+    reactor: IKdraReactor,
+    collectors: list[Any],
+) -> Callable[[IResource, str], IResource]:
+    """How a listener's routes are served: behind the auth filter with --auth-filter."""
+    if not settings.auth_filter:
+        return lambda resource, listener: resource
+    assert client is not None  # the options refuse --auth-filter with a file
+    stats = AuthFilterStats()
+    collectors.append(stats)
+    log.info("Auth filter on: every route but the probes asks for an allowed bearer token")
+    return AuthFilter(client.reviews, reactor, stats).protect

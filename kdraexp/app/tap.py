@@ -190,6 +190,12 @@ class Options(usage.Options):
             "memory",
             "Capacity whose consumed share of a shareable device is the share of its cost.",
         ],
+        [
+            "auth-token-audiences",
+            None,
+            "",
+            "With --auth-filter: comma-separated audiences a token must be meant for.",
+        ],
         ["log-level", None, "info", f"Least level logged: {', '.join(logs.LEVELS)}."],
         ["log-format", None, "text", f"Log line format: {' or '.join(logs.FORMATS)}."],
     ]
@@ -201,6 +207,15 @@ class Options(usage.Options):
     def opt_expect_pools(self, value: str) -> None:
         """DRIVER=LABEL_SELECTOR: a pool of DRIVER serves each Node it matches; repeatable."""
         self["expect-pools"].append(value)
+
+    optFlags = [
+        [
+            "auth-filter",
+            None,
+            "Every route but /healthz, /livez and /readyz asks for a bearer token that a "
+            "TokenReview authenticates and a SubjectAccessReview allows.",
+        ]
+    ]
 
     def opt_version(self) -> None:
         """Display the exporter's version and exit."""
@@ -265,6 +280,13 @@ class Options(usage.Options):
             raise usage.UsageError(f"--mode {self['mode']!r}: expected list or watch")
         if self["mode"] == "watch" and file is not None:
             raise usage.UsageError("--mode watch reads a cluster: it cannot follow a --source file")
+        if self["auth-filter"] and file is not None:
+            raise usage.UsageError(
+                "--auth-filter asks the API server to review tokens: it needs --source cluster"
+            )
+        audiences = tuple(a.strip() for a in self["auth-token-audiences"].split(",") if a.strip())
+        if audiences and not self["auth-filter"]:
+            raise usage.UsageError("--auth-token-audiences is used by --auth-filter alone")
         self.settings = Settings(
             listen=self["listen"],
             telemetry_listen=self["telemetry-listen"],
@@ -278,6 +300,8 @@ class Options(usage.Options):
             max_staleness=self["max-staleness"],
             log_level=self["log-level"],
             log_format=self["log-format"],
+            auth_filter=bool(self["auth-filter"]),
+            auth_token_audiences=audiences,
         )
 
     def _shard(self) -> Shard:

@@ -76,6 +76,10 @@ class KeyedFlights(Generic[K, T]):
         self._abandon = abandon
         self._flights: dict[K, SingleFlight[T]] = {}
 
+    def __contains__(self, key: K) -> bool:
+        """Whether a call for *key* is in flight."""
+        return key in self._flights
+
     def __call__(self, key: K, start: Callable[[], Deferred[T]]) -> Deferred[T]:
         """Join the call in flight for *key*, or start one with *start*."""
         flight = self._flights.get(key)

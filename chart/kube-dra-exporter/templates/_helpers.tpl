@@ -165,6 +165,12 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 {{- range $e.expectPools }}
 - {{ printf "--expect-pools=%s" . | quote }}
 {{- end }}
+{{- if .Values.authFilter.enabled }}
+- "--auth-filter"
+{{- with .Values.authFilter.tokenAudiences }}
+- {{ printf "--auth-token-audiences=%s" (join "," .) | quote }}
+{{- end }}
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -273,5 +279,16 @@ Values that would start a pod that cannot work: refused when the chart renders, 
 {{- fail (printf "exporter.timeout %v must be below prometheus.%s.scrapeTimeout %v: a collection cut off by the scrape would never be served" $e.timeout $kind $monitor.scrapeTimeout) -}}
 {{- end -}}
 {{- end -}}
+{{- if and $.Values.prometheus.enabled $monitor.enabled $.Values.authFilter.enabled (not $.Values.authFilter.scrapeCredentials.name) (not (hasKey (default (dict) $monitor.endpointAdditionalProperties) "authorization")) -}}
+{{- fail (printf "authFilter.enabled with prometheus.%s.enabled: set authFilter.scrapeCredentials.name, the Secret holding the token Prometheus scrapes with (or authorization in prometheus.%s.endpointAdditionalProperties)" $kind $kind) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* With --auth-filter, the monitors' `authorization`: the scraper's token from a Secret. */}}
+{{- define "kube-dra-exporter.monitorAuthorization" -}}
+{{- $credentials := .Values.authFilter.scrapeCredentials -}}
+{{- if and .Values.authFilter.enabled $credentials.name -}}
+{{- toJson (dict "type" "Bearer" "credentials" (dict "name" $credentials.name "key" $credentials.key)) -}}
 {{- end -}}
 {{- end -}}
