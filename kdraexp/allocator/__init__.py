@@ -21,12 +21,13 @@ from kdraexp.allocator.answers import SelectorAnswers
 from kdraexp.allocator.facts import ClaimFacts, NodeFacts, PodFacts, RuleFacts, SliceFacts
 from kdraexp.allocator.index import ClusterIndex, Pools, Round
 from kdraexp.allocator.join import CLUSTER_NEEDS, Inputs, join_inputs, pool_key
-from kdraexp.allocator.scopes import ALL_CHANGED, SCOPES, Join, Per, Touched
+from kdraexp.allocator.scopes import ALL_CHANGED, SCOPES, AllChanged, Join, Per, Touched
 
 __all__ = [
     "ALL_CHANGED",
     "CLUSTER_NEEDS",
     "SCOPES",
+    "AllChanged",
     "ClaimFacts",
     "ClusterIndex",
     "Inputs",
