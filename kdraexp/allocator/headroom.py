@@ -27,7 +27,7 @@ from types import MappingProxyType
 
 import attrs
 
-from kdraexp.allocator.facts import DeviceFacts
+from kdraexp.allocator.facts import TOLERANCE, DeviceFacts
 from kdraexp.allocator.index import USABLE, ClusterIndex, Kept, Pool, blocked, take
 
 _NOTHING: Mapping[tuple[str, str], float] = MappingProxyType({})
@@ -111,7 +111,7 @@ def shares(device: DeviceFacts, used: Mapping[str, float]) -> float:
         if need <= 0:
             continue
         left = value - used.get(name, 0.0)
-        fits = min(fits, max(0.0, math.floor(left / need + 1e-9)))
+        fits = min(fits, max(0.0, math.floor(left / need + TOLERANCE)))
     return fits
 
 
@@ -163,7 +163,7 @@ def most(pool: Pool, devices: list[DeviceFacts], distinct: bool = False) -> floa
         left, fit = pool.totals.get(key, 0.0), 0
         for need in sorted(asked):
             left -= need
-            if left < -1e-9 * max(1.0, need):
+            if left < -TOLERANCE * max(1.0, need):
                 break
             fit += 1
         bound = min(bound, len(fitting) - len(asked) + fit)

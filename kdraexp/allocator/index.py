@@ -21,6 +21,7 @@ import attrs
 import msgspec
 
 from kdraexp.allocator.facts import (
+    TOLERANCE,
     ClaimFacts,
     DeviceFacts,
     NodeFacts,
@@ -396,7 +397,8 @@ class ClusterIndex:
         found = self.memo.claims_by_name
         if found is None:
             found = self.memo.claims_by_name = {
-                (claim.labels.values[0], claim.labels.values[1]): claim for claim in self.claims
+                (claim.labels.value("namespace"), claim.labels.value("resourceclaim_name")): claim
+                for claim in self.claims
             }
         return found.get((namespace, name))
 
@@ -716,7 +718,7 @@ def blocked(device: DeviceFacts, pool: Pool, consumed: Mapping[Any, float] | Non
         for counter, need in counters.items():
             key = (counter_set, counter)
             left = pool.totals.get(key, 0.0) - taken.get(key, 0.0)
-            if need - left > 1e-9 * max(1.0, abs(need)):
+            if need - left > TOLERANCE * max(1.0, abs(need)):
                 return True
     return False
 

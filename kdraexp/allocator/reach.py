@@ -39,8 +39,9 @@ def waiting(index: ClusterIndex, claim: ClaimFacts) -> list[PodFacts]:
             if not pod.bound:
                 for _, name in pod.claims:
                     found.setdefault((pod.namespace, name), []).append(pod)
-    namespace, name = claim.labels.values[0], claim.labels.values[1]
-    return found.get((namespace, name), [])
+    return found.get(
+        (claim.labels.value("namespace"), claim.labels.value("resourceclaim_name")), []
+    )
 
 
 def allowed(nodes: Collection[NodeFacts], pods: list[PodFacts]) -> list[NodeFacts]:
