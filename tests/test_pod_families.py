@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kdraexp.families.pod import cause, extended_name
+from kdraexp.families.pod import CAUSES, cause, extended_name
 from kdraexp.families.selection import select
 from tests.collect import collect, values
 
@@ -160,6 +162,20 @@ def test_negative_and_fractional_extended_requests_are_not_read() -> None:
 )
 def test_causes_read_from_the_condition(reason: str, message: str, expected: str) -> None:
     assert cause(reason, message) == expected
+
+
+def test_the_causes_are_those_the_metrics_reference_lists_in_order() -> None:
+    """docs/metrics.md names each cause in backquotes at the head of its bullet, in order."""
+    text = (Path(__file__).parent.parent / "docs" / "metrics.md").read_text()
+    section = text.split("### `kube_pod_dra_unschedulable`", 1)[1].split("\n### ", 1)[0]
+    bullets = "\n".join(line for line in section.splitlines() if line.startswith("- "))
+    listed = [a or b for a, b in re.findall(r"^- `(\w+)`:|`(\w+)` \(", bullets, re.MULTILINE)]
+    assert tuple(listed) == CAUSES
+    assert {
+        cause("SchedulerError", ""),
+        cause("", "x"),
+        cause("", "cannot allocate all claims"),
+    } < {*CAUSES}  # what the condition gives is among them
 
 
 def test_unschedulable_pods_and_a_missing_claim() -> None:

@@ -6,8 +6,9 @@ in sets of.  ``headroom`` is the allocator's first fit per pool; ``pending`` say
 request cannot be allocated, from the devices ``candidates`` finds (claims' own selectors
 answered by ``answers``, slices read again through ``selectorread``; what a request consumes of
 a shared device rounded by ``rounding``) and ``together``'s search;
-``idlecost`` prices what is free.  The families read these modules; the store builds and follows
-the index through this face alone.
+``idlecost`` prices what is free; with the Node view, ``nodes`` says which Nodes pools and
+drivers serve and ``reach`` whether a request's devices are where its pods may run.  The families
+read these modules; the store builds and follows the index through this face alone.
 
 Synchronous and free of I/O: it starts no process, thread or reactor.  Imports
 :mod:`kdraexp.cel` (the claims' selectors are evaluated by the matcher it is handed, which talks
@@ -21,12 +22,13 @@ from kdraexp.allocator.answers import SelectorAnswers
 from kdraexp.allocator.facts import ClaimFacts, NodeFacts, PodFacts, RuleFacts, SliceFacts
 from kdraexp.allocator.index import ClusterIndex, Pools, Round
 from kdraexp.allocator.join import CLUSTER_NEEDS, Inputs, join_inputs, pool_key
-from kdraexp.allocator.scopes import ALL_CHANGED, SCOPES, Join, Per, Touched
+from kdraexp.allocator.scopes import ALL_CHANGED, SCOPES, AllChanged, Join, Per, Touched
 
 __all__ = [
     "ALL_CHANGED",
     "CLUSTER_NEEDS",
     "SCOPES",
+    "AllChanged",
     "ClaimFacts",
     "ClusterIndex",
     "Inputs",

@@ -11,16 +11,33 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+import attrs
+
 from kdraexp.allocator.facts import NOTHING, DeviceFacts, RequestFacts
-from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, blocked
+from kdraexp.allocator.index import USABLE, ClusterIndex, Kept, Pool, blocked
 from kdraexp.allocator.rounding import consumption, room
 from kdraexp.dra import gated
 
 Candidate = tuple[Pool, DeviceFacts]
 NO_ANSWERS: Mapping[str, bool | str] = MappingProxyType({})
 """A pool no own selector was answered on (one read-only mapping for all)."""
-_UNKNOWN = object()
-"""Not worked out yet (None is an answer: never)."""
+
+
+@attrs.define
+class CandidateMemo(Kept):
+    """What finding a request's devices keeps for the collection."""
+
+    consumes: dict[
+        tuple[tuple[tuple[str, float], ...], tuple[int, int, int]], Mapping[str, float] | None
+    ] = attrs.Factory(dict)
+    """Per request's capacity and kind of device, what it consumes (None: never fits)."""
+    free: dict[RequestFacts, list[Candidate]] = attrs.Factory(dict)
+    """Per request, its matching devices free for it."""
+
+    def begin(self) -> None:
+        """Both are the last collection's."""
+        self.consumes = {}
+        self.free = {}
 
 
 def open_and_free(
@@ -107,12 +124,12 @@ def consumed(
     None when it never can (see :func:`.rounding.consumption`).  Kept for the collection per
     request and kind of device: the devices of one model share their capacities' mappings.
     """
-    shape = (id(device.capacities), id(device.defaults), id(device.policies))
-    key = ("consumes", request.capacity, shape)
-    known = index.memo.judged.get(key, _UNKNOWN)
-    if known is _UNKNOWN:
-        known = index.memo.judged[key] = consumption(device, dict(request.capacity))
-    return known  # type: ignore[no-any-return]
+    consumes = index.memo.of(CandidateMemo).consumes
+    key = (request.capacity, (id(device.capacities), id(device.defaults), id(device.policies)))
+    if key in consumes:
+        return consumes[key]
+    known = consumes[key] = consumption(device, dict(request.capacity))
+    return known
 
 
 def ever_fits(index: ClusterIndex, request: RequestFacts, device: DeviceFacts) -> bool:
@@ -142,11 +159,16 @@ def shared_state(
 
 
 def free_devices(index: ClusterIndex, request: RequestFacts) -> list[Candidate]:
-    """The matching devices free for the request (kept per index)."""
-    key = ("free", request)
-    known: list[Candidate] | None = index.memo.judged.get(key)
+    """The matching devices free for the request (kept for the collection)."""
+    free = index.memo.of(CandidateMemo).free
+    known = free.get(request)
     if known is None:
         candidates = (matched_devices(index, request) or ([], ""))[0]
         usable = [candidate for candidate in candidates if candidate[0].state == USABLE]
-        known = index.memo.judged[key] = open_and_free(index, request, usable)[1]
+        known = free[request] = open_and_free(index, request, usable)[1]
     return known
+
+
+def found_free(index: ClusterIndex, request: RequestFacts, free: list[Candidate]) -> None:
+    """Keep *free*, the request's free devices a judgement found, for :func:`free_devices`."""
+    index.memo.of(CandidateMemo).free[request] = free

@@ -1,4 +1,4 @@
-"""What each listed object leaves behind for the join: the facts of slices, claims, rules, pods.
+"""What each listed object leaves behind for the join: facts of slices, claims, rules, pods, Nodes.
 
 Read once per object as its page arrives (each kind's ``KindSpec.facts``) and kept with its entry
 while the object is unchanged; :mod:`.index` joins them.  Every fact is kept out of the cyclic
@@ -22,6 +22,9 @@ Counters = tuple[tuple[str, dict[str, float]], ...]
 """(counter set, {counter: quantity}) pairs."""
 NOTHING: Mapping[str, float] = MappingProxyType({})
 """The capacities a result that consumes none consumes (one read-only mapping for all)."""
+TOLERANCE = 1e-9
+"""Relative slack of a float comparison: quantities are read as floats, the allocator's are exact
+(``resource.Quantity``), so two that differ by less are the same amount."""
 
 
 class DeviceFacts(msgspec.Struct, gc=False):

@@ -25,13 +25,28 @@ from collections.abc import Iterator, Mapping
 from operator import attrgetter
 from types import MappingProxyType
 
-from kdraexp.allocator.facts import DeviceFacts
-from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, blocked, take
+import attrs
+
+from kdraexp.allocator.facts import TOLERANCE, DeviceFacts
+from kdraexp.allocator.index import USABLE, ClusterIndex, Kept, Pool, blocked, take
 
 _NOTHING: Mapping[tuple[str, str], float] = MappingProxyType({})
 _SHAREABLE = attrgetter("shareable")
 """Whether a device allows multiple allocations (it has capacities then)."""
 _CONSUMES = attrgetter("consumes")
+
+
+@attrs.define
+class HeadroomMemo(Kept):
+    """What first fit placed, kept per pool until its use changes."""
+
+    fits: dict[tuple[str, str], tuple[tuple[str, str, float], ...]] = attrs.Factory(dict)
+    """Per pool, its first fit per node and class: the headroom family and pending requests'
+    summaries both read it."""
+
+    def consume(self, key: tuple[str, str]) -> None:
+        """The pool's fit is not what it was."""
+        self.fits.pop(key, None)
 
 
 def allocatable(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float], ...]:
@@ -41,10 +56,11 @@ def allocatable(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float]
     node selection) is counted per node, its counters shared by all.  Kept in the index until
     the pool's use changes.
     """
+    fits = index.memo.of(HeadroomMemo).fits
     key = (pool.driver, pool.name)
-    found = index.memo.fits.get(key)
+    found = fits.get(key)
     if found is None:
-        found = index.memo.fits[key] = tuple(_first_fit(index, pool))
+        found = fits[key] = tuple(_first_fit(index, pool))
     return found
 
 
@@ -95,7 +111,7 @@ def shares(device: DeviceFacts, used: Mapping[str, float]) -> float:
         need = (device.defaults or {}).get(name, value)
         if need <= 0:
             continue
-        left = (value - used.get(name, 0.0)) / need + 1e-9
+        left = (value - used.get(name, 0.0)) / need + TOLERANCE
         if left < 1:
             return 0.0
         if left < math.inf:
@@ -151,7 +167,7 @@ def most(pool: Pool, devices: list[DeviceFacts], distinct: bool = False) -> floa
         left, fit = pool.totals.get(key, 0.0), 0
         for need in sorted(asked):
             left -= need
-            if left < -1e-9 * max(1.0, need):
+            if left < -TOLERANCE * max(1.0, need):
                 break
             fit += 1
         bound = min(bound, len(fitting) - len(asked) + fit)

@@ -12,8 +12,21 @@ from __future__ import annotations
 import attrs
 
 from kdraexp.allocator.facts import NodeFacts
-from kdraexp.allocator.index import ClusterIndex, Pool
+from kdraexp.allocator.index import ClusterIndex, Kept, Pool
 from kdraexp.dra.nodeselector import NodeSelector
+
+
+@attrs.define
+class NodeMemo(Kept):
+    """Which Nodes pools and drivers serve.
+
+    Kept while the index is, as neither claims nor a collection change it.
+    """
+
+    placed: dict[tuple[str, str], tuple[str, ...] | None] = attrs.Factory(dict)
+    """Per pool, what :func:`placed` answered."""
+    drivers: dict[str, Served] = attrs.Factory(dict)
+    """Per driver, what :func:`served` answered."""
 
 
 def placed(index: ClusterIndex, pool: Pool) -> tuple[str, ...] | None:
@@ -24,20 +37,20 @@ def placed(index: ClusterIndex, pool: Pool) -> tuple[str, ...] | None:
     """
     if index.nodes is None:
         return None
-    key = ("placed", pool.driver, pool.name)
-    found: tuple[str, ...] | None = index.memo.served.get(key, ())
-    if found == ():
-        selectors = {id(d.selector): d.selector for d in pool.devices if not d.node}
-        if not selectors or None in selectors.values():
-            found = None
-        else:
-            chosen = [s for s in selectors.values() if s is not None]
-            found = tuple(
-                name
-                for name, node in index.nodes.items()
-                if any(s.matches(name, node.labels) for s in chosen)
-            )
-        index.memo.served[key] = found
+    kept = index.memo.of(NodeMemo).placed
+    key = (pool.driver, pool.name)
+    if key in kept:
+        return kept[key]
+    selectors = {id(d.selector): d.selector for d in pool.devices if not d.node}
+    found: tuple[str, ...] | None = None
+    if selectors and None not in selectors.values():
+        chosen = [s for s in selectors.values() if s is not None]
+        found = tuple(
+            name
+            for name, node in index.nodes.items()
+            if any(s.matches(name, node.labels) for s in chosen)
+        )
+    kept[key] = found
     return found
 
 
@@ -63,8 +76,8 @@ class Served:
 
 def served(index: ClusterIndex, driver: str) -> Served:
     """What the current devices of *driver* serve (any of its pools)."""
-    key = ("driver", driver)
-    found: Served | None = index.memo.served.get(key)
+    drivers = index.memo.of(NodeMemo).drivers
+    found = drivers.get(driver)
     if found is None:
         named: set[str] = set()
         selectors: dict[int, NodeSelector] = {}
@@ -78,9 +91,7 @@ def served(index: ClusterIndex, driver: str) -> Served:
                 selectors[id(device.selector)] = device.selector
             else:
                 everywhere = True
-        found = index.memo.served[key] = Served(
-            frozenset(named), tuple(selectors.values()), everywhere
-        )
+        found = drivers[driver] = Served(frozenset(named), tuple(selectors.values()), everywhere)
     return found
 
 

@@ -24,13 +24,14 @@ from kdraexp.allocator.answers import BUDGET
 from kdraexp.allocator.candidates import (
     Candidate,
     ever_fits,
+    found_free,
     matched_devices,
     open_and_free,
     shared_state,
 )
 from kdraexp.allocator.facts import NOTHING, ClaimFacts, DeviceFacts, RequestFacts
 from kdraexp.allocator.headroom import allocatable, capacity, most
-from kdraexp.allocator.index import USABLE, ClusterIndex, Pool, blocked, take
+from kdraexp.allocator.index import USABLE, ClusterIndex, Kept, Pool, blocked, take
 from kdraexp.allocator.reach import allowed, reachable, waiting
 from kdraexp.allocator.together import apart, together
 from kdraexp.dra.listing import RESOURCE_CLAIMS
@@ -65,10 +66,11 @@ class Judgement:
 
 
 def judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
-    """The request's reason (kept per index: equal requests are judged once)."""
-    known = index.memo.judged.get(request)
+    """The request's reason (kept for the collection: equal requests are judged once)."""
+    judged = index.memo.of(PendingMemo).judged
+    known = judged.get(request)
     if known is None:
-        known = index.memo.judged[request] = _judge(index, request)
+        known = judged[request] = _judge(index, request)
     return known
 
 
@@ -152,13 +154,39 @@ class Totals:
             del self.parts[key]
 
 
+@attrs.define
+class PendingMemo(Kept):
+    """What judging pending requests keeps of the index."""
+
+    judged: dict[RequestFacts, Judgement] = attrs.Factory(dict)
+    """Pending requests judged in this collection."""
+    summaries: dict[tuple[str, str], Summary] = attrs.Factory(dict)
+    """Per pool, what plain requests read of it, until its use changes."""
+    totals: dict[str, Totals] = attrs.Factory(dict)
+    """Per class, its pools' summaries added up."""
+    stale: dict[str, set[tuple[str, str]]] = attrs.Factory(dict)
+    """Per class, the pools whose summary changed since its totals were added up."""
+
+    def consume(self, key: tuple[str, str]) -> None:
+        """The pool's summary is made again; its classes' totals take it out then."""
+        old = self.summaries.pop(key, None)
+        if old is not None:
+            for deviceclass in old.classes:
+                self.stale.setdefault(deviceclass, set()).add(key)
+
+    def begin(self) -> None:
+        """Requests are judged again; summaries and totals follow the pools."""
+        self.judged = {}
+
+
 def totals(index: ClusterIndex, deviceclass: str) -> Totals:
     """The class's totals, brought up to the pools whose use changed since."""
     pools = index.pools_by_class.get(deviceclass, {})
-    made: Totals | None = index.memo.totals.get(deviceclass)
-    stale = index.memo.stale.pop(deviceclass, set())
+    memo = index.memo.of(PendingMemo)
+    made: Totals | None = memo.totals.get(deviceclass)
+    stale = memo.stale.pop(deviceclass, set())
     if made is None:
-        made = index.memo.totals[deviceclass] = Totals(deviceclass)
+        made = memo.totals[deviceclass] = Totals(deviceclass)
         stale = set(pools)
     for key in stale:
         if key in made.parts:
@@ -172,7 +200,8 @@ def totals(index: ClusterIndex, deviceclass: str) -> Totals:
 def summary(index: ClusterIndex, pool: Pool) -> Summary:
     """The pool's summary, made again once its use changed."""
     key = (pool.driver, pool.name)
-    made: Summary | None = index.memo.summaries.get(key)
+    summaries = index.memo.of(PendingMemo).summaries
+    made: Summary | None = summaries.get(key)
     if made is None:
         states: dict[str, dict[str, int]] = {}
         open_tainted: dict[str, int] = {}
@@ -199,7 +228,7 @@ def summary(index: ClusterIndex, pool: Pool) -> Summary:
         together: dict[str, dict[str, float]] = {}
         for node, deviceclass, count in capacity(pool):
             together.setdefault(deviceclass, {})[node] = count
-        made = index.memo.summaries[key] = Summary(
+        made = summaries[key] = Summary(
             states, open_tainted, fits, frozenset(shareable), together, frozenset(counted)
         )
     return made
@@ -278,7 +307,7 @@ def _judge(index: ClusterIndex, request: RequestFacts) -> Judgement:
     else:
         fits = any(n >= request.count for n in _per_node(index, request, free).values())
         if not fits:  # first fit is not the allocator's search: search, within bounds
-            index.memo.judged[("free", request)] = free
+            found_free(index, request, free)
             fits = together(index, (request,), unknown=False)
     return Judgement("feasible" if fits else "insufficient", matching)
 

@@ -11,22 +11,37 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+import attrs
+
 from kdraexp.allocator.candidates import free_devices
 from kdraexp.allocator.facts import ClaimFacts, NodeFacts, PodFacts, RequestFacts
-from kdraexp.allocator.index import ClusterIndex
+from kdraexp.allocator.index import ClusterIndex, Kept
+
+
+@attrs.define
+class ReachMemo(Kept):
+    """The pods not bound yet, by the claims they use: made when first asked, each collection."""
+
+    waiting: dict[tuple[str, str], list[PodFacts]] | None = None
+
+    def begin(self) -> None:
+        """The pods are the new collection's."""
+        self.waiting = None
 
 
 def waiting(index: ClusterIndex, claim: ClaimFacts) -> list[PodFacts]:
     """The pods not bound yet that use *claim* (named, or made for them from a template)."""
-    found = index.memo.waiting
+    memo = index.memo.of(ReachMemo)
+    found = memo.waiting
     if found is None:
-        found = index.memo.waiting = {}
+        found = memo.waiting = {}
         for pod in index.pods:
             if not pod.bound:
                 for _, name in pod.claims:
                     found.setdefault((pod.namespace, name), []).append(pod)
-    namespace, name = claim.labels.values[0], claim.labels.values[1]
-    return found.get((namespace, name), [])
+    return found.get(
+        (claim.labels.value("namespace"), claim.labels.value("resourceclaim_name")), []
+    )
 
 
 def allowed(nodes: Collection[NodeFacts], pods: list[PodFacts]) -> list[NodeFacts]:

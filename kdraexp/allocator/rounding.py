@@ -18,14 +18,12 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from kdraexp.allocator.facts import NOTHING, DeviceFacts
+from kdraexp.allocator.facts import NOTHING, TOLERANCE, DeviceFacts
 from kdraexp.dra.gated import RequestPolicy
 
 NOTHING_ROUNDS: Mapping[str, RequestPolicy] = MappingProxyType({})
 """A device none of whose capacities has a policy that rounds (one read-only mapping for all)."""
 _INT64 = float(2**63 - 1)
-_CLOSE = 1e-9
-"""Relative slack of a float comparison: quantities are read as floats, the allocator's exact."""
 
 
 def consumption(device: DeviceFacts, asked: Mapping[str, float]) -> dict[str, float] | None:
@@ -89,7 +87,7 @@ def _round_up_range(policy: RequestPolicy, low: float, asked: float) -> float | 
     steps = policy.steps(asked)
     if steps is None:
         return None
-    steps = math.ceil(steps - _CLOSE)
+    steps = math.ceil(steps - TOLERANCE)
     rounded = low + steps * policy.step
     return None if rounded * scale > _INT64 else rounded
 
@@ -99,7 +97,7 @@ def refuses(policy: RequestPolicy, amount: float) -> bool:
     if policy.default is not None and _close(amount, policy.default):
         return False
     if policy.ranged:
-        if policy.max is not None and amount > policy.max * (1 + _CLOSE):
+        if policy.max is not None and amount > policy.max * (1 + TOLERANCE):
             return True
         if policy.step is not None and policy.min is not None:
             steps = policy.steps(amount)
@@ -120,14 +118,14 @@ def room(device: DeviceFacts, need: Mapping[str, float], used: Mapping[str, floa
     """Whether what the device has left, *used* taken, covers *need* (see :func:`consumption`)."""
     capacities = device.capacities or NOTHING
     for name, amount in need.items():
-        if amount - (capacities[name] - used.get(name, 0.0)) > _CLOSE * max(1.0, amount):
+        if amount - (capacities[name] - used.get(name, 0.0)) > TOLERANCE * max(1.0, amount):
             return False
     return True
 
 
 def _whole(number: float) -> bool:
-    return abs(number - round(number)) <= _CLOSE * max(1.0, abs(number))
+    return abs(number - round(number)) <= TOLERANCE * max(1.0, abs(number))
 
 
 def _close(one: float, other: float) -> bool:
-    return abs(one - other) <= _CLOSE * max(1.0, abs(one), abs(other))
+    return abs(one - other) <= TOLERANCE * max(1.0, abs(one), abs(other))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard, final
 
 import attrs
 
@@ -62,9 +62,13 @@ class Touched:
     """The claims whose facts changed (new, changed or gone)."""
 
 
-ALL_CHANGED = Touched((), ())
-"""Everything changed (slices, classes or rules, or nothing was made before): every set is
-made again.  Compared by identity."""
+@final
+class AllChanged:
+    """Slices, classes or rules changed, or nothing was made before: every set is made again."""
+
+
+ALL_CHANGED = AllChanged()
+"""What the sets are told in place of what a change of claims touched when all are made again."""
 
 
 @attrs.frozen
@@ -73,17 +77,17 @@ class Scope:
 
     owners: Callable[[Join], Mapping[Any, Any]]
     """Every owner of the join, by key, in the order their sets are written."""
-    only: Callable[[ClusterIndex, Any, Any], None]
-    """Scopes a view of the index (:meth:`ClusterIndex.view`) to one owner (its key, itself):
-    what the family's rows iterate is that owner alone."""
+    alone: Callable[[ClusterIndex, Any, Any], ClusterIndex]
+    """A view of the index scoped to one owner (its key, itself): what the family's rows
+    iterate is that owner alone."""
     touched: Callable[[Touched], Collection[Any]] | None
     """The owners a change of claims alone makes again; None: all of them, every time."""
     follows_pools: bool = False
     """Its sets read every pool's use: all of them are made again when a pool's use changes."""
 
-    def follows(self, touched: Touched) -> bool:
+    def follows(self, touched: Touched | AllChanged) -> TypeGuard[Touched]:
         """Whether the sets *touched* changes can be made again alone, the others kept."""
-        return touched is not ALL_CHANGED and self.touched is not None
+        return not isinstance(touched, AllChanged) and self.touched is not None
 
     def remade(self, touched: Touched, before: Collection[Any]) -> Collection[Any]:
         """The owners whose sets a change makes again, of those it :meth:`follows`."""
@@ -96,18 +100,18 @@ class Scope:
 
 SCOPES: Mapping[Per, Scope] = {
     Per.POOL: Scope(
-        lambda join: join.index.pools, ClusterIndex.only_pool, lambda touched: touched.pools
+        lambda join: join.index.pools, ClusterIndex.pool_alone, lambda touched: touched.pools
     ),
     Per.CLAIM: Scope(
-        lambda join: join.claims, ClusterIndex.only_claim, lambda touched: touched.claims
+        lambda join: join.claims, ClusterIndex.claim_alone, lambda touched: touched.claims
     ),
     Per.PENDING: Scope(
         lambda join: join.pending,
-        ClusterIndex.only_claim,
+        ClusterIndex.claim_alone,
         lambda touched: touched.claims,
         follows_pools=True,
     ),
-    Per.POD: Scope(lambda join: join.pods, ClusterIndex.only_pod, None),
-    Per.NODE: Scope(lambda join: join.nodes, ClusterIndex.only_node, None),
+    Per.POD: Scope(lambda join: join.pods, ClusterIndex.pod_alone, None),
+    Per.NODE: Scope(lambda join: join.nodes, ClusterIndex.node_alone, None),
 }
 """Every kind of owner a cross-object family's rows come in sets of."""

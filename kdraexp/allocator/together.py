@@ -12,10 +12,12 @@ import math
 from collections.abc import Mapping
 from typing import NamedTuple
 
+import attrs
+
 from kdraexp.allocator.candidates import Candidate, consumed, free_devices
 from kdraexp.allocator.facts import DeviceFacts, RequestFacts
 from kdraexp.allocator.headroom import most
-from kdraexp.allocator.index import ClusterIndex, Pool, blocked, take
+from kdraexp.allocator.index import ClusterIndex, Kept, Pool, blocked, take
 from kdraexp.allocator.rounding import room
 
 STEPS = 4096
@@ -28,13 +30,28 @@ COMBINATIONS = 16
 """Choices among ``firstAvailable`` alternatives tried, at most."""
 
 
+@attrs.define
+class TogetherMemo(Kept):
+    """What the search keeps for the collection: equal claims are searched once."""
+
+    apart: dict[tuple[RequestFacts, ...], bool] = attrs.Factory(dict)
+    """Per claim's requests, whether each fits alone but no node takes them together."""
+    by_node: dict[RequestFacts, dict[str, list[Candidate]]] = attrs.Factory(dict)
+    """Per request, its free devices by node."""
+
+    def begin(self) -> None:
+        """Free devices are the new collection's."""
+        self.apart = {}
+        self.by_node = {}
+
+
 def apart(index: ClusterIndex, requests: tuple[RequestFacts, ...], feasible: list[bool]) -> bool:
     """Whether each of the claim's requests is feasible alone but no node takes them together.
 
     A ``firstAvailable`` request counts as feasible when one of its alternatives is, and each
     choice of feasible alternatives is tried.  Not said (False) where it cannot be shown within
     bounds: for ``allocationMode: All``, beyond :data:`COMBINATIONS` choices or :data:`STEPS`.
-    Kept per index, for equal claims.
+    Kept for the collection, for equal claims.
     """
     choices: dict[str, list[RequestFacts]] = {}
     for request, alone in zip(requests, feasible, strict=True):
@@ -45,13 +62,13 @@ def apart(index: ClusterIndex, requests: tuple[RequestFacts, ...], feasible: lis
         return False
     if math.prod(len(options) for options in choices.values()) > COMBINATIONS:
         return False
-    key = ("apart", requests)
-    known = index.memo.judged.get(key)
+    judged = index.memo.of(TogetherMemo).apart
+    known = judged.get(requests)
     if known is None:
-        known = index.memo.judged[key] = not any(
+        known = judged[requests] = not any(
             together(index, chosen) for chosen in itertools.product(*choices.values())
         )
-    return bool(known)
+    return known
 
 
 def together(index: ClusterIndex, requests: tuple[RequestFacts, ...], unknown: bool = True) -> bool:
@@ -107,11 +124,11 @@ def together(index: ClusterIndex, requests: tuple[RequestFacts, ...], unknown: b
 
 
 def _by_node(index: ClusterIndex, request: RequestFacts) -> dict[str, list[Candidate]]:
-    """The request's free devices by node ("" for network-attached ones), kept per index."""
-    key = ("by node", request)
-    known: dict[str, list[Candidate]] | None = index.memo.judged.get(key)
+    """The request's free devices by node ("" for network-attached ones), for the collection."""
+    by_node = index.memo.of(TogetherMemo).by_node
+    known = by_node.get(request)
     if known is None:
-        known = index.memo.judged[key] = {}
+        known = by_node[request] = {}
         for candidate in free_devices(index, request):
             node = candidate[1].node
             found = known.get(node)

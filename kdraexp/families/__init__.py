@@ -60,5 +60,4 @@ if set(KINDS) != set(LIST_ORDER):
     raise AssertionError("a kind listed without a KindSpec, or a KindSpec of a kind not listed")
 
 DEVICE_INFO = resourceslice.device_info
-DEVICE_CLASS = resourceslice.device_class
 CLAIM_DEVICE_INFO = resourceclaim.status_device_info

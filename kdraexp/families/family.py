@@ -188,17 +188,39 @@ def family(
     fields: str,
     *,
     needs: Iterable[Kind] = (),
-    **options: Any,
+    stability: Stability = Stability.ALPHA,
+    opt_in: bool = False,
+    original: bool = False,
+    current_generation: bool = False,
+    evaluates_selectors: bool = False,
+    whole_cluster: str = "",
+    per: Per = Per.NONE,
 ) -> Callable[[Callable[[Any], Iterable[Row]]], Family]:
     """Declare a family over the function it decorates, which makes its rows.
 
-    *needs* names the kinds the rows depend on besides the one they read.
+    *needs* names the kinds the rows depend on besides the one they read; the rest are the
+    :class:`Family` fields of the same names.
     """
 
     def declare(rows: Callable[[Any], Iterable[Row]]) -> Family:
         kinds = {kind.plural for kind in needs}
         if isinstance(reads, Kind):
             kinds.add(reads.plural)
-        return Family(name, help, labels, rows, reads, frozenset(kinds), fields, **options)
+        return Family(
+            name,
+            help,
+            labels,
+            rows,
+            reads,
+            frozenset(kinds),
+            fields,
+            stability=stability,
+            opt_in=opt_in,
+            original=original,
+            current_generation=current_generation,
+            evaluates_selectors=evaluates_selectors,
+            whole_cluster=whole_cluster,
+            per=per,
+        )
 
     return declare

@@ -1,9 +1,10 @@
 """The Node view, written when ``--resources`` names ``nodes``: which nodes the pools serve.
 
 A pool published with a node selector serves the nodes it matches, which only the Nodes' labels
-say; a node-local pool is worth what its node is (ready, cordoned, gone).  Nodes write no
-family of their own: each leaves its name, labels and state for the join (see
-:mod:`kdraexp.families.resourcepool`).  Only those fields are decoded.
+say; a node-local pool is worth what its node is (ready, cordoned, gone).  Each Node leaves its
+name, labels and state for the join (see :mod:`kdraexp.families.resourcepool`), and its one
+family, ``kube_node_dra_pool_missing``, names the drivers ``--expect-pools`` expects on it that
+no pool serves.  Only those fields are decoded.
 """
 
 from __future__ import annotations

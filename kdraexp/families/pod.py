@@ -1,9 +1,10 @@
 """Pod families, written when ``--resources`` names ``pods``: what no claim shows.
 
-Three answers live on pods only. A pod asking for a DRA-backed extended resource
+Four answers live on pods only. A pod asking for a DRA-backed extended resource
 (``nvidia.com/gpu: 1`` served by a DeviceClass's ``extendedResourceName``, or
 ``deviceclass.resource.kubernetes.io/<class>``) has no claim until the scheduler makes one just
-before binding; the scheduler's ``PodScheduled`` condition says why a pod is not placed; and the
+before binding; the scheduler's ``PodScheduled`` condition says why a pod is not placed; a pod
+bound whose containers do not start waits for the kubelet to prepare its devices; and the
 kubelet writes each allocated device's health into ``allocatedResourcesStatus``.
 
 Only the pods that matter are kept: those naming ``spec.resourceClaims``, asking for an extended
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 from kdraexp.allocator.facts import ClaimFacts, Placement, PodFacts
 from kdraexp.allocator.index import ClusterIndex
@@ -33,7 +33,9 @@ _NATIVE = "kubernetes.io"
 """Resources of this domain (and its subdomains) are Kubernetes' own, not extended."""
 _IMPLICIT = "deviceclass.resource.kubernetes.io"
 HEALTH = ("healthy", "unhealthy", "unknown")
-CAUSES = ("claims", "class_missing", "claim_missing", "claim_pending", "scheduler_error", "other")
+CAUSES = ("claim_missing", "scheduler_error", "class_missing", "claims", "other", "claim_pending")
+"""Why a pod is unschedulable (``kube_pod_dra_unschedulable``), in the order they are tried."""
+CLAIM_MISSING, SCHEDULER_ERROR, CLASS_MISSING, CLAIMS, OTHER, CLAIM_PENDING = CAUSES
 _READY = "PodReadyToStartContainers"
 _DONE = frozenset({"Succeeded", "Failed"})
 """The phases of a pod that has ended: it waits for nothing."""
@@ -204,22 +206,16 @@ class PodView:
 def cause(reason: str, message: str) -> str:
     """Why the scheduler did not place a pod, from its ``PodScheduled=False`` condition."""
     if reason == "SchedulerError":
-        return "scheduler_error"
+        return SCHEDULER_ERROR
     if "device class" in message and "does not exist" in message:
-        return "class_missing"
+        return CLASS_MISSING
     if "cannot allocate all claims" in message:
-        return "claims"
-    return "other"
+        return CLAIMS
+    return OTHER
 
 
 P = ("namespace", "pod", "uid")
 EVERY_CLAIM = "a shard does not see every claim a pod names"
-_WITH_CLAIMS: dict[str, Any] = {
-    "needs": (PODS, RESOURCE_CLAIMS),
-    "per": Per.POD,
-    "whole_cluster": EVERY_CLAIM,
-}
-"""How the families of pods joined with their claims are declared."""
 
 
 @family(
@@ -269,11 +265,11 @@ def unschedulable(index: ClusterIndex) -> Iterator[Row]:
         if pod.claims and _holding(index, pod):
             continue  # placed: the scheduler waits for its devices' binding conditions
         if pod.unmade or any(index.claim_named(pod.namespace, name) is None for name in pod.named):
-            yield (pod.namespace, pod.name, pod.uid, "claim_missing", 1.0)
+            yield (pod.namespace, pod.name, pod.uid, CLAIM_MISSING, 1.0)
         elif pod.scheduled is not None and pod.scheduled[0] == "False":
             yield (pod.namespace, pod.name, pod.uid, cause(*pod.scheduled[1:]), 1.0)
         elif any(claim is not None and claim.pending for claim in _claims(index, pod)):
-            yield (pod.namespace, pod.name, pod.uid, "claim_pending", 1.0)
+            yield (pod.namespace, pod.name, pod.uid, CLAIM_PENDING, 1.0)
 
 
 def _claims(index: ClusterIndex, pod: PodFacts) -> Iterator[ClaimFacts | None]:
@@ -298,7 +294,9 @@ def _holding(index: ClusterIndex, pod: PodFacts) -> bool:
     "spec.{nodeName,resourceClaims}, status.{phase,conditions[PodReadyToStartContainers,"
     "PodScheduled].{status,lastTransitionTime},containerStatuses[].state,resourceClaimStatuses,"
     "extendedResourceClaimStatus}, ResourceClaim status.{allocation,reservedFor}",
-    **_WITH_CLAIMS,
+    needs=(PODS, RESOURCE_CLAIMS),
+    per=Per.POD,
+    whole_cluster=EVERY_CLAIM,
 )
 def not_started(index: ClusterIndex) -> Iterator[Row]:
     """A pod bound, every claim it uses allocated and reserved for it, that has not started.
@@ -322,7 +320,9 @@ def _served(index: ClusterIndex, pod: PodFacts) -> bool:
     CLUSTER,
     "status.{containerStatuses,initContainerStatuses}[].allocatedResourcesStatus[]"
     ".{name,resources[].{resourceID,health}}, ResourceClaim status.allocation.devices.results",
-    **_WITH_CLAIMS,
+    needs=(PODS, RESOURCE_CLAIMS),
+    per=Per.POD,
+    whole_cluster=EVERY_CLAIM,
 )
 def device_health(index: ClusterIndex) -> Iterator[Row]:
     """One row per device entry, resolved to the device it is.

@@ -9,6 +9,7 @@ from typing import Any
 from kdraexp.allocator import pending
 from kdraexp.allocator.facts import NOTHING, ClaimFacts, RequestFacts, ResultFacts
 from kdraexp.allocator.index import ClusterIndex
+from kdraexp.allocator.join import pool_key
 from kdraexp.allocator.scopes import Per
 from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
@@ -23,8 +24,8 @@ C = LabelGroup(("namespace", "resourceclaim_name"))
 
 _RESOURCE = RESOURCE_CLAIMS.plural
 _SMALL = {float(n): float(n) for n in range(65)}
-EVERY_POOL = "a shard does not see every pool a pending claim could be allocated from"
 """Small counts as shared float objects: a claim's rows are kept as long as it is unchanged."""
+EVERY_POOL = "a shard does not see every pool a pending claim could be allocated from"
 
 
 class Result:
@@ -492,15 +493,6 @@ def hourly_cost(index: ClusterIndex) -> Iterator[Row]:
     yield from index.claim_costs()
 
 
-_JUDGED: dict[str, Any] = {
-    "needs": (RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
-    "per": Per.PENDING,
-    "evaluates_selectors": True,
-    "whole_cluster": EVERY_POOL,
-}
-"""How the families of pending claims' judgements are declared: every pool, class and claim."""
-
-
 @family(
     "kube_resourceclaim_pending_reason",
     "Why a pending ResourceClaim's request cannot be allocated now, as the allocator judges it.",
@@ -508,7 +500,10 @@ _JUDGED: dict[str, Any] = {
     CLUSTER,
     "spec.devices.requests[] (class, selectors, allocationMode, count, tolerations, capacity), "
     "DeviceClass selectors, ResourceSlices, allocations, DeviceTaintRules (when listed)",
-    **_JUDGED,
+    needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
+    per=Per.PENDING,
+    evaluates_selectors=True,
+    whole_cluster=EVERY_POOL,
 )
 def pending_reason(index: ClusterIndex) -> Iterator[Row]:
     """One reason per request or alternative of each pending claim (see pending.REASONS)."""
@@ -523,7 +518,10 @@ def pending_reason(index: ClusterIndex) -> Iterator[Row]:
     CLUSTER,
     "spec.devices.requests[].{deviceClassName,selectors,capacity}, DeviceClass selectors, "
     "ResourceSlices, allocations",
-    **_JUDGED,
+    needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
+    per=Per.PENDING,
+    evaluates_selectors=True,
+    whole_cluster=EVERY_POOL,
 )
 def request_matching(index: ClusterIndex) -> Iterator[Row]:
     """Per request of each pending claim, each device state with at least one device."""
@@ -698,7 +696,7 @@ def _claim_shard(item: wire.ResourceClaim) -> ShardKey:
     status = item.status
     allocation = status.allocation if status else None
     results = (allocation.devices.results or ()) if allocation and allocation.devices else ()
-    pools = tuple(f"{r.driver or ''}/{r.pool or ''}" for r in results)
+    pools = tuple(pool_key(r.driver or "", r.pool or "") for r in results)
     meta = item.metadata
     home = pools[0] if pools else f"{meta.namespace or ''}/{meta.name or ''}" if meta else "/"
     return ShardKey(home, pools)

@@ -78,10 +78,6 @@ again: a version it will never accept (a bookmark gone bad) must not be retried 
 _BOOKMARK = msgspec.json.Decoder(wire.Bookmark)
 
 
-class _Idle(Exception):
-    """The watch delivered nothing for IDLE seconds."""
-
-
 class KindWatch:
     """Keeps one kind's reader current."""
 

@@ -20,6 +20,7 @@ from typing import Any
 from kdraexp.allocator import (
     ALL_CHANGED,
     SCOPES,
+    AllChanged,
     ClaimFacts,
     ClusterIndex,
     Join,
@@ -144,7 +145,7 @@ class ClusterRows:
         base = (*inputs.base, self._nodes_read)
         index = self._index
         self._index = None  # until the update completes: one cut short is made whole next time
-        touched = ALL_CHANGED
+        touched: Touched | AllChanged = ALL_CHANGED
         if index is None or base != self._base:
             if self._pools is None or self._pools.source != inputs.base[0]:
                 self._pools = Made(inputs.base[0], await Pools.build(inputs.slices, turns))
@@ -248,11 +249,12 @@ class ClusterRows:
                 self._pending = {k: c for k, c in claims.items() if c.pending}
                 return
 
-    async def _lay(self, family: Family, join: Join, touched: Touched, turns: Turns) -> Laid:
+    async def _lay(
+        self, family: Family, join: Join, touched: Touched | AllChanged, turns: Turns
+    ) -> Laid:
         """The family's sets: all made, or only those of the owners *touched* changed."""
         scope = SCOPES[family.per]
         everyone = scope.owners(join)
-        view = join.index.view()
         old = self.laid.get(family.name)
         size: int | None = None
         owners: dict[Any, Flat]
@@ -277,8 +279,7 @@ class ClusterRows:
                     remade.add(owner)
                 problems.pop(owner, None)
                 continue
-            scope.only(view, owner, one)
-            found = len(view.problems.found)
+            view = scope.alone(join.index, owner, one)
             flat = flatten(family.rows(view))
             was = owners.get(owner)
             if flat:
@@ -289,8 +290,8 @@ class ClusterRows:
             elif was is not None:
                 del owners[owner]
                 remade.add(owner)
-            if len(view.problems.found) > found:
-                problems[owner] = tuple(view.problems.found[found:])
+            if view.problems.found:
+                problems[owner] = tuple(view.problems.found)
             else:
                 problems.pop(owner, None)
             if count % OWNERS_PER_TURN == OWNERS_PER_TURN - 1:

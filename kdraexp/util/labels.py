@@ -56,6 +56,10 @@ class GroupValues(msgspec.Struct, frozen=True, gc=False):
     values: tuple[str, ...]
     text: str
 
+    def value(self, name: str) -> str:
+        """The value of the group's label *name* (in whatever order the group names it)."""
+        return self.values[self.group.names.index(name)]
+
 
 @attrs.frozen
 class KeyedLabels:
