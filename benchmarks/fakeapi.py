@@ -15,11 +15,17 @@ R claims a second (0 stops); ``GET /probe?name=N`` adds a claim named N now and 
 time it was sent; ``GET /compact`` and ``GET /close`` act on the watches; ``GET /renew?nodes=N``
 serves a cluster of N nodes whose every object is new, for lists (``cluster.renew``; with
 ``&shape=h100``, of that shape: ``cluster.SHAPES``).
+
+With ``FAKEAPI_CERT`` (a PEM file: the private key and the certificate chain) it speaks HTTPS, as
+every API server does; with ``FAKEAPI_TOKEN``, a list or watch without that bearer token is
+answered 401.  The paths above that steer it need no token.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import ssl
 import sys
 import threading
 import time
@@ -200,10 +206,17 @@ def serve(
     On *host*: loopback, unless pods are to reach it (the node tier's).
     """
     pages = Pages(nodes, pending, with_pods, with_nodes, shape)
+    token = os.environ.get("FAKEAPI_TOKEN")
+    bearer = f"Bearer {token}" if token else None
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # headers and body go out as two writes
+
+        def setup(self) -> None:
+            if isinstance(self.request, ssl.SSLSocket):
+                self.request.do_handshake()  # in this connection's thread (see serve)
+            super().setup()
 
         def do_GET(self) -> None:
             url = urlsplit(self.path)
@@ -249,6 +262,9 @@ def serve(
             plural = core.get(url.path) or url.path.removeprefix(PREFIX)
             if not url.path.startswith((PREFIX, PODS, NODES)) or plural not in pages.items:
                 self._send(404, b'{"kind":"Status","code":404,"reason":"NotFound"}')
+                return
+            if bearer is not None and self.headers.get("Authorization") != bearer:
+                self._send(401, b'{"kind":"Status","code":401,"reason":"Unauthorized"}')
                 return
             if query.get("watch") == ["1"]:
                 self._watch(plural, query)
@@ -322,6 +338,14 @@ def serve(
 
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
+    certificate = os.environ.get("FAKEAPI_CERT")
+    if certificate:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certificate)
+        # The handshake in the connection's own thread, not in the accepting one.
+        server.socket = context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
     print("ready", flush=True)
     server.serve_forever()
 

@@ -11,12 +11,16 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import attrs
+import trustme
 
 from benchmarks.cluster import DEVICES_PER_NODE
 
@@ -37,6 +41,44 @@ def get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[in
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     try:
         connection.request("GET", path, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+TOKEN = "bench-token"
+"""The bearer token the fake API asks of a list or watch, as an API server asks for one."""
+
+
+@attrs.frozen
+class ApiTls:
+    """The fake API's certificate, from a CA of its own, and that CA for its clients."""
+
+    ca: Path
+    served: Path
+    """The private key and the certificate chain, in one PEM file."""
+
+    @classmethod
+    def made(cls, directory: Path) -> ApiTls:
+        """A new CA and the certificate it issued for 127.0.0.1, written into *directory*."""
+        authority = trustme.CA()
+        issued = authority.issue_cert("127.0.0.1")
+        made = cls(directory / "api-ca.pem", directory / "api-served.pem")
+        authority.cert_pem.write_to_path(str(made.ca))
+        issued.private_key_and_cert_chain_pem.write_to_path(str(made.served))
+        return made
+
+    def context(self) -> ssl.SSLContext:
+        """A client's context trusting the CA."""
+        return ssl.create_default_context(cafile=str(self.ca))
+
+
+def api_get(port: int, tls: ApiTls, path: str) -> tuple[int, bytes]:
+    """GET *path* of the fake API on a new HTTPS connection, with the token; (status, body)."""
+    connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=300, context=tls.context())
+    try:
+        connection.request("GET", path, headers={"Authorization": f"Bearer {TOKEN}"})
         response = connection.getresponse()
         return response.status, response.read()
     finally:
@@ -103,6 +145,9 @@ class Run:
         self.port = free_port()
         self.api: subprocess.Popen[str] | None = None
         self.api_port: int = api.api_port if api is not None else free_port()
+        directory.mkdir(parents=True, exist_ok=True)
+        self.tls: ApiTls = api.tls if api is not None else ApiTls.made(directory)
+        """The fake API speaks HTTPS and asks for a bearer token, as every API server does."""
         if api is None:
             self.api = subprocess.Popen(
                 [
@@ -118,9 +163,9 @@ class Run:
                 ],
                 stdout=subprocess.PIPE,
                 text=True,
+                env={**os.environ, "FAKEAPI_CERT": str(self.tls.served), "FAKEAPI_TOKEN": TOKEN},
             )
             assert self.api.stdout is not None and self.api.stdout.readline().strip() == "ready"
-        directory.mkdir(parents=True, exist_ok=True)
         config = directory / f"kubeconfig-{devices}"
         config.write_text(
             json.dumps(
@@ -131,13 +176,16 @@ class Run:
                     "clusters": [
                         {
                             "name": "bench",
-                            "cluster": {"server": f"http://127.0.0.1:{self.api_port}"},
+                            "cluster": {
+                                "server": f"https://127.0.0.1:{self.api_port}",
+                                "certificate-authority": str(self.tls.ca),
+                            },
                         }
                     ],
                     "contexts": [
                         {"name": "bench", "context": {"cluster": "bench", "user": "bench"}}
                     ],
-                    "users": [{"name": "bench", "user": {"token": "bench"}}],
+                    "users": [{"name": "bench", "user": {"token": TOKEN}}],
                 }
             )
         )
@@ -190,7 +238,11 @@ class Run:
 
     def list_requests(self) -> int:
         """List requests the fake API has answered so far."""
-        return sum(json.loads(get(self.api_port, "/stats")[1]).values())
+        return sum(json.loads(self.api_get("/stats")[1]).values())
+
+    def api_get(self, path: str) -> tuple[int, bytes]:
+        """GET *path* of the fake API (see :mod:`benchmarks.fakeapi`)."""
+        return api_get(self.api_port, self.tls, path)
 
     def scrape(self) -> float:
         """Seconds one scrape takes, as Prometheus asks for it."""
@@ -274,7 +326,15 @@ class Run:
     def floor(self) -> float:
         """Seconds a separate process takes to fetch and decode every page."""
         out = subprocess.run(
-            [sys.executable, "-m", "benchmarks.floor", str(self.api_port), str(PAGE_SIZE)],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.floor",
+                str(self.api_port),
+                str(PAGE_SIZE),
+                str(self.tls.ca),
+                TOKEN,
+            ],
             capture_output=True,
             text=True,
             check=True,
@@ -315,12 +375,12 @@ class Run:
         The fake API answers half a second late meanwhile, so that the collection is still in
         flight when the last of the scrapes arrives, however the threads are scheduled.
         """
-        get(self.api_port, "/delay?seconds=0.5")
+        self.api_get("/delay?seconds=0.5")
         before = self.list_requests()
         try:
             at_once(count, self.scrape)
         finally:
-            get(self.api_port, "/delay?seconds=0")
+            self.api_get("/delay?seconds=0")
         return self.list_requests() - before
 
     def stop(self) -> None:

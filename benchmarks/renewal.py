@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cluster import DEVICES_PER_NODE
-from benchmarks.processes import Run, get
+from benchmarks.processes import Run
 from kdraexp.families import FAMILIES
 from kdraexp.sources.celidle import IDLE
 
@@ -66,7 +66,7 @@ def measure(devices: int, scrapes: int, directory: Path, rest: bool = True) -> d
         figures = {}
         for case in ("after_small", "all_changed", "read_again"):
             if case != "read_again":
-                get(renewing.api_port, f"/renew?nodes={nodes}")
+                renewing.api_get(f"/renew?nodes={nodes}")
             figures[case] = _scrape(renewing)
         floors = [renewing.floor() for _ in range(scrapes)]
         figures.update(_shaped(nodes, scrapes, directory, runs))
@@ -91,9 +91,9 @@ def _shaped(nodes: int, scrapes: int, directory: Path, runs: list[Run]) -> dict[
     """The other fleet: its first scrape after a small cluster, and an exporter started on it."""
     shaped = Run(SHAPE_SMALL * DEVICES_PER_NODE, directory / "shaped", [], shape=SHAPE)
     runs.append(shaped)
-    get(shaped.api_port, f"/renew?nodes={SHAPE_SMALL}&shape={SHAPE}")  # no resourceVersion
+    shaped.api_get(f"/renew?nodes={SHAPE_SMALL}&shape={SHAPE}")  # no resourceVersion
     shaped.scrape()
-    get(shaped.api_port, f"/renew?nodes={nodes}&shape={SHAPE}")
+    shaped.api_get(f"/renew?nodes={nodes}&shape={SHAPE}")
     figures = {"shaped": _scrape(shaped)}
     floor = statistics.median(shaped.floor() for _ in range(scrapes))
     started = Run(nodes * DEVICES_PER_NODE, directory / "shaped-start", [], api=shaped)

@@ -80,7 +80,7 @@ def measure(devices: int, scrapes: int, directory: Path) -> dict[str, Any]:
 
 def _under_churn(run: Run, scrapes: int) -> list[float]:
     """Scrapes a second apart while claims change CHURN times a second."""
-    get(run.api_port, f"/churn?rate={CHURN}")
+    run.api_get(f"/churn?rate={CHURN}")
     try:
         times = []
         for _ in range(scrapes):
@@ -88,7 +88,7 @@ def _under_churn(run: Run, scrapes: int) -> list[float]:
             times.append(run.scrape())
         return times
     finally:
-        get(run.api_port, "/churn?rate=0")
+        run.api_get("/churn?rate=0")
 
 
 def _parity(listing: Run, watching: Run, tries: int = 3) -> list[str]:
@@ -126,7 +126,7 @@ def _latency(run: Run, name: str) -> float:
     the claims' families are behind (families come sorted by name): reading whole 160 MiB
     bodies would make the poll, not the exporter, what is measured.
     """
-    sent = json.loads(get(run.api_port, f"/probe?name={name}")[1])["sent"]
+    sent = json.loads(run.api_get(f"/probe?name={name}")[1])["sent"]
     needle = f'resourceclaim_name="{name}"'.encode()
     while not _shows(run.port, needle, PAST_CLAIMS):
         time.sleep(0.01)

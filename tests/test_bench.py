@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +91,30 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert renewed["shaped_scrape"] > 0 and renewed["shaped_start_healthz_max"] > 0
     assert "H100 fleet: every object new, after a 20-slice cluster" in result.stdout
     assert "while an H100 fleet's objects are all new" in result.stdout
+
+
+def test_the_fake_api_speaks_https_and_asks_for_the_token(tmp_path: Path) -> None:
+    """As every API server: a list over HTTPS, refused 401 without the bearer token."""
+    from benchmarks.processes import TOKEN, ApiTls, free_port
+
+    tls, port = ApiTls.made(tmp_path), free_port()
+    environment = {**os.environ, "FAKEAPI_CERT": str(tls.served), "FAKEAPI_TOKEN": TOKEN}
+    with subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.fakeapi", "1", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=environment,
+    ) as api:
+        try:
+            assert api.stdout is not None and api.stdout.readline().strip() == "ready"
+            path = "/apis/resource.k8s.io/v1/resourceslices?limit=1"
+            context = tls.context()
+            for headers, code in (({}, 401), ({"Authorization": f"Bearer {TOKEN}"}, 200)):
+                connection = http.client.HTTPSConnection("127.0.0.1", port, context=context)
+                connection.request("GET", path, headers=headers)
+                answer = connection.getresponse()
+                assert (answer.status, answer.read()[:1]) == (code, b"{")
+                connection.close()
+        finally:
+            api.terminate()
