@@ -584,8 +584,8 @@ def test_kubernetes_version() -> None:
     render(extra=("--kube-version", "1.34.0"))
 
 
-def test_notes(tmp_path: Path) -> None:
-    """NOTES.txt tells how to reach /metrics (rendered in a ConfigMap: helm template skips it)."""
+def _notes_chart(tmp_path: Path) -> Path:
+    """A copy of the chart that renders NOTES.txt in a ConfigMap (helm template skips it)."""
     chart = tmp_path / "kube-dra-exporter"
     shutil.copytree(CHART, chart)
     shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
@@ -593,6 +593,12 @@ def test_notes(tmp_path: Path) -> None:
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
         'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
     )
+    return chart
+
+
+def test_notes(tmp_path: Path) -> None:
+    """NOTES.txt tells how to reach /metrics."""
+    chart = _notes_chart(tmp_path)
     notes = resource(render(chart=chart), "ConfigMap")["data"]["notes"]
     assert notes.startswith(
         "kube-dra-exporter 0.2.0 is listing ResourceClaims, ResourceSlices and DeviceClasses\n"
@@ -644,6 +650,55 @@ def test_notes(tmp_path: Path) -> None:
     assert "sum their\nseries (do not deduplicate them)" in sharded
     assert "deduplicate their series" not in sharded
     assert "/readyz and /metrics answer 503" in sharded
+
+
+@pytest.mark.parametrize(
+    ("memory", "sized", "cap"),
+    [
+        ("192Mi", "enough for up to 4,000 devices (256Mi for 16,000, 512Mi for 64,000)", "67108864"),
+        ("128Mi", "enough for fewer than 4,000 devices (192Mi for 4,000", "44739242"),
+        ("256Mi", "enough for 16,000 devices (512Mi for 64,000)", "89478485"),
+        ("1Gi", "enough for 64,000 devices", "357913941"),
+        (None, "Memory: no limit (resources.limits.memory unset)", "64Mi"),
+    ],
+)
+def test_notes_say_the_memory_limit_and_what_it_is_sized_for(
+    tmp_path: Path, memory: str | None, sized: str, cap: str
+) -> None:
+    """NOTES.txt names the memory limit in force, the cluster it suffices for (README, Sizing),
+    what too small a limit does and how to see it."""
+    limits = {"memory": memory} if memory else None
+    notes = resource(
+        render({"resources": {"limits": limits}}, chart=_notes_chart(tmp_path)), "ConfigMap"
+    )["data"]["notes"]
+    flat = " ".join(notes.split())
+    if memory:
+        assert f"each pod is limited to {memory} (resources.limits.memory)" in flat, notes
+    assert sized in flat, notes
+    assert "OOMKilled" in flat, notes
+    selector = "app.kubernetes.io/instance=regression,app.kubernetes.io/name=kube-dra-exporter"
+    for command in ("get pods", "describe pods", "top pods"):
+        assert f"kubectl --namespace exporter {command} -l {selector}" in notes, notes
+    assert f"response cap in force, --max-response-bytes={cap} (" in flat, notes
+
+
+def test_notes_sizing_follows_the_readme() -> None:
+    """The limits NOTES.txt names for 4,000, 16,000 and 64,000 devices are the README's."""
+    readme = (CHART.parent.parent / "README.md").read_text()
+    sizing = readme[readme.index("### Sizing") : readme.index("## Troubleshooting")]
+    rows = {
+        cells[0]: cells[-1].split()[0]
+        for cells in (
+            [cell.strip() for cell in line.strip("|").split("|")]
+            for line in sizing.splitlines()
+            if line.startswith("| ") and "devices" not in line
+        )
+    }
+    assert rows == {"up to 4,000": "192Mi", "16,000": "256Mi", "64,000": "512Mi"}
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    for devices, limit in (("4,000", 192), ("16,000", 256), ("64,000", 512)):
+        assert f"{limit}Mi for {devices}" in notes
+        assert f"ge $bytes (mul {limit} 1048576)" in notes
 
 
 def test_shards_have_a_headless_governing_service_and_a_budget_of_one() -> None:
