@@ -129,10 +129,10 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 {{- end }}
 {{- if .Values.sharding.enabled }}
 - "--pod=$(POD_NAME)"
-- {{ printf "--total-shards=%v" .Values.sharding.replicas | quote }}
+- {{ printf "--total-shards=%d" (int64 .Values.sharding.replicas) | quote }}
 {{- end }}
 - {{ printf "--timeout=%v" $e.timeout | quote }}
-- {{ printf "--page-size=%v" $e.pageSize | quote }}
+- {{ printf "--page-size=%d" (int64 $e.pageSize) | quote }}
 - {{ printf "--resources=%s" (include "kube-dra-exporter.resources" .) | quote }}
 {{- with $e.metricAllowlist }}
 - {{ printf "--metric-allowlist=%s" (join "," .) | quote }}
@@ -220,7 +220,11 @@ it is not a quantity.
 {{- if or (not $number) (not (hasKey $units $suffix)) -}}
 {{- fail (printf "%s: %q is not a quantity of bytes (such as 64Mi or 67108864)" $name $value) -}}
 {{- end -}}
-{{- mulf (float64 $number) (index $units $suffix) | int64 -}}
+{{- $bytes := mulf (float64 $number) (index $units $suffix) -}}
+{{- if ge $bytes 9223372036854775807.0 -}}
+{{- fail (printf "%s: %q is not below 8Ei, the most bytes the exporter takes" $name $value) -}}
+{{- end -}}
+{{- $bytes | int64 -}}
 {{- end -}}
 
 {{- /*
@@ -239,6 +243,9 @@ in the pod beside the runtime.
 {{- if $limit -}}{{ $third }}{{- else -}}64Mi{{- end -}}
 {{- else -}}
 {{- $bytes := include "kube-dra-exporter.bytes" (list "exporter.maxResponseBytes" $given) | atoi -}}
+{{- if lt $bytes 65536 -}}
+{{- fail (printf "exporter.maxResponseBytes: %v is below 64Ki, the least the exporter takes" $given) -}}
+{{- end -}}
 {{- if and $limit (gt $bytes $third) -}}
 {{- fail (printf "exporter.maxResponseBytes: %v does not fit resources.limits.memory %v: at most a third of it (%d bytes), for one response that size beside the runtime" $given $limit $third) -}}
 {{- end -}}
@@ -273,5 +280,24 @@ Values that would start a pod that cannot work: refused when the chart renders, 
 {{- fail (printf "exporter.timeout %v must be below prometheus.%s.scrapeTimeout %v: a collection cut off by the scrape would never be served" $e.timeout $kind $monitor.scrapeTimeout) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- if and $e.expectPools (not (has "nodes" $e.resources)) -}}
+{{- fail "exporter.expectPools needs nodes in exporter.resources: the Node view says what each node is labelled" -}}
+{{- end -}}
+{{- /* Two attributes or data keys that the exporter would write as one label. */ -}}
+{{- $labels := dict -}}
+{{- range $e.deviceAttributes -}}
+{{- $label := printf "attribute_%s" (last (splitList "/" .)) -}}
+{{- if hasKey $labels $label -}}
+{{- fail (printf "exporter.deviceAttributes: %q and %q both give the label %s" (get $labels $label) . $label) -}}
+{{- end -}}
+{{- $_ := set $labels $label . -}}
+{{- end -}}
+{{- range $e.claimDeviceData -}}
+{{- $label := printf "data_%s" (regexReplaceAll "[^A-Za-z0-9_]" . "_") -}}
+{{- if hasKey $labels $label -}}
+{{- fail (printf "exporter.claimDeviceData: %q and %q both give the label %s" (get $labels $label) . $label) -}}
+{{- end -}}
+{{- $_ := set $labels $label . -}}
 {{- end -}}
 {{- end -}}
