@@ -1302,6 +1302,21 @@ def test_every_refusal_of_the_exporter_is_the_charts() -> None:
         assert any(fragment in text for text in sites.values()), fragment
 
 
+def test_the_schema_takes_the_levels_and_formats_the_exporter_takes() -> None:
+    """A level or format the exporter stops taking, the chart stops taking too.
+
+    The exporter refuses them in one ``raise`` whatever the names: the walk cannot tell.
+    """
+    import json
+
+    from kdraexp.app import logs
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    exporter = schema["properties"]["exporter"]["properties"]
+    assert set(exporter["logLevel"]["enum"]) == set(logs.LEVELS)
+    assert set(exporter["logFormat"]["enum"]) == set(logs.FORMATS)
+
+
 def arguments(docs: list[dict[str, Any]]) -> list[str]:
     """The exporter's arguments, from its Deployment or StatefulSet."""
     (workload,) = [doc for doc in docs if doc["kind"] in ("Deployment", "StatefulSet")]
