@@ -265,6 +265,18 @@ in the pod beside the runtime.
 {{- end -}}
 
 {{- /*
+The regular expressions the chart takes in the metric lists and exporter.deviceCapacities:
+a syntax that Python's re (the exporter's) and Go's RE2 (this check's) read alike, every
+string of which Python compiles (tests/test_chart.py tries thousands), and without commas,
+at which the exporter splits the lists. Letters, digits, _ : / - and escaped metacharacters;
+. ; classes of those and a-z, A-Z, 0-9, negated or not; groups (a|b) and (?:a|b) one level
+deep; * + ? and {N}, each lazy with ?; ^ and $ at a branch's ends.
+*/ -}}
+{{- define "kube-dra-exporter.regularExpression" -}}
+^\^?((([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])|\((\?:)?(([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])(([*+?]|\{[0-9]{1,3}\})\??)?)*(\|(([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])(([*+?]|\{[0-9]{1,3}\})\??)?)*)*\))(([*+?]|\{[0-9]{1,3}\})\??)?)*\$?(\|\^?((([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])|\((\?:)?(([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])(([*+?]|\{[0-9]{1,3}\})\??)?)*(\|(([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])(([*+?]|\{[0-9]{1,3}\})\??)?)*)*\))(([*+?]|\{[0-9]{1,3}\})\??)?)*\$?)*$
+{{- end -}}
+
+{{- /*
 Values that would start a pod that cannot work: refused when the chart renders, naming them.
 */}}
 {{- define "kube-dra-exporter.refusals" -}}
@@ -278,6 +290,15 @@ Values that would start a pod that cannot work: refused when the chart renders, 
 {{- $scrape := include "kube-dra-exporter.seconds" $monitor.scrapeTimeout | float64 -}}
 {{- if ge (float64 $e.timeout) $scrape -}}
 {{- fail (printf "exporter.timeout %v must be below prometheus.%s.scrapeTimeout %v: a collection cut off by the scrape would never be served" $e.timeout $kind $monitor.scrapeTimeout) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $syntax := include "kube-dra-exporter.regularExpression" . -}}
+{{- range $name := list "metricAllowlist" "metricDenylist" "metricOptInList" "deviceCapacities" -}}
+{{- $given := index $e $name -}}
+{{- range (kindIs "string" $given | ternary (list $given) $given) -}}
+{{- if not (regexMatch $syntax .) -}}
+{{- fail (printf "exporter.%s: %q is not a regular expression the chart takes: letters, digits, _ : / - . and escaped metacharacters, classes, groups one level deep, * + ? {N}, ^ and $, no commas (the chart's README says more; extraArgs takes any)" $name .) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
