@@ -1415,3 +1415,67 @@ def test_the_regular_expressions_the_chart_takes_compile() -> None:
     given = json.dumps(taken[:1000])  # as JSON: YAML would read 0_9 or 0:9 as a number
     args = arguments(render(extra=("--set-json", f"exporter.metricDenylist={given}")))
     assert f"--metric-denylist={','.join(taken[:1000])}" in args
+
+
+def _allowlist(text: str) -> None:
+    from kdraexp.families.selection import allowlist_of
+
+    allowlist_of("--metric-labels-allowlist", text)
+
+
+def _pools(text: str) -> None:
+    from kdraexp.families.selection import expected_pools_of
+
+    expected_pools_of([text], frozenset({"nodes"}))
+
+
+@pytest.mark.parametrize(
+    ("value", "read", "starts", "pieces"),
+    [
+        (
+            "metricLabelsAllowlist",
+            _allowlist,
+            ["pods=[", " * =[", "resourceclaims =[", "nodes=[", "pods= ["],
+            ["a", "b.c/d-e", "*", ",", " ", "\t", "=", "[", "]", "]x"],
+        ),
+        (
+            "expectPools",
+            _pools,
+            ["gpu.example.com=", "GPU=", "a="],
+            [
+                "a",
+                "b/c",
+                "x.y-z",
+                "=",
+                "==",
+                "!=",
+                "!",
+                " ",
+                "\t",
+                ",",
+                "(",
+                ")",
+                " in ",
+                " notin ",
+            ],
+        ),
+    ],
+)
+def test_what_the_schema_takes_the_exporter_reads(
+    value: str, read: Any, starts: list[str], pieces: list[str]
+) -> None:
+    """Random strings of an option's pieces: each the schema's pattern takes, the exporter reads."""
+    import json
+    import random
+    import re
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    pattern = re.compile(schema["properties"]["exporter"]["properties"][value]["items"]["pattern"])
+    rng = random.Random(0)
+    taken = 0
+    for _ in range(50_000):
+        text = rng.choice(starts) + "".join(rng.choice(pieces) for _ in range(rng.randint(0, 7)))
+        if pattern.fullmatch(text):
+            taken += 1
+            read(text)
+    assert taken > 500
