@@ -32,13 +32,15 @@ def render(
     chart: Path = CHART,
     extra: tuple[str, ...] = (),
     operator: bool = True,
+    release: str = "regression",
+    namespace: str = "exporter",
 ) -> list[dict[str, Any]]:
     """``helm template regression CHART --namespace exporter`` with *values* on stdin.
 
     With *operator*, for a cluster with the prometheus-operator's CRDs (the monitors and rules
     the chart makes need them).
     """
-    args = [helm(), "template", "regression", str(chart), "--namespace", "exporter", *extra]
+    args = [helm(), "template", release, str(chart), "--namespace", namespace, *extra]
     if operator:
         args += OPERATOR
     if production:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -40,7 +41,8 @@ ALERTS = (
 )
 RUNBOOKS = "https://runbooks.example/alerts.md"
 """The runbook URL the promtool tests expect (the default follows the release)."""
-DOCS = Path(__file__).parent.parent / "docs" / "alerts.md"
+ROOT = Path(__file__).parent.parent
+DOCS = ROOT / "docs" / "alerts.md"
 
 
 def rules(values: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -103,6 +105,46 @@ def test_every_alert_tested_and_documented() -> None:
         line[4:].strip() for line in DOCS.read_text().splitlines() if line.startswith("### ")
     }
     assert set(ALERTS) <= headings
+
+
+def test_runbook_commands_name_what_the_readme_installs() -> None:
+    """The runbooks' kubectl commands name objects that the README's install command makes.
+
+    The install from a checkout is rendered with its release name, namespace and values file;
+    each ``deploy/NAME``, ``servicemonitor NAME`` and ``-l app.kubernetes.io/name=NAME`` of a
+    ``kubectl -n NAMESPACE`` command must be one of its objects in that namespace.
+    """
+    readme = (ROOT / "README.md").read_text()
+    install = re.search(
+        r"helm upgrade --install (\S+) chart/kube-dra-exporter \\\n"
+        r"\s+--namespace (\S+) --create-namespace -f (\S+)\n",
+        readme,
+    )
+    assert install is not None, "the README's install from a checkout is not found"
+    release, namespace, values = install.groups()
+    docs = render(release=release, namespace=namespace, extra=("-f", str(ROOT / values)))
+    made = {
+        (doc["kind"], doc["metadata"].get("namespace"), doc["metadata"]["name"]): doc
+        for doc in docs
+    }
+    checked = []
+    for where, command in re.findall(r"kubectl -n (\S+) ([^`\n]*)", DOCS.read_text()):
+        for kind, pattern in (
+            ("Deployment", r"deploy/(\S+)"),
+            ("ServiceMonitor", r"servicemonitor (\S+)"),
+        ):
+            for name in re.findall(pattern, command):
+                assert (kind, where, name) in made, f"kubectl -n {where} {command}"
+                checked.append(name)
+        for name in re.findall(r"-l app\.kubernetes\.io/name=(\S+)", command):
+            pods = [
+                doc["spec"]["template"]["metadata"]["labels"]
+                for (kind, namespace, _), doc in made.items()
+                if kind == "Deployment" and namespace == where
+            ]
+            assert [labels["app.kubernetes.io/name"] for labels in pods] == [name], command
+            checked.append(name)
+    assert len(checked) >= 5, checked
 
 
 def test_values_shape_the_rules() -> None:

@@ -584,8 +584,8 @@ def test_kubernetes_version() -> None:
     render(extra=("--kube-version", "1.34.0"))
 
 
-def test_notes(tmp_path: Path) -> None:
-    """NOTES.txt tells how to reach /metrics (rendered in a ConfigMap: helm template skips it)."""
+def _notes_chart(tmp_path: Path) -> Path:
+    """A copy of the chart that renders NOTES.txt in a ConfigMap (helm template skips it)."""
     chart = tmp_path / "kube-dra-exporter"
     shutil.copytree(CHART, chart)
     shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
@@ -593,6 +593,12 @@ def test_notes(tmp_path: Path) -> None:
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
         'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
     )
+    return chart
+
+
+def test_notes(tmp_path: Path) -> None:
+    """NOTES.txt tells how to reach /metrics."""
+    chart = _notes_chart(tmp_path)
     notes = resource(render(chart=chart), "ConfigMap")["data"]["notes"]
     assert notes.startswith(
         "kube-dra-exporter 0.2.0 is listing ResourceClaims, ResourceSlices and DeviceClasses\n"
@@ -644,6 +650,61 @@ def test_notes(tmp_path: Path) -> None:
     assert "sum their\nseries (do not deduplicate them)" in sharded
     assert "deduplicate their series" not in sharded
     assert "/readyz and /metrics answer 503" in sharded
+
+
+@pytest.mark.parametrize(
+    ("memory", "sized", "cap"),
+    [
+        (
+            "192Mi",
+            "enough for up to 4,000 devices (256Mi for 16,000, 512Mi for 64,000)",
+            "67108864",
+        ),
+        ("128Mi", "enough for fewer than 4,000 devices (192Mi for 4,000", "44739242"),
+        ("256Mi", "enough for 16,000 devices (512Mi for 64,000)", "89478485"),
+        ("1Gi", "enough for 64,000 devices", "357913941"),
+        (None, "Memory: no limit (resources.limits.memory unset)", "64Mi"),
+    ],
+)
+def test_notes_say_the_memory_limit_and_what_it_is_sized_for(
+    tmp_path: Path, memory: str | None, sized: str, cap: str
+) -> None:
+    """NOTES.txt names the memory limit in force and the cluster it suffices for.
+
+    By the README's Sizing; and what too small a limit does, and how to see it.
+    """
+    limits = {"memory": memory} if memory else None
+    notes = resource(
+        render({"resources": {"limits": limits}}, chart=_notes_chart(tmp_path)), "ConfigMap"
+    )["data"]["notes"]
+    flat = " ".join(notes.split())
+    if memory:
+        assert f"each pod is limited to {memory} (resources.limits.memory)" in flat, notes
+    assert sized in flat, notes
+    assert "OOMKilled" in flat, notes
+    selector = "app.kubernetes.io/instance=regression,app.kubernetes.io/name=kube-dra-exporter"
+    for command in ("get pods", "describe pods", "top pods"):
+        assert f"kubectl --namespace exporter {command} -l {selector}" in notes, notes
+    assert f"response cap in force, --max-response-bytes={cap} (" in flat, notes
+
+
+def test_notes_sizing_follows_the_readme() -> None:
+    """The limits NOTES.txt names for 4,000, 16,000 and 64,000 devices are the README's."""
+    readme = (CHART.parent.parent / "README.md").read_text()
+    sizing = readme[readme.index("### Sizing") : readme.index("## Troubleshooting")]
+    rows = {
+        cells[0]: cells[-1].split()[0]
+        for cells in (
+            [cell.strip() for cell in line.strip("|").split("|")]
+            for line in sizing.splitlines()
+            if line.startswith("| ") and "devices" not in line
+        )
+    }
+    assert rows == {"up to 4,000": "192Mi", "16,000": "256Mi", "64,000": "512Mi"}
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    for devices, limit in (("4,000", 192), ("16,000", 256), ("64,000", 512)):
+        assert f"{limit}Mi for {devices}" in notes
+        assert f"ge $bytes (mul {limit} 1048576)" in notes
 
 
 def test_shards_have_a_headless_governing_service_and_a_budget_of_one() -> None:
@@ -1131,3 +1192,425 @@ def test_auth_filter_notes(tmp_path: Path) -> None:
     assert "pod annotations, which send no token" in text
     plain = resource(render(chart=chart), "ConfigMap")["data"]["notes"]
     assert "\n  curl http://localhost:8080/metrics\n" in plain and "token" not in plain
+
+
+REFUSED: list[tuple[list[str], dict[str, Any], str]] = [
+    (["--timeout=0"], {"exporter": {"timeout": 0}}, "at '/exporter/timeout'"),
+    (["--page-size=0"], {"exporter": {"pageSize": 0}}, "at '/exporter/pageSize'"),
+    (["--max-response-bytes=1Ki"], {"exporter": {"maxResponseBytes": "1Ki"}}, "below 64Ki"),
+    (
+        ["--max-response-bytes=10000000T"],
+        {"exporter": {"maxResponseBytes": "10000000T"}, "resources": {"limits": None}},
+        "is not below 8Ei",
+    ),
+    (["--max-response-bytes=lots"], {"exporter": {"maxResponseBytes": "lots"}}, "not a quantity"),
+    (
+        ["--max-response-bytes=1e999999"],
+        {"exporter": {"maxResponseBytes": "1e999999"}},
+        "not a quantity",
+    ),
+    (
+        ["--mode=watch", "--max-staleness=0"],
+        {"exporter": {"mode": "watch", "maxStaleness": 0}},
+        "at '/exporter/maxStaleness'",
+    ),
+    (["--listen=:65536"], {"exporter": {"port": 65536}}, "at '/exporter/port'"),
+    (
+        ["--telemetry-listen=:65536"],
+        {"exporter": {"telemetryPort": 65536}},
+        "at '/exporter/telemetryPort'",
+    ),
+    (
+        ["--listen=:8080", "--telemetry-listen=:8080"],
+        {"exporter": {"telemetryPort": 8080}},
+        "both 8080",
+    ),
+    (["--resources=namespaces"], {"exporter": {"resources": ["namespaces"]}}, "resources/0'"),
+    (["--resources="], {"exporter": {"resources": []}}, "at '/exporter/resources'"),
+    (
+        ["--metric-allowlist=a", "--metric-denylist=b"],
+        {"exporter": {"metricAllowlist": ["a"], "metricDenylist": ["b"]}},
+        "mutually exclusive",
+    ),
+    (
+        ["--metric-allowlist=kube_(x"],
+        {"exporter": {"metricAllowlist": ["kube_(x"]}},
+        'exporter.metricAllowlist: "kube_(x" is not a regular expression the chart takes',
+    ),
+    (
+        ["--metric-denylist=[z-a]"],
+        {"exporter": {"metricDenylist": ["[z-a]"]}},
+        'exporter.metricDenylist: "[z-a]" is not a regular expression the chart takes',
+    ),
+    (
+        ["--metric-opt-in-list=a**"],
+        {"exporter": {"metricOptInList": ["a**"]}},
+        'exporter.metricOptInList: "a**" is not a regular expression the chart takes',
+    ),
+    (
+        ["--device-capacities=mem(ory"],
+        {"exporter": {"deviceCapacities": "mem(ory"}},
+        'exporter.deviceCapacities: "mem(ory" is not a regular expression the chart takes',
+    ),
+    (["--device-attributes=a/b/c"], {"exporter": {"deviceAttributes": ["a/b/c"]}}, "tes/0'"),
+    (
+        ["--device-attributes=a.com/x,b.com/x"],
+        {"exporter": {"deviceAttributes": ["a.com/x", "b.com/x"]}},
+        "both give the label attribute_x",
+    ),
+    (["--claim-device-data=" + "k" * 64], {"exporter": {"claimDeviceData": ["k" * 64]}}, "a/0'"),
+    (
+        ["--claim-device-data=a.b,a-b"],
+        {"exporter": {"claimDeviceData": ["a.b", "a-b"]}},
+        "both give the label data_a_b",
+    ),
+    (
+        ["--hides-allocated-devices=DRA_NET"],
+        {"exporter": {"hidesAllocatedDevices": ["DRA_NET"]}},
+        "at '/exporter/hidesAllocatedDevices/0'",
+    ),
+    (
+        ["--metric-labels-allowlist=nodes=[x]"],
+        {"exporter": {"metricLabelsAllowlist": ["nodes=[x]"]}},
+        "at '/exporter/metricLabelsAllowlist/0'",
+    ),
+    (
+        ["--metric-labels-allowlist=pods=[a,]"],
+        {"exporter": {"metricLabelsAllowlist": ["pods=[a,]"]}},
+        "at '/exporter/metricLabelsAllowlist/0'",
+    ),
+    (
+        ["--metric-annotations-allowlist=pods=[a**]"],
+        {"exporter": {"metricAnnotationsAllowlist": ["pods=[a**]"]}},
+        "at '/exporter/metricAnnotationsAllowlist/0'",
+    ),
+    (
+        ["--metric-annotations-allowlist=pods=[a]x"],
+        {"exporter": {"metricAnnotationsAllowlist": ["pods=[a]x"]}},
+        "at '/exporter/metricAnnotationsAllowlist/0'",
+    ),
+    (
+        ["--metric-annotations-allowlist=pods=[a"],
+        {"exporter": {"metricAnnotationsAllowlist": ["pods=[a"]}},
+        "at '/exporter/metricAnnotationsAllowlist/0'",
+    ),
+    (
+        ["--cost-share-capacity=gpu/9memory"],
+        {"exporter": {"costShareCapacity": "gpu/9memory"}},
+        "at '/exporter/costShareCapacity'",
+    ),
+    (
+        ["--resources=nodes", "--expect-pools=GPU=a"],
+        {"exporter": {"resources": ["nodes"], "expectPools": ["GPU=a"]}},
+        "at '/exporter/expectPools/0'",
+    ),
+    (
+        ["--resources=nodes", "--expect-pools=gpu=a in b"],
+        {"exporter": {"resources": ["nodes"], "expectPools": ["gpu=a in b"]}},
+        "at '/exporter/expectPools/0'",
+    ),
+    (
+        ["--resources=nodes", "--expect-pools=gpu=!a=b"],
+        {"exporter": {"resources": ["nodes"], "expectPools": ["gpu=!a=b"]}},
+        "at '/exporter/expectPools/0'",
+    ),
+    (
+        ["--resources=nodes", "--expect-pools=gpu=,a"],
+        {"exporter": {"resources": ["nodes"], "expectPools": ["gpu=,a"]}},
+        "at '/exporter/expectPools/0'",
+    ),
+    (
+        ["--resources=nodes", "--expect-pools=gpu=a,"],
+        {"exporter": {"resources": ["nodes"], "expectPools": ["gpu=a,"]}},
+        "at '/exporter/expectPools/0'",
+    ),
+    (
+        ["--resources=nodes", "--expect-pools=gpu=b/cb/c"],
+        {"exporter": {"resources": ["nodes"], "expectPools": ["gpu=b/cb/c"]}},
+        "at '/exporter/expectPools/0'",
+    ),
+    (
+        ["--expect-pools=gpu=a"],
+        {"exporter": {"expectPools": ["gpu=a"]}},
+        "exporter.expectPools needs nodes in exporter.resources",
+    ),
+    (["--log-level=verbose"], {"exporter": {"logLevel": "verbose"}}, "at '/exporter/logLevel'"),
+    (["--log-format=xml"], {"exporter": {"logFormat": "xml"}}, "at '/exporter/logFormat'"),
+    (["--mode=stream"], {"exporter": {"mode": "stream"}}, "at '/exporter/mode'"),
+    (
+        ["--pod=x-0", "--total-shards=0"],
+        {"sharding": {"enabled": True, "replicas": 0}},
+        "at '/sharding/replicas'",
+    ),
+    (
+        ["--pod=x-0", "--total-shards=1000000000"],
+        {"sharding": {"enabled": True, "replicas": 1000000000}},
+        "at '/sharding/replicas'",
+    ),
+]
+"""Per refusal: arguments the exporter refuses, the chart values that would render them, and
+what ``helm template`` says of those values."""
+
+UNREACHABLE = {
+    "--source {source!r}": "the chart passes no --source: the pod reads its cluster",
+    "--mode watch reads a cluster": "the chart passes no --source",
+    "--shard and --pod are mutually exclusive": "the chart passes --pod alone",
+    "a pod name has at most 253 characters": "the pod's name is the StatefulSet's NAME-ORDINAL",
+    "not a StatefulSet pod name": "the pod's name is the StatefulSet's NAME-ORDINAL",
+    "--shard: expected a whole number": "the chart passes --pod, never --shard",
+    "expected 0 <= shard < total": "a StatefulSet's ordinals are below its replicas",
+    'raise ListenError(f"{value!r}: {_EXPECTED}")': "the chart writes :PORT",
+    'raise ListenError(f"{value!r}: {error}")': "the chart writes :PORT",
+    "raise usage.UsageError(str(error)) from None": "passes on a refusal checked where it is made",
+    "does not resolve": "the chart writes :PORT, no host",
+    "has no IPv4 or IPv6 address": "the chart writes :PORT, no host",
+    "--auth-filter asks the API server to review tokens": "the chart passes no --source",
+    "--auth-token-audiences is used by --auth-filter alone": "the chart passes audiences with "
+    "--auth-filter only",
+}
+"""Refusals of the exporter that no chart value can reach, with why (the test keeps it true)."""
+
+STARTING = {
+    "kdraexp/app/tap.py": ("_seconds", "_page_size", "_bytes", "postOptions", "_shard"),
+    "kdraexp/families/selection.py": None,
+    "kdraexp/dra/labelselector.py": ("label_selector",),
+    "kdraexp/serve/listen.py": ("endpoint", "_where", "resolve"),
+    "kdraexp/store/sharding.py": ("__attrs_post_init__", "ordinal"),
+}
+"""Where the exporter refuses what it is given at start: each module's functions (None: all)."""
+
+
+def _raise_sites() -> dict[tuple[str, int], str]:
+    """Each ``raise`` of :data:`STARTING`'s functions: (file, first line) to its source text."""
+    import ast
+
+    root = CHART.parent.parent
+    sites = {}
+    for name, functions in STARTING.items():
+        source = (root / name).read_text()
+        for function in ast.walk(ast.parse(source)):
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            if functions is not None and function.name not in functions:
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Raise):
+                    text = ast.get_source_segment(source, node) or ""
+                    sites[str(root / name), node.lineno] = text
+    return sites
+
+
+def _refused_at(args: list[str]) -> set[tuple[str, int]]:
+    """The exporter's refusal of *args*: the (file, line) of each exception of the chain."""
+    import contextlib
+    import io
+
+    from kdraexp.app.tap import Options
+
+    with contextlib.redirect_stderr(io.StringIO()), pytest.raises(SystemExit) as caught:
+        Options().parseOptions(args)
+    assert caught.value.code == 2, args
+    found = set()
+    error: BaseException | None = caught.value
+    while error is not None:
+        traceback = error.__traceback__
+        while traceback is not None and traceback.tb_next is not None:
+            traceback = traceback.tb_next
+        if traceback is not None:
+            found.add((traceback.tb_frame.f_code.co_filename, traceback.tb_lineno))
+        error = error.__cause__ or error.__context__
+    return found
+
+
+def test_every_refusal_of_the_exporter_is_the_charts() -> None:
+    """Each value the exporter refuses as it starts, the chart refuses as it renders.
+
+    Every ``raise`` where the exporter reads its arguments is either reached by a row of
+    :data:`REFUSED`, whose arguments the exporter refuses and whose chart values ``helm
+    template`` refuses, or named unreachable from the chart with why: a new refusal of the
+    exporter fails this test until the chart refuses it too.
+    """
+    sites = _raise_sites()
+    reached: set[tuple[str, int]] = set()
+    for args, values, message in REFUSED:
+        refused = _refused_at(args)
+        assert refused & set(sites), (args, "is not refused where the exporter reads it")
+        reached |= refused
+        fails(values, message)
+    spans = {(file, line): line + text.count("\n") for (file, line), text in sites.items()}
+    missed = [
+        text
+        for (file, line), text in sites.items()
+        if not any(file == at and line <= number <= spans[file, line] for at, number in reached)
+        and not any(fragment in text for fragment in UNREACHABLE)
+    ]
+    assert not missed, "refused by the exporter, not by the chart:\n" + "\n".join(missed)
+    for fragment in UNREACHABLE:
+        assert any(fragment in text for text in sites.values()), fragment
+
+
+def test_the_schema_takes_the_levels_and_formats_the_exporter_takes() -> None:
+    """A level or format the exporter stops taking, the chart stops taking too.
+
+    The exporter refuses them in one ``raise`` whatever the names: the walk cannot tell.
+    """
+    import json
+
+    from kdraexp.app import logs
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    exporter = schema["properties"]["exporter"]["properties"]
+    assert set(exporter["logLevel"]["enum"]) == set(logs.LEVELS)
+    assert set(exporter["logFormat"]["enum"]) == set(logs.FORMATS)
+
+
+def arguments(docs: list[dict[str, Any]]) -> list[str]:
+    """The exporter's arguments, from its Deployment or StatefulSet."""
+    (workload,) = [doc for doc in docs if doc["kind"] in ("Deployment", "StatefulSet")]
+    args: list[str] = workload["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+ACCEPTED: list[dict[str, Any]] = [
+    {"exporter": {"pageSize": 1000000}},
+    {"sharding": {"enabled": True, "replicas": 1000000}},
+    {"exporter": {"maxResponseBytes": "64Ki"}},
+    {"exporter": {"metricAllowlist": ["^kube_resource(claim|slice)_.*$", "[a-z_]+_info|x{2}?"]}},
+    {"exporter": {"metricDenylist": ["(?:kube_pod_dra_[a-z]+)", "kube_resourceslice\\.x"]}},
+    {"exporter": {"deviceCapacities": "(memory|[^0-9]+/cores)$"}},
+    {"exporter": {"claimDeviceData": ["uuid", "a.b"], "deviceAttributes": ["a.com/x", "profile"]}},
+    {"exporter": {"metricLabelsAllowlist": [" pods =[ team, app.kubernetes.io/* ]", "*=[]"]}},
+    {"exporter": {"costShareCapacity": "gpu.example.com/memory_2"}},
+    {
+        "exporter": {
+            "resources": ["nodes", "resourceslices"],
+            "expectPools": ["gpu.example.com=a/b=c,!d, e notin (f, g),h!=", "nic.example.com="],
+        }
+    },
+]
+"""Values at the edges of what the chart takes."""
+
+
+@pytest.mark.parametrize("values", ACCEPTED)
+def test_what_the_chart_takes_the_exporter_takes(values: dict[str, Any]) -> None:
+    """The arguments the chart renders from values at its edges start the exporter."""
+    from kdraexp.app.tap import Options
+
+    args = [arg.replace("$(POD_NAME)", "exporter-0") for arg in arguments(render(values))]
+    Options().parseOptions(args)
+
+
+def test_the_regular_expressions_the_chart_takes_compile() -> None:
+    """Every string the chart takes as a metric list's item is a Python regular expression.
+
+    And holds no comma (the exporter splits the lists at commas): random strings over the
+    syntax's characters, thousands of them taken. The chart's pattern is written in what
+    Python's re and Go's RE2 read alike, and helm takes the first thousand too.
+    """
+    import json
+    import random
+    import re
+    import warnings
+
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    found = re.search(
+        r'{{- define "kube-dra-exporter.regularExpression" -}}\n(.*)\n{{- end -}}', helpers
+    )
+    assert found is not None
+    syntax = re.compile(found[1])
+    rng = random.Random(0)
+    taken, refused = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(100_000):
+            text = "".join(
+                rng.choice("a_:/.-[]^$()|?*+{}09zA\\, ") for _ in range(rng.randint(1, 9))
+            )
+            if syntax.fullmatch(text):
+                taken.append(text)
+                assert "," not in text
+                re.compile(text)
+            elif "," not in text:
+                refused.append(text)
+    assert len(taken) > 10_000
+    broken = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a nested set's warning: it compiles all the same
+        for text in refused:
+            try:
+                re.compile(text)
+            except re.error:
+                broken.append(text)
+    for text in broken[:20]:
+        fails(
+            {},
+            "is not a regular expression the chart takes",
+            extra=("--set-json", f"exporter.metricAllowlist={json.dumps([text])}"),
+        )
+    given = json.dumps(taken[:1000])  # as JSON: YAML would read 0_9 or 0:9 as a number
+    args = arguments(render(extra=("--set-json", f"exporter.metricDenylist={given}")))
+    assert f"--metric-denylist={','.join(taken[:1000])}" in args
+
+
+def _allowlist(text: str) -> None:
+    from kdraexp.families.selection import allowlist_of
+
+    allowlist_of("--metric-labels-allowlist", text)
+
+
+def _pools(text: str) -> None:
+    from kdraexp.families.selection import expected_pools_of
+
+    expected_pools_of([text], frozenset({"nodes"}))
+
+
+@pytest.mark.parametrize(
+    ("value", "read", "starts", "pieces"),
+    [
+        (
+            "metricLabelsAllowlist",
+            _allowlist,
+            ["pods=[", " * =[", "resourceclaims =[", "nodes=[", "pods= ["],
+            ["a", "b.c/d-e", "*", ",", " ", "\t", "=", "[", "]", "]x"],
+        ),
+        (
+            "expectPools",
+            _pools,
+            ["gpu.example.com=", "GPU=", "a="],
+            [
+                "a",
+                "b/c",
+                "x.y-z",
+                "=",
+                "==",
+                "!=",
+                "!",
+                " ",
+                "\t",
+                ",",
+                "(",
+                ")",
+                " in ",
+                " notin ",
+            ],
+        ),
+    ],
+)
+def test_what_the_schema_takes_the_exporter_reads(
+    value: str, read: Any, starts: list[str], pieces: list[str]
+) -> None:
+    """Random strings of an option's pieces: each the schema's pattern takes, the exporter reads."""
+    import json
+    import random
+    import re
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    pattern = re.compile(schema["properties"]["exporter"]["properties"][value]["items"]["pattern"])
+    rng = random.Random(0)
+    taken = 0
+    for _ in range(50_000):
+        text = rng.choice(starts) + "".join(rng.choice(pieces) for _ in range(rng.randint(0, 7)))
+        if pattern.fullmatch(text):
+            taken += 1
+            read(text)
+    assert taken > 500

@@ -129,10 +129,10 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 {{- end }}
 {{- if .Values.sharding.enabled }}
 - "--pod=$(POD_NAME)"
-- {{ printf "--total-shards=%v" .Values.sharding.replicas | quote }}
+- {{ printf "--total-shards=%d" (int64 .Values.sharding.replicas) | quote }}
 {{- end }}
 - {{ printf "--timeout=%v" $e.timeout | quote }}
-- {{ printf "--page-size=%v" $e.pageSize | quote }}
+- {{ printf "--page-size=%d" (int64 $e.pageSize) | quote }}
 - {{ printf "--resources=%s" (include "kube-dra-exporter.resources" .) | quote }}
 {{- with $e.metricAllowlist }}
 - {{ printf "--metric-allowlist=%s" (join "," .) | quote }}
@@ -226,7 +226,11 @@ it is not a quantity.
 {{- if or (not $number) (not (hasKey $units $suffix)) -}}
 {{- fail (printf "%s: %q is not a quantity of bytes (such as 64Mi or 67108864)" $name $value) -}}
 {{- end -}}
-{{- mulf (float64 $number) (index $units $suffix) | int64 -}}
+{{- $bytes := mulf (float64 $number) (index $units $suffix) -}}
+{{- if ge $bytes 9223372036854775807.0 -}}
+{{- fail (printf "%s: %q is not below 8Ei, the most bytes the exporter takes" $name $value) -}}
+{{- end -}}
+{{- $bytes | int64 -}}
 {{- end -}}
 
 {{- /*
@@ -245,6 +249,9 @@ in the pod beside the runtime.
 {{- if $limit -}}{{ $third }}{{- else -}}64Mi{{- end -}}
 {{- else -}}
 {{- $bytes := include "kube-dra-exporter.bytes" (list "exporter.maxResponseBytes" $given) | atoi -}}
+{{- if lt $bytes 65536 -}}
+{{- fail (printf "exporter.maxResponseBytes: %v is below 64Ki, the least the exporter takes" $given) -}}
+{{- end -}}
 {{- if and $limit (gt $bytes $third) -}}
 {{- fail (printf "exporter.maxResponseBytes: %v does not fit resources.limits.memory %v: at most a third of it (%d bytes), for one response that size beside the runtime" $given $limit $third) -}}
 {{- end -}}
@@ -261,6 +268,18 @@ in the pod beside the runtime.
 {{- $total = addf $total (mulf (float64 (trimSuffix $unit .)) (index $units $unit)) -}}
 {{- end -}}
 {{- $total -}}
+{{- end -}}
+
+{{- /*
+The regular expressions the chart takes in the metric lists and exporter.deviceCapacities:
+a syntax that Python's re (the exporter's) and Go's RE2 (this check's) read alike, every
+string of which Python compiles (tests/test_chart.py tries thousands), and without commas,
+at which the exporter splits the lists. Letters, digits, _ : / - and escaped metacharacters;
+. ; classes of those and a-z, A-Z, 0-9, negated or not; groups (a|b) and (?:a|b) one level
+deep; * + ? and {N}, each lazy with ?; ^ and $ at a branch's ends.
+*/ -}}
+{{- define "kube-dra-exporter.regularExpression" -}}
+^\^?((([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])|\((\?:)?(([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])(([*+?]|\{[0-9]{1,3}\})\??)?)*(\|(([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])(([*+?]|\{[0-9]{1,3}\})\??)?)*)*\))(([*+?]|\{[0-9]{1,3}\})\??)?)*\$?(\|\^?((([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])|\((\?:)?(([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])(([*+?]|\{[0-9]{1,3}\})\??)?)*(\|(([A-Za-z0-9_:/-]|\\[.*+?(){}|^$\\\[\]]|\.|\[\^?([A-Za-z0-9_:/]|a-z|A-Z|0-9)+\])(([*+?]|\{[0-9]{1,3}\})\??)?)*)*\))(([*+?]|\{[0-9]{1,3}\})\??)?)*\$?)*$
 {{- end -}}
 
 {{- /*
@@ -282,6 +301,34 @@ Values that would start a pod that cannot work: refused when the chart renders, 
 {{- if and $.Values.prometheus.enabled $monitor.enabled $.Values.authFilter.enabled (not $.Values.authFilter.scrapeCredentials.name) (not (hasKey (default (dict) $monitor.endpointAdditionalProperties) "authorization")) -}}
 {{- fail (printf "authFilter.enabled with prometheus.%s.enabled: set authFilter.scrapeCredentials.name, the Secret holding the token Prometheus scrapes with (or authorization in prometheus.%s.endpointAdditionalProperties)" $kind $kind) -}}
 {{- end -}}
+{{- end -}}
+{{- $syntax := include "kube-dra-exporter.regularExpression" . -}}
+{{- range $name := list "metricAllowlist" "metricDenylist" "metricOptInList" "deviceCapacities" -}}
+{{- $given := index $e $name -}}
+{{- range (kindIs "string" $given | ternary (list $given) $given) -}}
+{{- if not (regexMatch $syntax .) -}}
+{{- fail (printf "exporter.%s: %q is not a regular expression the chart takes: letters, digits, _ : / - . and escaped metacharacters, classes, groups one level deep, * + ? {N}, ^ and $, no commas (the chart's README says more; extraArgs takes any)" $name .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and $e.expectPools (not (has "nodes" $e.resources)) -}}
+{{- fail "exporter.expectPools needs nodes in exporter.resources: the Node view says what each node is labelled" -}}
+{{- end -}}
+{{- /* Two attributes or data keys that the exporter would write as one label. */ -}}
+{{- $labels := dict -}}
+{{- range $e.deviceAttributes -}}
+{{- $label := printf "attribute_%s" (last (splitList "/" .)) -}}
+{{- if hasKey $labels $label -}}
+{{- fail (printf "exporter.deviceAttributes: %q and %q both give the label %s" (get $labels $label) . $label) -}}
+{{- end -}}
+{{- $_ := set $labels $label . -}}
+{{- end -}}
+{{- range $e.claimDeviceData -}}
+{{- $label := printf "data_%s" (regexReplaceAll "[^A-Za-z0-9_]" . "_") -}}
+{{- if hasKey $labels $label -}}
+{{- fail (printf "exporter.claimDeviceData: %q and %q both give the label %s" (get $labels $label) . $label) -}}
+{{- end -}}
+{{- $_ := set $labels $label . -}}
 {{- end -}}
 {{- end -}}
 
