@@ -27,6 +27,7 @@ from kdraexp.kube.tls import KubeTLSPolicy, trust_root
 from kdraexp.kube.transport import EndpointFactory, Limits
 from kdraexp.serve import listen
 from kdraexp.serve.site import BoundedSite
+from kdraexp.serve.tlscontext import ServingTLS
 from kdraexp.serve.web import HANDLERS, ExporterApp, TelemetryApp
 from kdraexp.sources.file import FileSource
 from kdraexp.sources.gather import Gatherer
@@ -35,6 +36,7 @@ from kdraexp.sources.watch import WatchGatherer
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.http import HTTPStats
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
+from kdraexp.telemetry.tlsstats import TLSStats
 from kdraexp.telemetry.watchstats import WatchStats
 from kdraexp.util.reactor import IKdraReactor
 
@@ -66,6 +68,8 @@ class Settings:
     """In watch mode, seconds a failing watch's last state may still be served."""
     log_level: str = "info"
     log_format: str = "text"
+    tls_config: str | None = None
+    """The web configuration file both listeners serve TLS as; None serves plain HTTP."""
 
 
 class KubeClientService(Service):
@@ -185,8 +189,9 @@ class ListeningService(Service):
         return stopped
 
     def _bound(self, port: IListeningPort) -> IListeningPort:
-        if isinstance(self.factory, BoundedSite):
-            self.factory.listening(port)
+        site = getattr(self.factory, "wrappedFactory", self.factory)  # under TLS, the site's
+        if isinstance(site, BoundedSite):
+            site.listening(port)
         host: Any = port.getHost()
         address = getattr(host, "host", None)
         if address is None:
@@ -270,6 +275,12 @@ def build_service(
     stats = CollectionStats(settings.timeout, settings.shard)
     http_stats = HTTPStats()
     collectors: list[Any] = [stats, http_stats]
+    tls: ServingTLS | None = None
+    if settings.tls_config is not None:
+        tls_stats = TLSStats()
+        collectors.append(tls_stats)
+        tls = ServingTLS(settings.tls_config, reactor, tls_stats)
+        tls.setServiceParent(top)
     gatherer: CollectionSource
     if settings.mode == "watch" and watcher is not None:  # the options refuse watch with a file
         watch_stats = WatchStats(
@@ -314,7 +325,10 @@ def build_service(
         reactor,
     )
     ListeningService(
-        "metrics", settings.listen, listen.endpoint(reactor, settings.listen), main
+        "metrics",
+        settings.listen,
+        listen.endpoint(reactor, settings.listen),
+        _over(main, tls, reactor),
     ).setServiceParent(top)
     if settings.telemetry_listen:
         telemetry = BoundedSite(
@@ -328,6 +342,14 @@ def build_service(
             "telemetry",
             settings.telemetry_listen,
             listen.endpoint(reactor, settings.telemetry_listen),
-            telemetry,
+            _over(telemetry, tls, reactor),
         ).setServiceParent(top)
     return top
+
+
+def _over(site: BoundedSite, tls: ServingTLS | None, reactor: IKdraReactor) -> IProtocolFactory:
+    """*site* served over *tls* (with its headers), or as it is without."""
+    if tls is None:
+        return site
+    site.headers = tls.headers
+    return tls.wrap(site, reactor)

@@ -24,7 +24,7 @@ from kdraexp.families.selection import SelectionError, select
 from kdraexp.kube import kubeconfig
 from kdraexp.kube.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
 from kdraexp.kube.tls import TLSConfigError
-from kdraexp.serve import listen
+from kdraexp.serve import listen, tlscontext, webconfig
 from kdraexp.store import sharding
 from kdraexp.store.sharding import Shard
 from kdraexp.util.reactor import IKdraReactor, installed
@@ -190,6 +190,13 @@ class Options(usage.Options):
             "memory",
             "Capacity whose consumed share of a shareable device is the share of its cost.",
         ],
+        [
+            "tls-config",
+            None,
+            None,
+            "Serve both listeners over TLS as this Prometheus web configuration file says "
+            "(exporter-toolkit's format); it and the files it names are read again on change.",
+        ],
         ["log-level", None, "info", f"Least level logged: {', '.join(logs.LEVELS)}."],
         ["log-format", None, "text", f"Log line format: {' or '.join(logs.FORMATS)}."],
     ]
@@ -265,6 +272,11 @@ class Options(usage.Options):
             raise usage.UsageError(f"--mode {self['mode']!r}: expected list or watch")
         if self["mode"] == "watch" and file is not None:
             raise usage.UsageError("--mode watch reads a cluster: it cannot follow a --source file")
+        if self["tls-config"] is not None:
+            try:
+                tlscontext.context(webconfig.load(self["tls-config"]))
+            except webconfig.WebConfigError as error:
+                raise usage.UsageError(f"--tls-config {error}") from None
         self.settings = Settings(
             listen=self["listen"],
             telemetry_listen=self["telemetry-listen"],
@@ -278,6 +290,7 @@ class Options(usage.Options):
             max_staleness=self["max-staleness"],
             log_level=self["log-level"],
             log_format=self["log-format"],
+            tls_config=self["tls-config"],
         )
 
     def _shard(self) -> Shard:
@@ -342,11 +355,13 @@ def makeService(options: Options) -> IService:
     reactor.callWhenRunning(_stop_on_sigterm, reactor)
     settings = options.settings
     cluster = None
-    if settings.file is None:
-        try:
+    try:
+        if settings.file is None:
             cluster = kubeconfig.load(os.environ, serviceaccount_dir=options["serviceaccount-dir"])
-            return build_service(settings, cluster, reactor)
-        except (ConfigError, TLSConfigError) as error:
-            sys.stderr.write(f"kdraexp: {error}\n")
-            raise SystemExit(1) from None
-    return build_service(settings, cluster, reactor)
+        return build_service(settings, cluster, reactor)
+    except (ConfigError, TLSConfigError) as error:
+        sys.stderr.write(f"kdraexp: {error}\n")
+        raise SystemExit(1) from None
+    except webconfig.WebConfigError as error:  # the file changed since the options were read
+        sys.stderr.write(f"kdraexp: --tls-config {error}\n")
+        raise SystemExit(2) from None

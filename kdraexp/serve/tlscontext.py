@@ -61,7 +61,6 @@ class ServingTLS(Service):
         :raises WebConfigError: when it cannot be served.
         """
         self._path = path
-        self._clock = clock
         self._stats = stats
         self.config = webconfig.load(path)
         self._context, stats.not_after = context(self.config)
@@ -80,9 +79,9 @@ class ServingTLS(Service):
         """A connection with the context served now."""
         return SSL.Connection(self._context, None)
 
-    def wrap(self, factory: IProtocolFactory) -> IProtocolFactory:
-        """*factory*'s protocols spoken over TLS."""
-        return _TLSFactory(self, False, factory, self._clock)
+    def wrap(self, factory: IProtocolFactory, reactor: IReactorTime) -> IProtocolFactory:
+        """*factory*'s protocols spoken over TLS (*reactor* times the writes' buffering)."""
+        return _TLSFactory(self, False, factory, reactor)
 
     def startService(self) -> None:
         """Check the files from now on."""
@@ -96,7 +95,17 @@ class ServingTLS(Service):
             self._loop.stop()
 
     def check(self) -> None:
-        """Read the files again; serve what changed if it loads."""
+        """Read the files again; serve what changed if it loads.
+
+        Nothing it raises may end the loop: rotation would stop for the process's life.
+        """
+        try:
+            self._check()
+        except Exception:
+            self._stats.reloaded("failure")
+            log.failure("Reading --tls-config again failed; the previous one still serves")
+
+    def _check(self) -> None:
         try:
             config = webconfig.load(self._path)
             if config == self.config:
@@ -167,10 +176,10 @@ def context(config: WebConfig) -> tuple[SSL.Context, float]:
             made.add_extra_chain_cert(certificate)
         made.use_privatekey(key)  # type: ignore[arg-type]
         made.check_privatekey()
-    except SSL.Error as error:
+        if config.client_auth_type != "NoClientCert":
+            _client_auth(made, config)
+    except (SSL.Error, crypto.Error) as error:
         raise WebConfigError(f"TLS: {_openssl_reason(error)}") from None
-    if config.client_auth_type != "NoClientCert":
-        _client_auth(made, config)
     return made, chain[0].not_valid_after_utc.timestamp()
 
 
@@ -185,8 +194,8 @@ def _client_auth(made: SSL.Context, config: WebConfig) -> None:
         store = made.get_cert_store()
         assert store is not None
         for authority in authorities:
-            store.add_cert(authority)  # type: ignore[arg-type]
-        made.set_client_ca_list([_name(authority) for authority in authorities])
+            store.add_cert(crypto.X509.from_cryptography(authority))
+            made.add_client_ca(authority)
     made.set_verify(
         _MODES[config.client_auth_type], _verifier(verifying, config.client_allowed_sans)
     )
@@ -219,11 +228,7 @@ def _sans(certificate: x509.Certificate) -> set[str]:
     return found
 
 
-def _name(certificate: x509.Certificate) -> crypto.X509Name:
-    return crypto.X509.from_cryptography(certificate).get_subject()
-
-
-def _openssl_reason(error: SSL.Error) -> str:
+def _openssl_reason(error: SSL.Error | crypto.Error) -> str:
     """OpenSSL's reasons, joined (its error is a list of (library, function, reason))."""
     reasons = [str(part[-1]) for part in (error.args[0] if error.args else []) if part]
     if not reasons:
