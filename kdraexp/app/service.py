@@ -26,6 +26,7 @@ from kdraexp.kube.kubeconfig import ClusterConfig, redacted
 from kdraexp.kube.tls import KubeTLSPolicy, trust_root
 from kdraexp.kube.transport import EndpointFactory, Limits
 from kdraexp.serve import listen
+from kdraexp.serve.probes import ProbeApp
 from kdraexp.serve.site import BoundedSite
 from kdraexp.serve.tlscontext import ServingTLS
 from kdraexp.serve.web import HANDLERS, ExporterApp, TelemetryApp
@@ -70,6 +71,8 @@ class Settings:
     log_format: str = "text"
     tls_config: str | None = None
     """The web configuration file both listeners serve TLS as; None serves plain HTTP."""
+    probe_listen: str = ""
+    """Where /healthz and /readyz alone are served in plain HTTP; empty for nowhere."""
 
 
 class KubeClientService(Service):
@@ -343,6 +346,16 @@ def build_service(
             settings.telemetry_listen,
             listen.endpoint(reactor, settings.telemetry_listen),
             _over(telemetry, tls, reactor),
+        ).setServiceParent(top)
+    if settings.probe_listen:
+        probes = BoundedSite(
+            ProbeApp(exporter).app.resource(), "probe", http_stats, HANDLERS, reactor
+        )
+        ListeningService(
+            "probes",
+            settings.probe_listen,
+            listen.endpoint(reactor, settings.probe_listen),
+            probes,
         ).setServiceParent(top)
     return top
 

@@ -191,6 +191,13 @@ class Options(usage.Options):
             "Capacity whose consumed share of a shareable device is the share of its cost.",
         ],
         [
+            "probe-listen",
+            None,
+            "",
+            "Where /healthz and /readyz alone are served in plain HTTP, for probes that present "
+            "no client certificate (the same forms); empty for nowhere.",
+        ],
+        [
             "tls-config",
             None,
             None,
@@ -225,18 +232,21 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         """Check the values and turn them into :class:`Settings`."""
-        for option in ("listen", "telemetry-listen"):
-            if option == "telemetry-listen" and not self[option]:
+        listeners = ("listen", "telemetry-listen", "probe-listen")
+        for option in listeners:
+            if option != "listen" and not self[option]:
                 continue
             try:
                 listen.check(self[option])
             except listen.ListenError as error:
                 raise usage.UsageError(f"--{option} {error}") from None
-        if self["telemetry-listen"] and listen.overlap(self["listen"], self["telemetry-listen"]):
-            raise usage.UsageError(
-                f"--listen {self['listen']!r} and --telemetry-listen "
-                f"{self['telemetry-listen']!r} take the same port: give them different ones"
-            )
+        for index, one in enumerate(listeners):
+            for other in listeners[index + 1 :]:
+                if self[one] and self[other] and listen.overlap(self[one], self[other]):
+                    raise usage.UsageError(
+                        f"--{one} {self[one]!r} and --{other} {self[other]!r} take the same "
+                        "port: give them different ones"
+                    )
         source = self["source"]
         file = None
         if source.startswith("file:") and source[5:]:
@@ -291,6 +301,7 @@ class Options(usage.Options):
             log_level=self["log-level"],
             log_format=self["log-format"],
             tls_config=self["tls-config"],
+            probe_listen=self["probe-listen"],
         )
 
     def _shard(self) -> Shard:
