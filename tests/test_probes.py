@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from treq.testing import StubTreq
 
 from kdraexp.serve.probes import ProbeApp
@@ -10,7 +12,7 @@ from tests.fakeapi import Fault
 
 
 def probe(exporter: Exporter, path: str) -> tuple[int, bytes]:
-    web = StubTreq(ProbeApp(exporter.app).app.resource())
+    web: Any = StubTreq(ProbeApp(exporter.app).app.resource())  # its methods are made at run time
     pending = web.get(f"http://exporter{path}")
     exporter.settle()
     web.flush()
