@@ -37,6 +37,8 @@ ALERTS = (
     "KubeDraExporterWatchNotSynced",
     "KubeDraExporterWatchStale",
     "KubeDraExporterSlowCollections",
+    "KubeDraExporterCertificateExpiring",
+    "KubeDraExporterCertificateReloadFailing",
 )
 RUNBOOKS = "https://runbooks.example/alerts.md"
 """The runbook URL the promtool tests expect (the default follows the release)."""
