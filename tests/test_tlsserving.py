@@ -136,6 +136,7 @@ async def served(secret: Secret) -> AsyncIterator[Served]:
 class Answer:
     status: int
     headers: dict[str, str]
+    body: bytes
     certificate: x509.Certificate
     cipher: str
 
@@ -150,12 +151,12 @@ def client(*, certificate: trustme.LeafCert | None = None, tls12: bool = False) 
     return context
 
 
-def _get(port: int, context: ssl.SSLContext, host: str) -> Answer:
+def _get(port: int, context: ssl.SSLContext, host: str, path: str) -> Answer:
     connection = http.client.HTTPSConnection(host, port, context=context, timeout=10)
     try:
-        connection.request("GET", "/healthz")
+        connection.request("GET", path)
         response = connection.getresponse()
-        response.read()
+        body = response.read()
         sock = cast(ssl.SSLSocket, connection.sock)
         der = sock.getpeercert(binary_form=True)
         assert der is not None
@@ -164,6 +165,7 @@ def _get(port: int, context: ssl.SSLContext, host: str) -> Answer:
         return Answer(
             response.status,
             dict(response.getheaders()),
+            body,
             x509.load_der_x509_certificate(der),
             cipher[0],
         )
@@ -171,8 +173,10 @@ def _get(port: int, context: ssl.SSLContext, host: str) -> Answer:
         connection.close()
 
 
-async def get(port: int, context: ssl.SSLContext, host: str = "127.0.0.1") -> Answer:
-    answer: Answer = await deferToThread(_get, port, context, host)
+async def get(
+    port: int, context: ssl.SSLContext, host: str = "127.0.0.1", path: str = "/healthz"
+) -> Answer:
+    answer: Answer = await deferToThread(_get, port, context, host, path)
     return answer
 
 
