@@ -16,6 +16,8 @@ import trustme
 import yaml
 from cryptography import x509
 from twisted.internet import reactor as _reactor
+from twisted.internet.address import IPv4Address
+from twisted.internet.protocol import Factory
 from twisted.internet.task import Clock
 from twisted.internet.threads import deferToThread
 from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
@@ -235,6 +237,7 @@ async def test_symlink_swap_serves_the_new_pair(served: Served) -> None:
 async def test_a_pair_that_does_not_load_leaves_the_old_one(served: Served) -> None:
     """A key not the certificate's: the old pair serves, logged once and counted once."""
     old = (served.secret.root / "tls.crt").read_bytes()
+    served_pair = {name: served.secret.files[name] for name in ("tls.crt", "tls.key")}
     mismatched = {"tls.crt": pair("127.0.0.1")["tls.crt"], "tls.key": pair("x")["tls.key"]}
     events: list[LogEvent] = []
 
@@ -254,6 +257,10 @@ async def test_a_pair_that_does_not_load_leaves_the_old_one(served: Served) -> N
     assert [event["log_level"] for event in events] == [LogLevel.error]
     assert served.stats._reloads == {"success": 0, "failure": 1}
     assert not served.stats.last_successful
+    served.secret.put(served_pair)  # put back: what is served, nothing to reload
+    served.clock.advance(CHECK_EVERY)
+    assert served.stats._reloads == {"success": 0, "failure": 1}
+    assert served.stats.last_successful
     served.secret.put(pair("127.0.0.1"))
     served.clock.advance(CHECK_EVERY)
     assert served_pem(await get(served.number, client())) != old
@@ -367,12 +374,24 @@ async def test_versions_and_suites(secret: Secret) -> None:
             {
                 "web.yml": config(
                     max_version="TLS12",
-                    cipher_suites=["TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"],
+                    cipher_suites=["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"],
                 )
             }
         )
         running.clock.advance(CHECK_EVERY)
-        assert (await get(running.number, client())).cipher == "ECDHE-ECDSA-AES256-GCM-SHA384"
+        assert (await get(running.number, client())).cipher == "ECDHE-ECDSA-AES128-GCM-SHA256"
     finally:
         running.tls.stopService()
         await running.port.stopListening()
+
+
+def test_a_connection_the_site_refuses_is_closed(secret: Secret) -> None:
+    """A full listener's site refusing a connection (None) is not wrapped in TLS."""
+    tls = ServingTLS(str(secret.root / "web.yml"), Clock(), TLSStats())
+
+    class Full(Factory):
+        def buildProtocol(self, addr: object) -> None:
+            return None
+
+    wrapped = tls.wrap(Full(), reactor)
+    assert wrapped.buildProtocol(IPv4Address("TCP", "127.0.0.1", 1)) is None

@@ -175,7 +175,6 @@ def context(config: WebConfig) -> tuple[SSL.Context, float]:
         for certificate in chain[1:]:
             made.add_extra_chain_cert(certificate)
         made.use_privatekey(key)  # type: ignore[arg-type]
-        made.check_privatekey()
         if config.client_auth_type != "NoClientCert":
             _client_auth(made, config)
     except (SSL.Error, crypto.Error) as error:
