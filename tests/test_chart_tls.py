@@ -14,8 +14,8 @@ from tests.helm import RenderError, render, resource
 
 pytestmark = pytest.mark.slow
 CERT_MANAGER = ("--api-versions=cert-manager.io/v1/Certificate",)
-FROM_SECRET = {"tls": {"enabled": True, "existingSecret": "kdraexp-serving"}}
-MUTUAL = {
+FROM_SECRET: dict[str, Any] = {"tls": {"enabled": True, "existingSecret": "kdraexp-serving"}}
+MUTUAL: dict[str, Any] = {
     "tls": {
         "enabled": True,
         "certManager": {
