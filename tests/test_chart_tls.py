@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import trustme
 import yaml
 
 from kdraexp.serve import tlscontext, webconfig
-from tests.helm import RenderError, render, resource
+from tests.helm import CHART, RenderError, render, resource
 
 pytestmark = pytest.mark.slow
 CERT_MANAGER = ("--api-versions=cert-manager.io/v1/Certificate",)
@@ -73,6 +74,8 @@ def test_from_an_existing_secret() -> None:
             "ca": {"secret": {"name": "kdraexp-serving", "key": "ca.crt"}},
         }
     assert "Certificate" not in [doc["kind"] for doc in docs]
+    annotated = resource(render(FROM_SECRET), "Deployment")["spec"]["template"]["metadata"]
+    assert annotated["annotations"]["prometheus.io/scheme"] == "https"
 
 
 def test_client_certificates_and_cert_manager(tmp_path: Path) -> None:
@@ -170,3 +173,20 @@ def test_cert_manager_needs_its_crd() -> None:
     """Without cert-manager's CRD, the chart says so instead of failing at apply."""
     with pytest.raises(RenderError, match="needs cert-manager's Certificate CRD"):
         render(MUTUAL, extra=("--is-upgrade",))
+
+
+def test_notes_say_https(tmp_path: Path) -> None:
+    """NOTES.txt's curl and scrape address follow tls (rendered in a ConfigMap, as test_chart's)."""
+    chart = tmp_path / "kube-dra-exporter"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
+    (chart / "templates" / "notes-probe.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
+    )
+    docs = render(MUTUAL, chart=chart, extra=CERT_MANAGER)
+    notes = [doc for doc in docs if doc["kind"] == "ConfigMap"][-1]["data"]["notes"]
+    assert (
+        "curl --insecure --cert client.crt --key client.key https://localhost:8080/metrics" in notes
+    )
+    assert "Prometheus scrapes https://regression-kube-dra-exporter.exporter.svc:8080" in notes
