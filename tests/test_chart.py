@@ -38,8 +38,14 @@ def fails(values: dict[str, Any], message: str, **kwargs: Any) -> None:
             "dashboards.enabled=true",
         ],
         ["-f", str(CHART / "prod-values.yaml"), "--set", "networkPolicy.enabled=true"],
+        [
+            "--set",
+            "tls.enabled=true,tls.certManager.enabled=true,tls.certManager.issuerRef.name=ca,"
+            "tls.clientAuthType=RequireAndVerifyClientCert,tls.clientCA.secret=scrapers,"
+            "prometheus.servicemonitor.enabled=true,tls.monitor.clientCertSecret=prometheus",
+        ],
     ],
-    ids=["defaults", "all-features", "production"],
+    ids=["defaults", "all-features", "production", "tls"],
 )
 def test_lint_strict(args: list[str]) -> None:
     """helm lint --strict passes over the three value sets CI checks."""
