@@ -24,7 +24,7 @@ from twisted.logger import ILogObserver, LogEvent, LogLevel, globalLogPublisher
 from twisted.web.resource import Resource
 from zope.interface import provider
 
-from kdraexp.serve import listen
+from kdraexp.serve import listen, tlscontext
 from kdraexp.serve.site import BoundedSite
 from kdraexp.serve.tlscontext import CHECK_EVERY, ServingTLS
 from kdraexp.telemetry.http import HTTPStats
@@ -395,3 +395,26 @@ def test_a_connection_the_site_refuses_is_closed(secret: Secret) -> None:
 
     wrapped = tls.wrap(Full(), reactor)
     assert wrapped.buildProtocol(IPv4Address("TCP", "127.0.0.1", 1)) is None
+
+
+def test_an_unexpected_error_does_not_stop_the_checks(
+    secret: Secret, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever a reading raises, it is counted and the next check still runs."""
+    stats, clock = TLSStats(), Clock()
+    tls = ServingTLS(str(secret.root / "web.yml"), clock, stats)
+    tls.startService()
+    try:
+        secret.put(pair("127.0.0.1"))
+
+        def broken(config: object) -> None:
+            raise RuntimeError("unexpected")
+
+        monkeypatch.setattr(tlscontext, "context", broken)
+        clock.advance(CHECK_EVERY)
+        assert stats._reloads == {"success": 0, "failure": 1}
+        monkeypatch.undo()
+        clock.advance(CHECK_EVERY)
+        assert stats._reloads == {"success": 1, "failure": 1}
+    finally:
+        tls.stopService()
