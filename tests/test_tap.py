@@ -188,6 +188,12 @@ def test_tls_config_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFi
         "client certificates or a NetworkPolicy) (see kdraexp --help)\n"
     )
     web.write_text("tls_server_config: {cert_file: tls.crt, key_file: tls.key}\n")
+    with pytest.raises(SystemExit):
+        parse("--tls-config", str(web), "--listen", "ssl:8443:privateKey=k:certKey=c")
+    assert capsys.readouterr().err == (
+        "kdraexp: --listen 'ssl:8443:privateKey=k:certKey=c' is TLS already: with --tls-config, "
+        "give a plain address (--tls-config serves it over TLS) (see kdraexp --help)\n"
+    )
     options = parse("--tls-config", str(web), "--probe-listen", ":8082")
     assert (options.settings.tls_config, options.settings.probe_listen) == (str(web), ":8082")
 

@@ -232,6 +232,13 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         """Check the values and turn them into :class:`Settings`."""
+        if self["tls-config"] is not None:
+            for option in ("listen", "telemetry-listen"):
+                if self[option].startswith("ssl:"):
+                    raise usage.UsageError(
+                        f"--{option} {self[option]!r} is TLS already: with --tls-config, "
+                        "give a plain address (--tls-config serves it over TLS)"
+                    )
         listeners = ("listen", "telemetry-listen", "probe-listen")
         for option in listeners:
             if option != "listen" and not self[option]:
