@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from kdraexp.serve.tlscontext import CHECK_EVERY, ServingTLS
 from kdraexp.telemetry.http import HTTPStats
 from kdraexp.telemetry.tlsstats import TLSStats
 from kdraexp.util.reactor import IKdraReactor
+from tests.processes import wait_for
 from tests.test_listen import needs_ipv6
 
 pytestmark = pytest.mark.slow
@@ -418,3 +420,25 @@ def test_an_unexpected_error_does_not_stop_the_checks(
         assert stats._reloads == {"success": 1, "failure": 1}
     finally:
         tls.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_silent_handshakes_do_not_hold_the_listener(secret: Secret) -> None:
+    """Clients that connect and never finish a handshake are shed like idle ones."""
+    stats, clock = TLSStats(), Clock()
+    tls = ServingTLS(str(secret.root / "web.yml"), clock, stats)
+    root = Resource()
+    root.putChild(b"healthz", Ok())
+    site = BoundedSite(root, "main", HTTPStats(), {b"/healthz": "healthz"}, reactor, 2)
+    port = await listen.endpoint(reactor, "127.0.0.1:0").listen(tls.wrap(site, reactor))
+    site.listening(port)
+    silent = [socket.create_connection(("127.0.0.1", port.getHost().port)) for _ in range(2)]
+    half = socket.create_connection(("127.0.0.1", port.getHost().port))
+    half.sendall(b"\x16\x03\x01\x02\x00\x01")  # the start of a ClientHello, never the rest
+    try:
+        assert (await get(port.getHost().port, client())).status == 200
+    finally:
+        for sock in [*silent, half]:
+            sock.close()
+        await wait_for(lambda: not site._open, limit=10)  # closed before the port stops
+        await port.stopListening()
