@@ -430,13 +430,14 @@ async def test_silent_handshakes_do_not_hold_the_listener(secret: Secret) -> Non
     root = Resource()
     root.putChild(b"healthz", Ok())
     site = BoundedSite(root, "main", HTTPStats(), {b"/healthz": "healthz"}, reactor, 2)
-    port = await listen.endpoint(reactor, "127.0.0.1:0").listen(tls.wrap(site, reactor))
+    port: Any = await listen.endpoint(reactor, "127.0.0.1:0").listen(tls.wrap(site, reactor))
     site.listening(port)
-    silent = [socket.create_connection(("127.0.0.1", port.getHost().port)) for _ in range(2)]
-    half = socket.create_connection(("127.0.0.1", port.getHost().port))
+    number = port.getHost().port
+    silent = [socket.create_connection(("127.0.0.1", number)) for _ in range(2)]
+    half = socket.create_connection(("127.0.0.1", number))
     half.sendall(b"\x16\x03\x01\x02\x00\x01")  # the start of a ClientHello, never the rest
     try:
-        assert (await get(port.getHost().port, client())).status == 200
+        assert (await get(number, client())).status == 200
     finally:
         for sock in [*silent, half]:
             sock.close()
