@@ -43,7 +43,7 @@ def test_defaults(tmp_path: Path, pair: trustme.LeafCert) -> None:
 
 
 def test_inline_pem_and_names_mapped(tmp_path: Path, pair: trustme.LeafCert) -> None:
-    """Inline cert/key are honoured; Go's suite and curve names become OpenSSL's."""
+    """Inline cert, key and client_ca are honoured; Go's suite and curve names become OpenSSL's."""
     config = webconfig.load(
         write(
             tmp_path,
@@ -54,6 +54,8 @@ def test_inline_pem_and_names_mapped(tmp_path: Path, pair: trustme.LeafCert) -> 
                     "cipher_suites": ["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"],
                     "curve_preferences": ["CurveP256", "X25519"],
                     "max_version": "TLS13",
+                    "client_ca": trustme.CA().cert_pem.bytes().decode(),
+                    "client_auth_type": "RequireAndVerifyClientCert",
                 },
                 "http_server_config": {
                     "http2": False,
@@ -63,6 +65,7 @@ def test_inline_pem_and_names_mapped(tmp_path: Path, pair: trustme.LeafCert) -> 
         )
     )
     assert config.cert_pem == pair.cert_chain_pems[0].bytes()
+    assert config.client_ca_pem is not None and config.client_ca_pem.startswith(b"-----BEGIN")
     assert config.cipher_suites == ("ECDHE-ECDSA-AES128-GCM-SHA256",)
     assert config.curve_preferences == ("P-256", "X25519")
     assert config.headers == (("X-Frame-Options", "deny"),)
