@@ -38,8 +38,14 @@ def fails(values: dict[str, Any], message: str, **kwargs: Any) -> None:
             "dashboards.enabled=true",
         ],
         ["-f", str(CHART / "prod-values.yaml"), "--set", "networkPolicy.enabled=true"],
+        [
+            "--set",
+            "tls.enabled=true,tls.certManager.enabled=true,tls.certManager.issuerRef.name=ca,"
+            "tls.clientAuthType=RequireAndVerifyClientCert,tls.clientCA.secret=scrapers,"
+            "prometheus.servicemonitor.enabled=true,tls.monitor.clientCertSecret=prometheus",
+        ],
     ],
-    ids=["defaults", "all-features", "production"],
+    ids=["defaults", "all-features", "production", "tls"],
 )
 def test_lint_strict(args: list[str]) -> None:
     """helm lint --strict passes over the three value sets CI checks."""
@@ -1367,6 +1373,9 @@ UNREACHABLE = {
     "--auth-filter asks the API server to review tokens": "the chart passes no --source",
     "--auth-token-audiences is used by --auth-filter alone": "the chart passes audiences with "
     "--auth-filter only",
+    "is TLS already: with --tls-config": "the chart writes :PORT",
+    'UsageError(f"--tls-config {error}")': "the chart renders the web configuration itself, "
+    "and tests/test_chart_tls.py reads it with the exporter's own parser",
 }
 """Refusals of the exporter that no chart value can reach, with why (the test keeps it true)."""
 

@@ -7,6 +7,7 @@ from typing import Any, cast
 
 import attrs
 import pytest
+import trustme
 from twisted.application.service import IService, IServiceMaker
 from twisted.internet.testing import MemoryReactorClock
 from twisted.plugin import IPlugin, getPlugins
@@ -165,6 +166,17 @@ def test_values() -> None:
             "port: give them different ones",
         ),
         (
+            ["--probe-listen", "127.0.0.1:8081"],
+            "--telemetry-listen ':8081' and --probe-listen '127.0.0.1:8081' take the same "
+            "port: give them different ones",
+        ),
+        (
+            ["--probe-listen", "nowhere"],
+            "--probe-listen 'nowhere': expected a port, :PORT, HOST:PORT (an IPv4 address "
+            "or a host name), [IPv6]:PORT or a Twisted endpoint such as "
+            "tcp:8080:interface=127.0.0.1",
+        ),
+        (
             ["--metric-allowlist", "a", "--metric-denylist", "b"],
             "--metric-allowlist and --metric-denylist are mutually exclusive",
         ),
@@ -186,6 +198,34 @@ def test_usage_errors(args: list[str], message: str, capsys: pytest.CaptureFixtu
         parse(*args)
     assert caught.value.code == 2
     assert capsys.readouterr().err == f"kdraexp: {message} (see kdraexp --help)\n"
+
+
+def test_tls_config_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A --tls-config key kdraexp does not honour ends the start with status 2, one line."""
+    issued = trustme.CA().issue_cert("kdraexp.example")
+    issued.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    issued.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    web = tmp_path / "web.yml"
+    web.write_text(
+        "tls_server_config: {cert_file: tls.crt, key_file: tls.key}\n"
+        "basic_auth_users: {alice: $2y$10$abc}\n"
+    )
+    with pytest.raises(SystemExit) as caught:
+        parse("--tls-config", str(web))
+    assert caught.value.code == 2
+    assert capsys.readouterr().err == (
+        f"kdraexp: --tls-config {web}: basic_auth_users is not supported by kdraexp (use "
+        "client certificates or a NetworkPolicy) (see kdraexp --help)\n"
+    )
+    web.write_text("tls_server_config: {cert_file: tls.crt, key_file: tls.key}\n")
+    with pytest.raises(SystemExit):
+        parse("--tls-config", str(web), "--listen", "ssl:8443:privateKey=k:certKey=c")
+    assert capsys.readouterr().err == (
+        "kdraexp: --listen 'ssl:8443:privateKey=k:certKey=c' is TLS already: with --tls-config, "
+        "give a plain address (--tls-config serves it over TLS) (see kdraexp --help)\n"
+    )
+    options = parse("--tls-config", str(web), "--probe-listen", ":8082")
+    assert (options.settings.tls_config, options.settings.probe_listen) == (str(web), ":8082")
 
 
 def test_service_tree(tmp_path: Path) -> None:

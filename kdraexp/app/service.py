@@ -30,7 +30,9 @@ from kdraexp.kube.tls import KubeTLSPolicy, trust_root
 from kdraexp.kube.transport import EndpointFactory, Limits
 from kdraexp.serve import listen
 from kdraexp.serve.authfilter import AuthFilter
+from kdraexp.serve.probes import ProbeApp
 from kdraexp.serve.site import BoundedSite
+from kdraexp.serve.tlscontext import ServingTLS
 from kdraexp.serve.web import HANDLERS, ExporterApp, TelemetryApp
 from kdraexp.sources.file import FileSource
 from kdraexp.sources.gather import Gatherer
@@ -40,6 +42,7 @@ from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.authfilter import AuthFilterStats
 from kdraexp.telemetry.http import HTTPStats
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
+from kdraexp.telemetry.tlsstats import TLSStats
 from kdraexp.telemetry.watchstats import WatchStats
 from kdraexp.util.reactor import IKdraReactor
 
@@ -74,6 +77,10 @@ class Settings:
     auth_filter: bool = False
     """Every route but the probes behind a TokenReview and a SubjectAccessReview."""
     auth_token_audiences: tuple[str, ...] = ()
+    tls_config: str | None = None
+    """The web configuration file both listeners serve TLS as; None serves plain HTTP."""
+    probe_listen: str = ""
+    """Where /healthz and /readyz alone are served in plain HTTP; empty for nowhere."""
 
 
 class KubeClientService(Service):
@@ -197,8 +204,9 @@ class ListeningService(Service):
         return stopped
 
     def _bound(self, port: IListeningPort) -> IListeningPort:
-        if isinstance(self.factory, BoundedSite):
-            self.factory.listening(port)
+        site = getattr(self.factory, "wrappedFactory", self.factory)  # under TLS, the site's
+        if isinstance(site, BoundedSite):
+            site.listening(port)
         host: Any = port.getHost()
         address = getattr(host, "host", None)
         if address is None:
@@ -285,6 +293,12 @@ def build_service(
     stats = CollectionStats(settings.timeout, settings.shard)
     http_stats = HTTPStats()
     collectors: list[Any] = [stats, http_stats]
+    tls: ServingTLS | None = None
+    if settings.tls_config is not None:
+        tls_stats = TLSStats()
+        collectors.append(tls_stats)
+        tls = ServingTLS(settings.tls_config, reactor, tls_stats)
+        tls.setServiceParent(top)
     gatherer: CollectionSource
     if settings.mode == "watch" and watcher is not None:  # the options refuse watch with a file
         watch_stats = WatchStats(
@@ -330,7 +344,10 @@ def build_service(
         reactor,
     )
     ListeningService(
-        "metrics", settings.listen, listen.endpoint(reactor, settings.listen), main
+        "metrics",
+        settings.listen,
+        listen.endpoint(reactor, settings.listen),
+        _over(main, tls, reactor),
     ).setServiceParent(top)
     if settings.telemetry_listen:
         telemetry = BoundedSite(
@@ -344,7 +361,17 @@ def build_service(
             "telemetry",
             settings.telemetry_listen,
             listen.endpoint(reactor, settings.telemetry_listen),
-            telemetry,
+            _over(telemetry, tls, reactor),
+        ).setServiceParent(top)
+    if settings.probe_listen:
+        probes = BoundedSite(
+            ProbeApp(exporter).app.resource(), "probe", http_stats, HANDLERS, reactor
+        )
+        ListeningService(
+            "probes",
+            settings.probe_listen,
+            listen.endpoint(reactor, settings.probe_listen),
+            probes,
         ).setServiceParent(top)
     return top
 
@@ -363,3 +390,11 @@ def _protection(
     collectors.append(stats)
     log.info("Auth filter on: every route but the probes asks for an allowed bearer token")
     return AuthFilter(client.reviews, reactor, stats).protect
+
+
+def _over(site: BoundedSite, tls: ServingTLS | None, reactor: IKdraReactor) -> IProtocolFactory:
+    """*site* served over *tls* (with its headers), or as it is without."""
+    if tls is None:
+        return site
+    site.headers = tls.headers
+    return tls.wrap(site, reactor)

@@ -24,7 +24,7 @@ from kdraexp.families.selection import SelectionError, select
 from kdraexp.kube import kubeconfig
 from kdraexp.kube.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
 from kdraexp.kube.tls import TLSConfigError
-from kdraexp.serve import listen
+from kdraexp.serve import listen, tlscontext, webconfig
 from kdraexp.store import sharding
 from kdraexp.store.sharding import Shard
 from kdraexp.util.reactor import IKdraReactor, installed
@@ -196,6 +196,20 @@ class Options(usage.Options):
             "",
             "With --auth-filter: comma-separated audiences a token must be meant for.",
         ],
+        [
+            "probe-listen",
+            None,
+            "",
+            "Where /healthz and /readyz alone are served in plain HTTP, for probes that present "
+            "no client certificate (the same forms); empty for nowhere.",
+        ],
+        [
+            "tls-config",
+            None,
+            None,
+            "Serve both listeners over TLS as this Prometheus web configuration file says "
+            "(exporter-toolkit's format); it and the files it names are read again on change.",
+        ],
         ["log-level", None, "info", f"Least level logged: {', '.join(logs.LEVELS)}."],
         ["log-format", None, "text", f"Log line format: {' or '.join(logs.FORMATS)}."],
     ]
@@ -233,18 +247,28 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         """Check the values and turn them into :class:`Settings`."""
-        for option in ("listen", "telemetry-listen"):
-            if option == "telemetry-listen" and not self[option]:
+        if self["tls-config"] is not None:
+            for option in ("listen", "telemetry-listen"):
+                if self[option].startswith("ssl:"):
+                    raise usage.UsageError(
+                        f"--{option} {self[option]!r} is TLS already: with --tls-config, "
+                        "give a plain address (--tls-config serves it over TLS)"
+                    )
+        listeners = ("listen", "telemetry-listen", "probe-listen")
+        for option in listeners:
+            if option != "listen" and not self[option]:
                 continue
             try:
                 listen.check(self[option])
             except listen.ListenError as error:
                 raise usage.UsageError(f"--{option} {error}") from None
-        if self["telemetry-listen"] and listen.overlap(self["listen"], self["telemetry-listen"]):
-            raise usage.UsageError(
-                f"--listen {self['listen']!r} and --telemetry-listen "
-                f"{self['telemetry-listen']!r} take the same port: give them different ones"
-            )
+        for index, one in enumerate(listeners):
+            for other in listeners[index + 1 :]:
+                if self[one] and self[other] and listen.overlap(self[one], self[other]):
+                    raise usage.UsageError(
+                        f"--{one} {self[one]!r} and --{other} {self[other]!r} take the same "
+                        "port: give them different ones"
+                    )
         source = self["source"]
         file = None
         if source.startswith("file:") and source[5:]:
@@ -287,6 +311,11 @@ class Options(usage.Options):
         audiences = tuple(a.strip() for a in self["auth-token-audiences"].split(",") if a.strip())
         if audiences and not self["auth-filter"]:
             raise usage.UsageError("--auth-token-audiences is used by --auth-filter alone")
+        if self["tls-config"] is not None:
+            try:
+                tlscontext.context(webconfig.load(self["tls-config"]))
+            except webconfig.WebConfigError as error:
+                raise usage.UsageError(f"--tls-config {error}") from None
         self.settings = Settings(
             listen=self["listen"],
             telemetry_listen=self["telemetry-listen"],
@@ -302,6 +331,8 @@ class Options(usage.Options):
             log_format=self["log-format"],
             auth_filter=bool(self["auth-filter"]),
             auth_token_audiences=audiences,
+            tls_config=self["tls-config"],
+            probe_listen=self["probe-listen"],
         )
 
     def _shard(self) -> Shard:
@@ -366,11 +397,13 @@ def makeService(options: Options) -> IService:
     reactor.callWhenRunning(_stop_on_sigterm, reactor)
     settings = options.settings
     cluster = None
-    if settings.file is None:
-        try:
+    try:
+        if settings.file is None:
             cluster = kubeconfig.load(os.environ, serviceaccount_dir=options["serviceaccount-dir"])
-            return build_service(settings, cluster, reactor)
-        except (ConfigError, TLSConfigError) as error:
-            sys.stderr.write(f"kdraexp: {error}\n")
-            raise SystemExit(1) from None
-    return build_service(settings, cluster, reactor)
+        return build_service(settings, cluster, reactor)
+    except (ConfigError, TLSConfigError) as error:
+        sys.stderr.write(f"kdraexp: {error}\n")
+        raise SystemExit(1) from None
+    except webconfig.WebConfigError as error:  # the file changed since the options were read
+        sys.stderr.write(f"kdraexp: --tls-config {error}\n")
+        raise SystemExit(2) from None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import sys
 import termios
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from twisted.internet.interfaces import IAddress, IDelayedCall, IListeningPort
@@ -194,8 +195,11 @@ class TimedRequest(Request):
     started = 0.0
 
     def process(self) -> None:
-        """Note the time, then answer."""
-        self.started = self.channel.site.reactor.seconds()  # type: ignore[attr-defined]
+        """Note the time, add the site's headers, then answer."""
+        site = self.channel.site  # type: ignore[attr-defined]
+        self.started = site.reactor.seconds()
+        for name, value in site.headers():
+            self.setHeader(name, value)
         super().process()
 
 
@@ -228,6 +232,8 @@ class BoundedSite(Site):
         """The listening port, once bound (its stopReading and startReading pause accepting)."""
         self._paused: IDelayedCall | None = None
         """While not accepting: the next look for a connection to shed."""
+        self.headers: Callable[[], Iterable[tuple[str, str]]] = tuple
+        """The headers added to every answer (``--tls-config``'s, which can change)."""
 
     def listening(self, port: IListeningPort) -> None:
         """The port this site is served on: it stops accepting while nothing can be shed."""

@@ -171,6 +171,12 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 - {{ printf "--auth-token-audiences=%s" (join "," .) | quote }}
 {{- end }}
 {{- end }}
+{{- if .Values.tls.enabled }}
+- "--tls-config=/etc/kdraexp/web/web-config.yml"
+{{- if include "kube-dra-exporter.probeListener" . }}
+- {{ printf "--probe-listen=:%v" .Values.tls.probePort | quote }}
+{{- end }}
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -338,4 +344,86 @@ Values that would start a pod that cannot work: refused when the chart renders, 
 {{- if and .Values.authFilter.enabled $credentials.name -}}
 {{- toJson (dict "type" "Bearer" "credentials" (dict "name" $credentials.name "key" $credentials.key)) -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The Secret the exporter's certificate and key are in (tls.enabled). */}}
+{{- define "kube-dra-exporter.tlsSecret" -}}
+{{- if .Values.tls.certManager.enabled -}}
+{{ include "kube-dra-exporter.fullname" . }}-tls
+{{- else -}}
+{{ .Values.tls.existingSecret }}
+{{- end -}}
+{{- end -}}
+
+{{/* The Service's DNS name: the certificate holds it, the monitors verify it. */}}
+{{- define "kube-dra-exporter.serviceDNS" -}}
+{{ include "kube-dra-exporter.fullname" . }}.{{ include "kube-dra-exporter.namespace" . }}.svc
+{{- end -}}
+
+{{/* "true" when the kubelet's probes need the plain probe listener: client certificates are
+     required, and the kubelet presents none. */}}
+{{- define "kube-dra-exporter.probeListener" -}}
+{{- if and .Values.tls.enabled (has .Values.tls.clientAuthType (list "RequireAnyClientCert" "RequireAndVerifyClientCert")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* --tls-config's file: paths where the pod mounts the Secrets. */}}
+{{- define "kube-dra-exporter.webConfig" -}}
+{{- $t := .Values.tls -}}
+{{- $server := dict "cert_file" "/etc/kdraexp/tls/tls.crt" "key_file" "/etc/kdraexp/tls/tls.key" "client_auth_type" $t.clientAuthType "min_version" $t.minVersion -}}
+{{- if or $t.clientCA.secret $t.clientCA.configMap -}}
+{{- $_ := set $server "client_ca_file" (printf "/etc/kdraexp/client-ca/%s" $t.clientCA.key) -}}
+{{- end -}}
+{{- with $t.clientAllowedSANs -}}
+{{- $_ := set $server "client_allowed_sans" . -}}
+{{- end -}}
+{{- toYaml (dict "tls_server_config" $server) -}}
+{{- end -}}
+
+{{/* The volumes of tls.enabled: each Secret or ConfigMap mounted as a directory, never through
+     subPath, so that the kubelet's updates reach the exporter. */}}
+{{- define "kube-dra-exporter.tlsVolumes" -}}
+{{- $t := .Values.tls -}}
+- name: tls
+  secret:
+    secretName: {{ include "kube-dra-exporter.tlsSecret" . }}
+- name: web-config
+  secret:
+    secretName: {{ include "kube-dra-exporter.fullname" . }}-web-config
+{{- if $t.clientCA.secret }}
+- name: client-ca
+  secret:
+    secretName: {{ $t.clientCA.secret }}
+{{- else if $t.clientCA.configMap }}
+- name: client-ca
+  configMap:
+    name: {{ $t.clientCA.configMap }}
+{{- end }}
+{{- end -}}
+
+{{- define "kube-dra-exporter.tlsVolumeMounts" -}}
+- name: tls
+  mountPath: /etc/kdraexp/tls
+  readOnly: true
+- name: web-config
+  mountPath: /etc/kdraexp/web
+  readOnly: true
+{{- if or .Values.tls.clientCA.secret .Values.tls.clientCA.configMap }}
+- name: client-ca
+  mountPath: /etc/kdraexp/client-ca
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* A monitor endpoint's tlsConfig: the Service's name verified against the CA, and the
+     client certificate Prometheus presents if one is given. */}}
+{{- define "kube-dra-exporter.monitorTLS" -}}
+{{- $m := .Values.tls.monitor -}}
+{{- $config := dict "serverName" (include "kube-dra-exporter.serviceDNS" .) "ca" (dict "secret" (dict "name" ($m.ca.secret | default (include "kube-dra-exporter.tlsSecret" .)) "key" $m.ca.key)) -}}
+{{- with $m.clientCertSecret -}}
+{{- $_ := set $config "cert" (dict "secret" (dict "name" . "key" "tls.crt")) -}}
+{{- $_ := set $config "keySecret" (dict "name" . "key" "tls.key") -}}
+{{- end -}}
+{{- toYaml $config -}}
 {{- end -}}
