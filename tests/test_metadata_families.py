@@ -12,8 +12,8 @@ kube-state-metrics v2.20.0 is the model, matched function by function:
 - how a key becomes a name and names that collide are made apart, ``mapToPrometheusLabels``
   with ``labelName`` (``SanitizeLabelName`` then ``toSnakeCase``) and ``labelConflictSuffix``:
   keys sorted, colliding ones numbered ``_conflict<N>`` in that order from 1; where it would
-  write one name twice (a key spelt as another's numbered name), which Prometheus refuses, the
-  number some key's own name already is passed over;
+  write one name twice (a key spelt as another's numbered name), which Prometheus refuses, a
+  number whose name is some key's own is passed over;
 - a kind whose allowlist is empty has no series (``createPodLabelsGenerator``), one that names
   keys has one series per object, its identifying labels first.
 

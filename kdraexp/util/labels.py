@@ -121,7 +121,7 @@ def kube_label_names(prefix: str, keys: list[str]) -> tuple[str, ...]:
     ``_conflict<N>``, numbered in the keys' order from 1, the first key's name included
     (kube-state-metrics' ``mapToPrometheusLabels``).  Where it would then write a name twice
     (a key spelt as another's numbered name, ``team_name_conflict1``, which Prometheus refuses
-    in one series), the number that some key's own name already is, is passed over.
+    in one series), a number whose name is some key's own is passed over.
     """
     bases = [kube_label_name(prefix, key) for key in keys]
     colliding = {base for base, count in collections.Counter(bases).items() if count > 1}
