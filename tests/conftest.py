@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
-from kdraexp.families.selection import select
+from kdraexp.families.selection import Selection, select
 from kdraexp.kube.client import KubeListClient
 from kdraexp.kube.credentials import Credentials
 from kdraexp.kube.kubeconfig import ClusterConfig
@@ -192,9 +192,14 @@ def fake() -> FakeKubeAPI:
 @pytest.fixture
 def exporter(fake: FakeKubeAPI, clock: Clock) -> Exporter:
     """The exporter over *fake*, with a 10 s collection timeout on *clock*."""
+    return exporter_of(fake, clock, select())
+
+
+def exporter_of(fake: FakeKubeAPI, clock: Clock, selection: Selection) -> Exporter:
+    """The exporter over *fake* writing *selection*, with a 10 s collection timeout on *clock*."""
     client, agent = in_memory_client(fake, clock)
     stats = CollectionStats(10.0)
-    gatherer = Gatherer(client, clock, 10.0, stats, select())
+    gatherer = Gatherer(client, clock, 10.0, stats, selection)
     app = ExporterApp(gatherer, clock, ":8081")
     resource = app.app.resource()
     telemetry = StubTreq(TelemetryApp(registry(stats)).app.resource())

@@ -656,6 +656,31 @@ def test_notes(tmp_path: Path) -> None:
     assert "sum their\nseries (do not deduplicate them)" in sharded
     assert "deduplicate their series" not in sharded
     assert "/readyz and /metrics answer 503" in sharded
+    assert "allowlists" not in notes
+    published = resource(
+        render(
+            {
+                "exporter": {
+                    "metricLabelsAllowlist": ["resourceclaims=[team]"],
+                    "metricAnnotationsAllowlist": ["pods=[owner]", "resourceclaims=[ * ]"],
+                }
+            },
+            chart=chart,
+        ),
+        "ConfigMap",
+    )["data"]["notes"]
+    assert (
+        "The allowlists publish labels and annotations to every scraper of /metrics, a series "
+        "per distinct value.\nEach key published adds about 2.5Mi per 10,000 objects"
+    ) in published
+    assert "raise resources.limits.memory\n(192Mi) with them (README, Sizing)." in published
+    assert '"resourceclaims=[ * ]" publishes every annotation but' in published
+    assert '"pods=[owner]"' not in published
+    labels_only = resource(
+        render({"exporter": {"metricLabelsAllowlist": ["*=[*]"]}}, chart=chart), "ConfigMap"
+    )["data"]["notes"]
+    assert "The allowlists publish labels to every scraper" in labels_only
+    assert "publishes every annotation" not in labels_only
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 from twisted.internet.defer import CancelledError
+from twisted.internet.task import Clock
 
+from kdraexp.families.selection import select
 from kdraexp.sources.protocol import CollectionFailed
-from tests.conftest import Exporter, failure_of, has_fired, result_of
-from tests.fakeapi import Fault
-from tests.objects import SEED_CLAIM, device_class
+from tests.conftest import Exporter, exporter_of, failure_of, has_fired, result_of
+from tests.fakeapi import FakeKubeAPI, Fault
+from tests.objects import SEED_CLAIM, device_class, new_claim
 
 
 def test_concurrent_scrapes_share_one_collection(exporter: Exporter) -> None:
@@ -143,3 +145,31 @@ def test_invalid_cost_logged_once(exporter: Exporter) -> None:
         "Error parsing 'hourly-cost' (NaN) on DeviceClass invalid: "
         "expected a non-negative decimal with a dot separator"
     )
+
+
+def test_values_cut_short_counted_apart_and_logged_once(fake: FakeKubeAPI, clock: Clock) -> None:
+    """Each scrape counts each value it writes cut short; one line says so while it lasts.
+
+    Counted apart from the values left out: a value cut short is still written.
+    """
+    from twisted.logger import capturedLogs
+
+    exporter = exporter_of(fake, clock, select(annotations_allowlist="resourceclaims=[*]"))
+    for n in range(2):
+        fake.add("resourceclaims", new_claim(f"c{n}", annotations={"notes": "x" * 1000}))
+    with capturedLogs() as events:
+        for _ in range(3):
+            code, _, body = exporter.get("/metrics")
+            assert code == 200
+    assert b'annotation_notes="' + b"x" * 253 + b'..."' in body
+    _, _, own = exporter.get("/metrics", telemetry=True)
+    assert (
+        b'kube_dra_exporter_truncated_values_total{field="metadata.annotations",'
+        b'resource="resourceclaims"} 6.0' in own
+    )
+    assert b"kube_dra_exporter_invalid_values_total{" not in own
+    warnings = [str(e["problem"]) for e in events if "problem" in e]
+    assert warnings == [
+        "ResourceClaim annotations notes: values longer than 256 characters are written cut "
+        "short, ending in ..."
+    ]

@@ -1,9 +1,10 @@
-"""Values left out of the metrics because they could not be read.
+"""Values left out of the metrics because they could not be read, and values cut short.
 
 A capacity that is not a quantity, a taint with an unknown effect, a DeviceClass selector that is
 not CEL: each costs that one value, is counted by resource and field in
 ``kube_dra_exporter_invalid_values_total`` and logged once while it lasts.  The rest of the scrape
-is unaffected.
+is unaffected.  A label or annotation value written cut short is counted apart, in
+``kube_dra_exporter_truncated_values_total``, and logged alike.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ class Problem:
     """The field, as the API names it (``capacity``, ``taints``, ``hourly-cost``...)."""
     message: str
     """Names the object and the value; no API server text, so it is safe to log."""
+    cut_short: bool = False
+    """Written, but cut short: not a value left out."""
 
 
 class Problems:
@@ -34,3 +37,7 @@ class Problems:
     def add(self, resource: str, field: str, message: str) -> None:
         """Record one value left out."""
         self.found.append(Problem(resource, field, message))
+
+    def add_cut_short(self, resource: str, field: str, message: str) -> None:
+        """Record one value written cut short."""
+        self.found.append(Problem(resource, field, message, cut_short=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -41,10 +42,32 @@ class DataKey:
 
 WILDCARD = "*"
 """First in a kind's keys, every key; within a key, any text (``app.kubernetes.io/*``)."""
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+"""What ``kubectl apply`` leaves of the whole object, environment variables and all: written
+only when named outright, never for ``*`` or a key with a ``*``."""
+MAX_VALUE_LENGTH = 256
+"""The most characters of a value written.  A label's value is at most 63, an annotation's may
+be 256 KiB: every scraper would read it, and every collection hold it, in full."""
+CUT_MARK = "..."
+"""What ends a value cut to :data:`MAX_VALUE_LENGTH`: its first characters, then this."""
 _ANY_MAP = msgspec.json.Decoder(dict[str, str | None] | None)
 WRITTEN_KEPT = 4096
 """Distinct maps whose labels a :class:`KeyFilter` keeps made, to give them again: claims made
 from one template have the same labels, and make them once.  Forgotten all at once past this."""
+
+
+class Written(msgspec.Struct, frozen=True, gc=False):
+    """The labels made of one map, and the keys whose values were cut to write them."""
+
+    values: KeyedValues
+    cut: tuple[str, ...]
+
+
+def cut(value: str) -> str:
+    """*value*, or its first characters and :data:`CUT_MARK` when longer than the bound."""
+    if len(value) <= MAX_VALUE_LENGTH:
+        return value
+    return value[: MAX_VALUE_LENGTH - len(CUT_MARK)] + CUT_MARK
 
 
 @attrs.frozen
@@ -52,8 +75,9 @@ class KeyFilter:
     """The keys of one kind's labels (or annotations) written, as kube-state-metrics picks them.
 
     ``*`` first takes every key (anywhere else it is passed over); a key holding one ``*``
-    takes every key it matches, the ``*`` standing for any text; any other key, itself.  A map
-    is decoded only here, when a family asks: for keys named outright, those keys alone.
+    takes every key it matches, the ``*`` standing for any text; any other key, itself.  Neither
+    ``*`` nor a pattern takes :data:`LAST_APPLIED`.  A map is decoded only here, when a family
+    asks: for keys named outright, those keys alone.
     """
 
     keys: tuple[str, ...]
@@ -61,10 +85,11 @@ class KeyFilter:
     exact: tuple[str, ...] = attrs.field(init=False)
     patterns: tuple[re.Pattern[str], ...] = attrs.field(init=False)
     _decoder: msgspec.json.Decoder[Any] = attrs.field(init=False, eq=False, repr=False)
-    _written: dict[tuple[str, bytes], KeyedValues] = attrs.field(
+    _written: dict[tuple[str, bytes], Written] = attrs.field(
         init=False, eq=False, repr=False, factory=dict
     )
-    """The labels made of each map lately read, by its prefix and JSON."""
+    """The labels made of each map lately read, by its prefix and a digest of its JSON: the
+    JSON itself may be 256 KiB."""
 
     def __attrs_post_init__(self) -> None:
         keys = self.keys
@@ -93,15 +118,22 @@ class KeyFilter:
         object.__setattr__(self, "patterns", patterns)
         object.__setattr__(self, "_decoder", decoder)
 
-    def written(self, keyed: KeyedLabels, raw: msgspec.Raw) -> KeyedValues:
+    def written(self, keyed: KeyedLabels, raw: msgspec.Raw) -> Written:
         """The labels *keyed* makes of the keys wanted of *raw*, made once for equal maps.
+
+        A value longer than :data:`MAX_VALUE_LENGTH` is :func:`cut`, its key named in
+        :attr:`Written.cut`.
 
         :raises msgspec.DecodeError: when *raw* is not a map of strings.
         """
-        key = (keyed.prefix, bytes(raw))
+        key = (keyed.prefix, hashlib.blake2b(raw, digest_size=16).digest())
         found = self._written.get(key)
         if found is None:
-            found = keyed.values(self.pick(raw))
+            picked = self.pick(raw)
+            long = tuple(name for name, value in picked.items() if len(value) > MAX_VALUE_LENGTH)
+            for name in long:
+                picked[name] = cut(picked[name])
+            found = Written(keyed.values(picked), tuple(sorted(long)))
             if len(self._written) >= WRITTEN_KEPT:
                 self._written.clear()
             self._written[key] = found
@@ -126,10 +158,14 @@ class KeyFilter:
                 if value is not msgspec.UNSET
             }
         if self.every:
-            return {key: value or "" for key, value in found.items()}
+            return {
+                key: value or ""
+                for key, value in found.items()
+                if key != LAST_APPLIED or key in self.exact
+            }
         picked = {key: found[key] or "" for key in self.exact if key in found}
         for key, value in found.items():
-            if any(pattern.fullmatch(key) for pattern in self.patterns):
+            if key != LAST_APPLIED and any(pattern.fullmatch(key) for pattern in self.patterns):
                 picked[key] = value or ""
         return picked
 

@@ -17,7 +17,7 @@ import msgspec
 
 from kdraexp.dra import wire
 from kdraexp.dra.listing import Kind
-from kdraexp.families.context import ANNOTATIONS, LABELS
+from kdraexp.families.context import ANNOTATIONS, CUT_MARK, LABELS, MAX_VALUE_LENGTH
 from kdraexp.families.family import Family, LabelSpec, Row, family
 from kdraexp.util.labels import KeyedLabels
 
@@ -51,7 +51,14 @@ def metadata_families(
                     kind.plural, f"metadata.{field}", f"{kind.kind} {where} {field}: {error}"
                 )
                 return
-            yield (*values, written, 1.0)
+            for key in written.cut:
+                view.context.problems.add_cut_short(
+                    kind.plural,
+                    f"metadata.{field}",
+                    f"{kind.kind} {field} {key}: values longer than {MAX_VALUE_LENGTH} characters"
+                    f" are written cut short, ending in {CUT_MARK}",
+                )
+            yield (*values, written.values, 1.0)
 
         return family(
             f"kube_{short}_{field}",

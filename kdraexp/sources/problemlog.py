@@ -45,7 +45,10 @@ class ProblemLog:
         """*source* was read and has these problems (and no others): count and log them."""
         now: dict[str, str] = {}
         for problem in problems:
-            self._stats.invalid(problem.resource, problem.field)
+            if problem.cut_short:
+                self._stats.truncated(problem.resource, problem.field)
+            else:
+                self._stats.invalid(problem.resource, problem.field)
             now[problem.message] = problem.message
         for name, (devices, reason) in classes.items():
             self._stats.cel_errors(name, devices)

@@ -27,6 +27,7 @@ class CollectionStats(Collector):
         self._objects: dict[str, int] = {}
         self._errors: dict[tuple[str, str], int] = {}
         self._invalid: dict[tuple[str, str], int] = {}
+        self._truncated: dict[tuple[str, str], int] = {}
         self._cel_errors: dict[str, int] = {}
 
     def listed(self, resource: str, objects: int, seconds: float) -> None:
@@ -48,6 +49,11 @@ class CollectionStats(Collector):
         key = (resource, field)
         self._invalid[key] = self._invalid.get(key, 0) + 1
 
+    def truncated(self, resource: str, field: str) -> None:
+        """Record a label or annotation value written cut short."""
+        key = (resource, field)
+        self._truncated[key] = self._truncated.get(key, 0) + 1
+
     def cel_errors(self, deviceclass: str, devices: int) -> None:
         """Record devices whose match with a class could not be decided."""
         self._cel_errors[deviceclass] = self._cel_errors.get(deviceclass, 0) + devices
@@ -58,7 +64,7 @@ class CollectionStats(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The families with their current values."""
-        duration, objects, errors, invalid, cel = self._families()
+        duration, objects, errors, invalid, truncated, cel = self._families()
         for resource, seconds in sorted(self._duration.items()):
             duration.add_metric([resource], seconds)
         for resource, count in sorted(self._objects.items()):
@@ -67,9 +73,11 @@ class CollectionStats(Collector):
             errors.add_metric([resource, reason], count)
         for (resource, field), count in sorted(self._invalid.items()):
             invalid.add_metric([resource, field], count)
+        for (resource, field), count in sorted(self._truncated.items()):
+            truncated.add_metric([resource, field], count)
         for deviceclass, count in sorted(self._cel_errors.items()):
             cel.add_metric([deviceclass], count)
-        yield from (duration, objects, errors, invalid, cel)
+        yield from (duration, objects, errors, invalid, truncated, cel)
         if self._timeout is not None:
             yield GaugeMetricFamily(
                 "kube_dra_exporter_collection_timeout_seconds",
@@ -95,6 +103,7 @@ class CollectionStats(Collector):
         CounterMetricFamily,
         CounterMetricFamily,
         CounterMetricFamily,
+        CounterMetricFamily,
     ]:
         return (
             GaugeMetricFamily(
@@ -116,6 +125,12 @@ class CollectionStats(Collector):
             CounterMetricFamily(
                 "kube_dra_exporter_invalid_values",
                 "Values left out of the metrics because they could not be read, by field.",
+                labels=["resource", "field"],
+            ),
+            CounterMetricFamily(
+                "kube_dra_exporter_truncated_values",
+                "Label and annotation values written cut short to the most characters a value"
+                " may have, by field.",
                 labels=["resource", "field"],
             ),
             CounterMetricFamily(

@@ -7,6 +7,7 @@ families that write them.
 
 from __future__ import annotations
 
+import collections
 import re
 
 import attrs
@@ -121,34 +122,24 @@ def kube_label_names(prefix: str, keys: list[str]) -> tuple[str, ...]:
     """The label names of sorted *keys*, those that collide made apart as kube-state-metrics does.
 
     Keys whose names collide (``team.name``, ``team/name``, ``team_name``) all take
-    ``_conflict<N>``, numbered in the keys' order from 1; a suffixed name that another key
-    already gives is passed over for the next number, so no name is written twice.
+    ``_conflict<N>``, numbered in the keys' order from 1, the first key's name included
+    (kube-state-metrics' ``mapToPrometheusLabels``).  Where it would then write a name twice
+    (a key spelt as another's numbered name, ``team_name_conflict1``, which Prometheus refuses
+    in one series), a number whose name is some key's own is passed over.
     """
-    names: list[str] = []
-    used: dict[str, int] = {}
-    """Each name given so far, and where: a first collision renames the name given before."""
-    conflicts: dict[str, int] = {}
-    """Per name that collided, the last suffix number handed out."""
-    for key in keys:
-        base = kube_label_name(prefix, key)
-        name = base
-        if base in conflicts:
-            name, conflicts[base] = _free_name(base, conflicts[base], used)
-        elif name in used:
-            index = used.pop(name)
-            renamed, count = _free_name(base, 0, used)
-            names[index] = renamed
-            used[renamed] = index
-            name, conflicts[base] = _free_name(base, count, used)
-        used[name] = len(names)
-        names.append(name)
+    bases = [kube_label_name(prefix, key) for key in keys]
+    colliding = {base for base, count in collections.Counter(bases).items() if count > 1}
+    taken = set(bases)
+    numbers: dict[str, int] = {}
+    """Per name that collides, the last suffix number handed out."""
+    names = []
+    for base in bases:
+        if base not in colliding:
+            names.append(base)
+            continue
+        number = numbers.get(base, 0) + 1
+        while f"{base}_conflict{number}" in taken:
+            number += 1
+        numbers[base] = number
+        names.append(f"{base}_conflict{number}")
     return tuple(names)
-
-
-def _free_name(base: str, count: int, used: dict[str, int]) -> tuple[str, int]:
-    """The next ``<base>_conflict<N>`` after *count* that no label uses yet, and its N."""
-    while True:
-        count += 1
-        candidate = f"{base}_conflict{count}"
-        if candidate not in used:
-            return candidate, count
