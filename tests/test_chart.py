@@ -1587,15 +1587,15 @@ def test_the_regular_expressions_the_chart_takes_compile() -> None:
 
 
 def _allowlist(text: str) -> None:
-    from kdraexp.families.selection import allowlist_of
+    from kdraexp.families.allowlist import allowlist_of
 
     allowlist_of("--metric-labels-allowlist", text)
 
 
 def _pools(text: str) -> None:
-    from kdraexp.families.selection import expected_pools_of
+    from kdraexp.families.options import expected_pools_of
 
-    expected_pools_of([text], frozenset({"nodes"}))
+    expected_pools_of([text])
 
 
 @pytest.mark.parametrize(

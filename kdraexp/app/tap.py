@@ -19,7 +19,7 @@ from kdraexp.app import logs
 from kdraexp.app.service import Settings, build_service
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES, LIST_ORDER
 from kdraexp.dra.quantity import QuantityError, parse_quantity
-from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES
+from kdraexp.families.options import DEFAULT_DEVICE_CAPACITIES, FamilyOptions
 from kdraexp.families.selection import SelectionError, select
 from kdraexp.kube import kubeconfig
 from kdraexp.kube.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
@@ -282,15 +282,8 @@ class Options(usage.Options):
                 allowlist=self["metric-allowlist"],
                 denylist=self["metric-denylist"],
                 opt_in=self["metric-opt-in-list"],
-                device_attributes=self["device-attributes"],
-                device_capacities=self["device-capacities"],
-                cost_share_capacity=self["cost-share-capacity"],
-                claim_device_data=self["claim-device-data"],
-                hides_allocated_devices=self["hides-allocated-devices"],
-                labels_allowlist=self["metric-labels-allowlist"],
-                annotations_allowlist=self["metric-annotations-allowlist"],
+                options=FamilyOptions.from_flags(self),
                 sharded=not shard.whole,
-                expect_pools=self["expect-pools"],
             )
         except SelectionError as error:
             raise usage.UsageError(str(error)) from None

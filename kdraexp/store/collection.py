@@ -30,8 +30,8 @@ from kdraexp.cel.matching import Matcher
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Kind
 from kdraexp.dra.problems import Problem
 from kdraexp.families import KINDS
-from kdraexp.families.context import FamilyOptions
 from kdraexp.families.family import CLUSTER, Family, Row
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import Selection
 from kdraexp.store.changes import Change, Made, change, many, touched_between
 from kdraexp.store.clusterrows import ClusterRows, Laid
