@@ -1405,7 +1405,15 @@ UNREACHABLE = {
 """Refusals of the exporter that no chart value can reach, with why (the test keeps it true)."""
 
 STARTING = {
-    "kdraexp/app/tap.py": ("_seconds", "_page_size", "_bytes", "postOptions", "_shard"),
+    "kdraexp/app/tap.py": (
+        "_seconds",
+        "_page_size",
+        "_bytes",
+        "postOptions",
+        "_check_listeners",
+        "_protection",
+        "_shard",
+    ),
     "kdraexp/families/selection.py": None,
     "kdraexp/dra/labelselector.py": ("label_selector",),
     "kdraexp/serve/listen.py": ("endpoint", "_where", "resolve"),

@@ -247,28 +247,7 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         """Check the values and turn them into :class:`Settings`."""
-        if self["tls-config"] is not None:
-            for option in ("listen", "telemetry-listen"):
-                if self[option].startswith("ssl:"):
-                    raise usage.UsageError(
-                        f"--{option} {self[option]!r} is TLS already: with --tls-config, "
-                        "give a plain address (--tls-config serves it over TLS)"
-                    )
-        listeners = ("listen", "telemetry-listen", "probe-listen")
-        for option in listeners:
-            if option != "listen" and not self[option]:
-                continue
-            try:
-                listen.check(self[option])
-            except listen.ListenError as error:
-                raise usage.UsageError(f"--{option} {error}") from None
-        for index, one in enumerate(listeners):
-            for other in listeners[index + 1 :]:
-                if self[one] and self[other] and listen.overlap(self[one], self[other]):
-                    raise usage.UsageError(
-                        f"--{one} {self[one]!r} and --{other} {self[other]!r} take the same "
-                        "port: give them different ones"
-                    )
+        self._check_listeners()
         source = self["source"]
         file = None
         if source.startswith("file:") and source[5:]:
@@ -297,18 +276,7 @@ class Options(usage.Options):
             raise usage.UsageError(f"--mode {self['mode']!r}: expected list or watch")
         if self["mode"] == "watch" and file is not None:
             raise usage.UsageError("--mode watch reads a cluster: it cannot follow a --source file")
-        if self["auth-filter"] and file is not None:
-            raise usage.UsageError(
-                "--auth-filter asks the API server to review tokens: it needs --source cluster"
-            )
-        audiences = tuple(a.strip() for a in self["auth-token-audiences"].split(",") if a.strip())
-        if audiences and not self["auth-filter"]:
-            raise usage.UsageError("--auth-token-audiences is used by --auth-filter alone")
-        if self["tls-config"] is not None:
-            try:
-                tlscontext.context(webconfig.load(self["tls-config"]))
-            except webconfig.WebConfigError as error:
-                raise usage.UsageError(f"--tls-config {error}") from None
+        audiences = self._protection(file)
         self.settings = Settings(
             listen=self["listen"],
             telemetry_listen=self["telemetry-listen"],
@@ -327,6 +295,47 @@ class Options(usage.Options):
             tls_config=self["tls-config"],
             probe_listen=self["probe-listen"],
         )
+
+    def _check_listeners(self) -> None:
+        """Each listener's address, none taking another's port, none TLS twice."""
+        if self["tls-config"] is not None:
+            for option in ("listen", "telemetry-listen"):
+                if self[option].startswith("ssl:"):
+                    raise usage.UsageError(
+                        f"--{option} {self[option]!r} is TLS already: with --tls-config, "
+                        "give a plain address (--tls-config serves it over TLS)"
+                    )
+        listeners = ("listen", "telemetry-listen", "probe-listen")
+        for option in listeners:
+            if option != "listen" and not self[option]:
+                continue
+            try:
+                listen.check(self[option])
+            except listen.ListenError as error:
+                raise usage.UsageError(f"--{option} {error}") from None
+        for index, one in enumerate(listeners):
+            for other in listeners[index + 1 :]:
+                if self[one] and self[other] and listen.overlap(self[one], self[other]):
+                    raise usage.UsageError(
+                        f"--{one} {self[one]!r} and --{other} {self[other]!r} take the same "
+                        "port: give them different ones"
+                    )
+
+    def _protection(self, file: str | None) -> tuple[str, ...]:
+        """Check --auth-filter and --tls-config; the token audiences."""
+        if self["auth-filter"] and file is not None:
+            raise usage.UsageError(
+                "--auth-filter asks the API server to review tokens: it needs --source cluster"
+            )
+        audiences = tuple(a.strip() for a in self["auth-token-audiences"].split(",") if a.strip())
+        if audiences and not self["auth-filter"]:
+            raise usage.UsageError("--auth-token-audiences is used by --auth-filter alone")
+        if self["tls-config"] is not None:
+            try:
+                tlscontext.context(webconfig.load(self["tls-config"]))
+            except webconfig.WebConfigError as error:
+                raise usage.UsageError(f"--tls-config {error}") from None
+        return audiences
 
     def _shard(self) -> Shard:
         """--shard and --total-shards, or the shard from --pod's ordinal."""
