@@ -30,6 +30,7 @@ from twisted.internet.defer import Deferred
 from benchmarks import cluster
 from kdraexp.cel.matching import Matcher
 from kdraexp.families import BY_NAME
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import select
 from kdraexp.sources.gather import listed_first
 from kdraexp.store.collection import CollectionBuilder
@@ -183,8 +184,9 @@ def _collect(
     labels, annotations = allowlists
     selection = select(
         resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules",
-        labels_allowlist=labels,
-        annotations_allowlist=annotations,
+        options=FamilyOptions.from_flags(
+            {"metric-labels-allowlist": labels, "metric-annotations-allowlist": annotations}
+        ),
     )
     builder = CollectionBuilder(selection, matcher)
     for first in (True, False):

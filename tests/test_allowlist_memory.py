@@ -23,7 +23,7 @@ import pytest_twisted
 import yaml
 from twisted.internet import threads
 
-from kdraexp.families.context import LAST_APPLIED, MAX_VALUE_LENGTH
+from kdraexp.families.allowlist import LAST_APPLIED, MAX_VALUE_LENGTH
 from tests.objects import new_claim
 from tests.processes import MemoryCgroup, free_port, memory_cgroup, start, stop, wait_for
 from tests.tlsapi import serve

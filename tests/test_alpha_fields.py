@@ -15,14 +15,16 @@ import copy
 from typing import Any
 
 from kdraexp.dra.listing import LIST_ORDER
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import select
 from tests.collect import collect, text
 from tests.objects import classy, counters, gpu, new_claim, pool_slice, result
 
 EVERYTHING = select(
     resources=",".join(kind.plural for kind in LIST_ORDER),
-    labels_allowlist="*=[*]",
-    annotations_allowlist="*=[*]",
+    options=FamilyOptions.from_flags(
+        {"metric-labels-allowlist": "*=[*]", "metric-annotations-allowlist": "*=[*]"}
+    ),
 )
 HALF_MEMORY = counters(memory="40Gi")
 HALF = [{"counterSet": "gpu-0", "counters": HALF_MEMORY}]

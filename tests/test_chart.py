@@ -1405,7 +1405,15 @@ UNREACHABLE = {
 """Refusals of the exporter that no chart value can reach, with why (the test keeps it true)."""
 
 STARTING = {
-    "kdraexp/app/tap.py": ("_seconds", "_page_size", "_bytes", "postOptions", "_shard"),
+    "kdraexp/app/tap.py": (
+        "_seconds",
+        "_page_size",
+        "_bytes",
+        "postOptions",
+        "_check_listeners",
+        "_protection",
+        "_shard",
+    ),
     "kdraexp/families/selection.py": None,
     "kdraexp/dra/labelselector.py": ("label_selector",),
     "kdraexp/serve/listen.py": ("endpoint", "_where", "resolve"),
@@ -1587,15 +1595,15 @@ def test_the_regular_expressions_the_chart_takes_compile() -> None:
 
 
 def _allowlist(text: str) -> None:
-    from kdraexp.families.selection import allowlist_of
+    from kdraexp.families.allowlist import allowlist_of
 
     allowlist_of("--metric-labels-allowlist", text)
 
 
 def _pools(text: str) -> None:
-    from kdraexp.families.selection import expected_pools_of
+    from kdraexp.families.options import expected_pools_of
 
-    expected_pools_of([text], frozenset({"nodes"}))
+    expected_pools_of([text])
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from kdraexp.dra.listing import LIST_ORDER
 from kdraexp.exposition import text as exposition
 from kdraexp.exposition.collector import CollectionCollector
 from kdraexp.families.deviceclass import class_created
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import select
 from kdraexp.store.collection import Collection
 from tests.collect import collect
@@ -32,9 +33,13 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster.yaml"
 EVERYTHING = select(
     resources=",".join(k.plural for k in LIST_ORDER),
     opt_in=".*",
-    expect_pools=("gpu.nvidia.com=nvidia.com/gpu.present=true",),
-    labels_allowlist="*=[*]",
-    annotations_allowlist="*=[*]",
+    options=FamilyOptions.from_flags(
+        {
+            "expect-pools": ("gpu.nvidia.com=nvidia.com/gpu.present=true",),
+            "metric-labels-allowlist": "*=[*]",
+            "metric-annotations-allowlist": "*=[*]",
+        }
+    ),
 )
 
 Sample = tuple[str, tuple[tuple[str, str], ...], float]

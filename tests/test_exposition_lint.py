@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import select
 from tests.collect import collect, text
 from tests.test_file import EXAMPLE
@@ -19,8 +20,9 @@ def test_demo_exposition_lints_clean_but_for_the_original(prometheus_release: Pa
         by_kind.setdefault(str(item["kind"]), []).append(item)
     chosen = select(
         resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods",
-        device_attributes="profile",
-        claim_device_data="uuid",
+        options=FamilyOptions.from_flags(
+            {"device-attributes": "profile", "claim-device-data": "uuid"}
+        ),
     )
     exposition = text(
         collect(

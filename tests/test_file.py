@@ -21,6 +21,7 @@ from kdraexp.dra.listing import (
     RESOURCE_SLICES,
     ListError,
 )
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import select
 from kdraexp.serve.web import failure_line
 from kdraexp.sources.file import FileSource
@@ -73,8 +74,12 @@ def test_example_cluster() -> None:
     everything = select(
         resources=",".join(kind.plural for kind in LIST_ORDER),
         opt_in=".*",
-        device_attributes="profile",
-        expect_pools=("gpu.nvidia.com=nvidia.com/gpu.present=true",),
+        options=FamilyOptions.from_flags(
+            {
+                "device-attributes": "profile",
+                "expect-pools": ("gpu.nvidia.com=nvidia.com/gpu.present=true",),
+            }
+        ),
     )
     gatherer = Gatherer(
         FileSource(str(EXAMPLE), Clock(), run=maybeDeferred),

@@ -7,6 +7,7 @@ import json
 from twisted.internet.defer import CancelledError
 from twisted.internet.task import Clock
 
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import select
 from kdraexp.sources.protocol import CollectionFailed
 from tests.conftest import Exporter, exporter_of, failure_of, has_fired, result_of
@@ -154,7 +155,13 @@ def test_values_cut_short_counted_apart_and_logged_once(fake: FakeKubeAPI, clock
     """
     from twisted.logger import capturedLogs
 
-    exporter = exporter_of(fake, clock, select(annotations_allowlist="resourceclaims=[*]"))
+    exporter = exporter_of(
+        fake,
+        clock,
+        select(
+            options=FamilyOptions.from_flags({"metric-annotations-allowlist": "resourceclaims=[*]"})
+        ),
+    )
     for n in range(2):
         fake.add("resourceclaims", new_claim(f"c{n}", annotations={"notes": "x" * 1000}))
     with capturedLogs() as events:

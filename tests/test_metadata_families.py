@@ -35,15 +35,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kdraexp.app.tap import Options
-from kdraexp.families.context import (
+from kdraexp.families.allowlist import (
     ANNOTATIONS,
     CUT_MARK,
     LABELS,
     LAST_APPLIED,
     MAX_VALUE_LENGTH,
+    AllowlistError,
     KeyFilter,
+    allowlist_of,
 )
-from kdraexp.families.selection import SelectionError, allowlist_of, select
+from kdraexp.families.options import FamilyOptions
+from kdraexp.families.selection import select
 from kdraexp.util.labels import kube_label_name, kube_label_names
 from tests.collect import collect, text
 from tests.objects import classy, gpu, new_claim, pool_slice, result
@@ -109,7 +112,7 @@ def test_allowlist_forms(value: str, expected: dict[str, tuple[str, ...]]) -> No
 )
 def test_malformed_allowlists_refused(value: str, message: str) -> None:
     """Each says what is wrong, naming the option."""
-    with pytest.raises(SelectionError) as raised:
+    with pytest.raises(AllowlistError) as raised:
         allowlist_of("--metric-labels-allowlist", value)
     assert str(raised.value).startswith("--metric-labels-allowlist: " + message)
 
@@ -306,8 +309,12 @@ def cluster(labels_allowlist: str = "", annotations_allowlist: str = "") -> str:
             pods=[pod("trainer", True), pod("web", False)],
             selection=select(
                 resources=EVERY_KIND,
-                labels_allowlist=labels_allowlist,
-                annotations_allowlist=annotations_allowlist,
+                options=FamilyOptions.from_flags(
+                    {
+                        "metric-labels-allowlist": labels_allowlist,
+                        "metric-annotations-allowlist": annotations_allowlist,
+                    }
+                ),
             ),
         )
     )
@@ -392,7 +399,12 @@ def test_labels_that_cannot_be_read_cost_their_series() -> None:
     """A map that is not of strings: no series for that object, a value not read."""
     claim = new_claim("train", [result("gpu-0")])
     claim["metadata"]["labels"] = {"team": 1}
-    made = collect(claims=[claim], selection=select(labels_allowlist="resourceclaims=[*]"))
+    made = collect(
+        claims=[claim],
+        selection=select(
+            options=FamilyOptions.from_flags({"metric-labels-allowlist": "resourceclaims=[*]"})
+        ),
+    )
     assert "kube_resourceclaim_labels{" not in text(made)
     assert [(p.resource, p.field) for p in made.problems] == [("resourceclaims", "metadata.labels")]
     assert made.problems[0].message.startswith(
@@ -402,7 +414,11 @@ def test_labels_that_cannot_be_read_cost_their_series() -> None:
 
 def test_a_resource_not_listed_is_a_warning() -> None:
     """Named but not listed: said at start, not an error (kube-state-metrics says nothing)."""
-    chosen = select(labels_allowlist="pods=[app]", annotations_allowlist="*=[owner]")
+    chosen = select(
+        options=FamilyOptions.from_flags(
+            {"metric-labels-allowlist": "pods=[app]", "metric-annotations-allowlist": "*=[owner]"}
+        )
+    )
     assert chosen.warnings == (
         "--metric-labels-allowlist names pods, which --resources does not list: its labels are "
         "not written",
@@ -443,7 +459,12 @@ def test_long_values_are_cut_and_counted() -> None:
     made = collect(
         claims=claims,
         selection=select(
-            labels_allowlist="resourceclaims=[*]", annotations_allowlist="resourceclaims=[*]"
+            options=FamilyOptions.from_flags(
+                {
+                    "metric-labels-allowlist": "resourceclaims=[*]",
+                    "metric-annotations-allowlist": "resourceclaims=[*]",
+                }
+            )
         ),
     )
     written = "x" * (MAX_VALUE_LENGTH - len(CUT_MARK)) + CUT_MARK

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import select
 from tests.collect import collect, values
 from tests.objects import NVIDIA, classy, gpu, pool_slice
 
 VIEW = select(
     resources="resourceclaims,resourceslices,deviceclasses,nodes",
-    expect_pools=(f"{NVIDIA}=gpu=true",),
+    options=FamilyOptions.from_flags({"expect-pools": (f"{NVIDIA}=gpu=true",)}),
 )
 CLIQUE = {
     "nodeSelectorTerms": [

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import select
 from tests.collect import collect, labels, values
 from tests.objects import NVIDIA, classy, gpu, new_claim, pool_slice, result
@@ -256,7 +257,7 @@ def orphans(hiding: str = "") -> dict[tuple[str, ...], float]:
     ]
     chosen = select(
         resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules",
-        hides_allocated_devices=hiding,
+        options=FamilyOptions.from_flags({"hides-allocated-devices": hiding}),
     )
     return values(
         collect(claims=claims, slices=slices, selection=chosen),

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kdraexp.dra import wire
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.resourceslice import DeviceView
 from kdraexp.families.selection import select
 from tests.collect import collect, labels, samples, values
@@ -127,7 +128,9 @@ def test_device_attributes_become_labels() -> None:
         resource_dot_kubernetes_dot_io__pciBusID="0000:17:00.0",
     )
     chosen = select(
-        device_attributes="profile,index,healthy,resource.kubernetes.io/pciBusID,absent"
+        options=FamilyOptions.from_flags(
+            {"device-attributes": "profile,index,healthy,resource.kubernetes.io/pciBusID,absent"}
+        )
     )
     collection = collect(slices=[pool_slice("s", [device("d", {}, published)])], selection=chosen)
     (info,) = labels(collection, "kube_resourceslice_device_info")
@@ -147,7 +150,8 @@ def test_capacities_default_and_regex() -> None:
     written = values(default, "kube_resourceslice_device_capacity", "capacity")
     assert written == {("memory",): 10 * 2**30, ("decoders",): 0}
     only_memory = collect(
-        slices=[pool_slice("s", [mig])], selection=select(device_capacities="memory")
+        slices=[pool_slice("s", [mig])],
+        selection=select(options=FamilyOptions.from_flags({"device-capacities": "memory"})),
     )
     assert list(values(only_memory, "kube_resourceslice_device_capacity", "capacity")) == [
         ("memory",)

@@ -9,6 +9,7 @@ import pytest
 from kdraexp.cel import matching
 from kdraexp.dra.listing import DEFAULT_RESOURCES
 from kdraexp.families import FAMILIES
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import SelectionError, select
 
 
@@ -85,30 +86,36 @@ def test_opt_in_families() -> None:
         ({"opt_in": "["}, "--metric-opt-in-list: '[' is not a regular expression"),
         ({"resources": "namespaces"}, "--resources: expected some of"),
         ({"resources": ""}, "--resources: expected some of"),
-        ({"device_capacities": "("}, "--device-capacities: '(' is not a regular expression"),
-        ({"device_attributes": "a-b"}, "--device-attributes: 'a-b' is not an attribute name"),
-        ({"device_attributes": "a.com/x,b.com/x"}, "both give attribute_x"),
-        ({"cost_share_capacity": "mem ory"}, "--cost-share-capacity: 'mem ory' is not a name"),
-        ({"claim_device_data": "pci.id,pci_id"}, "--claim-device-data: 'pci_id' and 'pci.id' both"),
-        ({"claim_device_data": "k" * 64}, "--claim-device-data: 'kkkk"),
+        ({"device-capacities": "("}, "--device-capacities: '(' is not a regular expression"),
+        ({"device-attributes": "a-b"}, "--device-attributes: 'a-b' is not an attribute name"),
+        ({"device-attributes": "a.com/x,b.com/x"}, "both give attribute_x"),
+        ({"cost-share-capacity": "mem ory"}, "--cost-share-capacity: 'mem ory' is not a name"),
+        ({"claim-device-data": "pci.id,pci_id"}, "--claim-device-data: 'pci_id' and 'pci.id' both"),
+        ({"claim-device-data": "k" * 64}, "--claim-device-data: 'kkkk"),
         (
-            {"hides_allocated_devices": "net.example,Net_Example"},
+            {"hides-allocated-devices": "net.example,Net_Example"},
             "--hides-allocated-devices: 'Net_Example' is not a driver name",
         ),
-        ({"hides_allocated_devices": "n" * 64}, "--hides-allocated-devices: 'nnnn"),
+        ({"hides-allocated-devices": "n" * 64}, "--hides-allocated-devices: 'nnnn"),
     ],
 )
 def test_bad_flags(flags: dict[str, Any], message: str) -> None:
-    """A bad value is refused with one line naming the flag."""
+    """A bad value is refused with one line naming the flag (family options by their flags)."""
+    chosen = {k: v for k, v in flags.items() if "-" not in k}
+    given = {k: v for k, v in flags.items() if "-" in k}
     with pytest.raises(
         SelectionError, match=message.replace("(", r"\(").replace("[", r"\[").replace("*", r"\*")
     ):
-        select(**flags)
+        select(**chosen, options=FamilyOptions.from_flags(given))
 
 
 def test_device_attributes_extend_device_info() -> None:
     """--device-attributes adds its labels to the device info family only."""
-    chosen = select(device_attributes="profile,resource.kubernetes.io/pciBusID")
+    chosen = select(
+        options=FamilyOptions.from_flags(
+            {"device-attributes": "profile,resource.kubernetes.io/pciBusID"}
+        )
+    )
     (info,) = [f for f in chosen.families if f.name == "kube_resourceslice_device_info"]
     assert info.label_names[-2:] == ("attribute_profile", "attribute_pciBusID")
     assert [(a.domain, a.name) for a in chosen.options.device_attributes] == [
@@ -137,6 +144,8 @@ def test_without_cel_the_class_families_are_not_written(monkeypatch: pytest.Monk
 
 def test_drivers_hiding_allocated_devices() -> None:
     """--hides-allocated-devices names drivers, spaces and empty items aside."""
-    chosen = select(hides_allocated_devices=" dra.net , ,gpu.example.com")
+    chosen = select(
+        options=FamilyOptions.from_flags({"hides-allocated-devices": " dra.net , ,gpu.example.com"})
+    )
     assert chosen.options.hides_allocated_devices == {"dra.net", "gpu.example.com"}
     assert select().options.hides_allocated_devices == frozenset()

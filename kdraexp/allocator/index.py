@@ -405,23 +405,19 @@ class ClusterIndex:
     @classmethod
     async def build(
         cls,
-        slices: list[SliceFacts],
+        pools: Pools,
         claims: list[ClaimFacts],
         costs: dict[str, float],
-        problems: Problems,
         rules: list[RuleFacts] | None = None,
-        turns: Turns | None = None,
-        pools: Pools | None = None,
         classes: frozenset[str] = frozenset(),
+        turns: Turns | None = None,
     ) -> ClusterIndex:
-        """Join *slices* and *claims*, yielding to the reactor between steps.
+        """Join *pools* (made of the slices) and *claims*, yielding to the reactor between steps.
 
-        *pools*, made of the same slices before, are used again (what claims consume is not).
+        The pools are shared with the last index of the same slices; what claims consume is not.
         """
         turns = turns or Turns.never()
-        index = cls(claims, costs, problems, rules, classes)
-        if pools is None:
-            pools = await Pools.build(slices, turns)
+        index = cls(claims, costs, Problems(), rules, classes)
         index.pools, index.devices = pools.pools, pools.devices
         index.by_class, index.unsure = pools.by_class, pools.unsure
         index.pools_by_class = pools.pools_by_class

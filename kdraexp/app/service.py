@@ -299,24 +299,7 @@ def build_service(
         collectors.append(tls_stats)
         tls = ServingTLS(settings.tls_config, reactor, tls_stats)
         tls.setServiceParent(top)
-    gatherer: CollectionSource
-    if settings.mode == "watch" and watcher is not None:  # the options refuse watch with a file
-        watch_stats = WatchStats(
-            stats, (kind.plural for kind in settings.selection.kinds), settings.max_staleness
-        )
-        collectors.append(watch_stats)
-        gatherer = WatchGatherer(
-            watcher,
-            reactor,
-            watch_stats,
-            settings.selection,
-            settings.max_staleness,
-            settings.shard,
-        )
-    else:
-        gatherer = Gatherer(
-            source, reactor, settings.timeout, stats, settings.selection, settings.shard
-        )
+    gatherer = _gatherer(settings, source, watcher, reactor, stats, collectors)
     exporter = ExporterApp(gatherer, reactor, settings.telemetry_listen)
     SourceService(gatherer, exporter, settings.timeout).setServiceParent(top)
     if os.getpid() == 1:
@@ -336,44 +319,45 @@ def build_service(
             total=settings.shard.total,
         )
     protect = _protection(settings, client, reactor, collectors)
-    main = BoundedSite(
-        protect(exporter.app.resource(), "main"),
-        "main",
-        http_stats,
-        HANDLERS,
-        reactor,
-    )
-    ListeningService(
-        "metrics",
-        settings.listen,
-        listen.endpoint(reactor, settings.listen),
-        _over(main, tls, reactor),
-    ).setServiceParent(top)
+    listeners = [
+        ("metrics", "main", settings.listen, protect(exporter.app.resource(), "main"), tls)
+    ]
     if settings.telemetry_listen:
-        telemetry = BoundedSite(
-            protect(TelemetryApp(registry(*collectors)).app.resource(), "telemetry"),
-            "telemetry",
-            http_stats,
-            HANDLERS,
-            reactor,
-        )
-        ListeningService(
-            "telemetry",
-            settings.telemetry_listen,
-            listen.endpoint(reactor, settings.telemetry_listen),
-            _over(telemetry, tls, reactor),
-        ).setServiceParent(top)
-    if settings.probe_listen:
-        probes = BoundedSite(
-            ProbeApp(exporter).app.resource(), "probe", http_stats, HANDLERS, reactor
-        )
-        ListeningService(
-            "probes",
-            settings.probe_listen,
-            listen.endpoint(reactor, settings.probe_listen),
-            probes,
-        ).setServiceParent(top)
+        telemetry = protect(TelemetryApp(registry(*collectors)).app.resource(), "telemetry")
+        listeners.append(("telemetry", "telemetry", settings.telemetry_listen, telemetry, tls))
+    if settings.probe_listen:  # plain HTTP, the probes alone, for a kubelet with no certificate
+        probes = ProbeApp(exporter).app.resource()
+        listeners.append(("probes", "probe", settings.probe_listen, probes, None))
+    for name, label, where, resource, over in listeners:
+        site = BoundedSite(resource, label, http_stats, HANDLERS, reactor)
+        endpoint = listen.endpoint(reactor, where)
+        ListeningService(name, where, endpoint, _over(site, over, reactor)).setServiceParent(top)
     return top
+
+
+def _gatherer(
+    settings: Settings,
+    source: Source,
+    watcher: Watcher | None,
+    reactor: IKdraReactor,
+    stats: CollectionStats,
+    collectors: list[Any],
+) -> CollectionSource:
+    """What makes the collections: a watch of every resource, or lists at each scrape."""
+    if settings.mode == "watch" and watcher is not None:  # the options refuse watch with a file
+        watch_stats = WatchStats(
+            stats, (kind.plural for kind in settings.selection.kinds), settings.max_staleness
+        )
+        collectors.append(watch_stats)
+        return WatchGatherer(
+            watcher,
+            reactor,
+            watch_stats,
+            settings.selection,
+            settings.max_staleness,
+            settings.shard,
+        )
+    return Gatherer(source, reactor, settings.timeout, stats, settings.selection, settings.shard)
 
 
 def _protection(

@@ -19,7 +19,7 @@ from kdraexp.app import logs
 from kdraexp.app.service import Settings, build_service
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_RESOURCES, LIST_ORDER
 from kdraexp.dra.quantity import QuantityError, parse_quantity
-from kdraexp.families.context import DEFAULT_DEVICE_CAPACITIES
+from kdraexp.families.options import DEFAULT_DEVICE_CAPACITIES, FamilyOptions
 from kdraexp.families.selection import SelectionError, select
 from kdraexp.kube import kubeconfig
 from kdraexp.kube.kubeconfig import SERVICEACCOUNT_DIR, ConfigError
@@ -247,6 +247,57 @@ class Options(usage.Options):
 
     def postOptions(self) -> None:
         """Check the values and turn them into :class:`Settings`."""
+        self._check_listeners()
+        source = self["source"]
+        file = None
+        if source.startswith("file:") and source[5:]:
+            file = source[5:]
+        elif source != "cluster":
+            raise usage.UsageError(f"--source {source!r}: expected 'cluster' or 'file:PATH'")
+        shard = self._shard()
+        try:
+            selection = select(
+                resources=self["resources"],
+                allowlist=self["metric-allowlist"],
+                denylist=self["metric-denylist"],
+                opt_in=self["metric-opt-in-list"],
+                options=FamilyOptions.from_flags(self),
+                sharded=not shard.whole,
+            )
+        except SelectionError as error:
+            raise usage.UsageError(str(error)) from None
+        if self["log-level"] not in logs.LEVELS:
+            raise usage.UsageError(
+                f"--log-level {self['log-level']!r}: expected one of {', '.join(logs.LEVELS)}"
+            )
+        if self["log-format"] not in logs.FORMATS:
+            raise usage.UsageError(f"--log-format {self['log-format']!r}: expected text or json")
+        if self["mode"] not in ("list", "watch"):
+            raise usage.UsageError(f"--mode {self['mode']!r}: expected list or watch")
+        if self["mode"] == "watch" and file is not None:
+            raise usage.UsageError("--mode watch reads a cluster: it cannot follow a --source file")
+        audiences = self._protection(file)
+        self.settings = Settings(
+            listen=self["listen"],
+            telemetry_listen=self["telemetry-listen"],
+            timeout=self["timeout"],
+            page_size=self["page-size"],
+            max_response_bytes=self["max-response-bytes"],
+            file=file,
+            selection=selection,
+            shard=shard,
+            mode=self["mode"],
+            max_staleness=self["max-staleness"],
+            log_level=self["log-level"],
+            log_format=self["log-format"],
+            auth_filter=bool(self["auth-filter"]),
+            auth_token_audiences=audiences,
+            tls_config=self["tls-config"],
+            probe_listen=self["probe-listen"],
+        )
+
+    def _check_listeners(self) -> None:
+        """Each listener's address, none taking another's port, none TLS twice."""
         if self["tls-config"] is not None:
             for option in ("listen", "telemetry-listen"):
                 if self[option].startswith("ssl:"):
@@ -269,41 +320,9 @@ class Options(usage.Options):
                         f"--{one} {self[one]!r} and --{other} {self[other]!r} take the same "
                         "port: give them different ones"
                     )
-        source = self["source"]
-        file = None
-        if source.startswith("file:") and source[5:]:
-            file = source[5:]
-        elif source != "cluster":
-            raise usage.UsageError(f"--source {source!r}: expected 'cluster' or 'file:PATH'")
-        shard = self._shard()
-        try:
-            selection = select(
-                resources=self["resources"],
-                allowlist=self["metric-allowlist"],
-                denylist=self["metric-denylist"],
-                opt_in=self["metric-opt-in-list"],
-                device_attributes=self["device-attributes"],
-                device_capacities=self["device-capacities"],
-                cost_share_capacity=self["cost-share-capacity"],
-                claim_device_data=self["claim-device-data"],
-                hides_allocated_devices=self["hides-allocated-devices"],
-                labels_allowlist=self["metric-labels-allowlist"],
-                annotations_allowlist=self["metric-annotations-allowlist"],
-                sharded=not shard.whole,
-                expect_pools=self["expect-pools"],
-            )
-        except SelectionError as error:
-            raise usage.UsageError(str(error)) from None
-        if self["log-level"] not in logs.LEVELS:
-            raise usage.UsageError(
-                f"--log-level {self['log-level']!r}: expected one of {', '.join(logs.LEVELS)}"
-            )
-        if self["log-format"] not in logs.FORMATS:
-            raise usage.UsageError(f"--log-format {self['log-format']!r}: expected text or json")
-        if self["mode"] not in ("list", "watch"):
-            raise usage.UsageError(f"--mode {self['mode']!r}: expected list or watch")
-        if self["mode"] == "watch" and file is not None:
-            raise usage.UsageError("--mode watch reads a cluster: it cannot follow a --source file")
+
+    def _protection(self, file: str | None) -> tuple[str, ...]:
+        """Check --auth-filter and --tls-config; the token audiences."""
         if self["auth-filter"] and file is not None:
             raise usage.UsageError(
                 "--auth-filter asks the API server to review tokens: it needs --source cluster"
@@ -316,24 +335,7 @@ class Options(usage.Options):
                 tlscontext.context(webconfig.load(self["tls-config"]))
             except webconfig.WebConfigError as error:
                 raise usage.UsageError(f"--tls-config {error}") from None
-        self.settings = Settings(
-            listen=self["listen"],
-            telemetry_listen=self["telemetry-listen"],
-            timeout=self["timeout"],
-            page_size=self["page-size"],
-            max_response_bytes=self["max-response-bytes"],
-            file=file,
-            selection=selection,
-            shard=shard,
-            mode=self["mode"],
-            max_staleness=self["max-staleness"],
-            log_level=self["log-level"],
-            log_format=self["log-format"],
-            auth_filter=bool(self["auth-filter"]),
-            auth_token_audiences=audiences,
-            tls_config=self["tls-config"],
-            probe_listen=self["probe-listen"],
-        )
+        return audiences
 
     def _shard(self) -> Shard:
         """--shard and --total-shards, or the shard from --pod's ordinal."""

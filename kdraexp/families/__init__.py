@@ -23,6 +23,7 @@ from kdraexp.families import (
     resourcepool,
     resourceslice,
 )
+from kdraexp.families.allowlist import LABELLED
 from kdraexp.families.family import Family
 from kdraexp.families.kind import KindSpec
 
@@ -58,6 +59,15 @@ KINDS: dict[Kind, KindSpec] = {
 """Per listed kind, its declaration: each object is read once, by its view, for all families."""
 if set(KINDS) != set(LIST_ORDER):
     raise AssertionError("a kind listed without a KindSpec, or a KindSpec of a kind not listed")
+if (
+    tuple(
+        kind.plural
+        for kind in LIST_ORDER
+        if any(family.keyed is not None and family.reads is kind for family in FAMILIES)
+    )
+    != LABELLED
+):
+    raise AssertionError("allowlist.LABELLED is not the kinds that declare label families")
 
 DEVICE_INFO = resourceslice.device_info
 CLAIM_DEVICE_INFO = resourceclaim.status_device_info

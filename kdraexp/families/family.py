@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import attrs
 
@@ -180,6 +180,27 @@ def _renderer(family: Family) -> Callable[[Row], str]:
     return renderer
 
 
+class Declared(TypedDict, total=False):
+    """What a family's declaration may say of it: the :class:`Family` fields of these names."""
+
+    stability: Stability
+    opt_in: bool
+    original: bool
+    current_generation: bool
+    evaluates_selectors: bool
+    whole_cluster: str
+    per: Per
+
+
+class FamilyKeywords(Declared, total=False):
+    """What several declarations share, kept in one dict: :class:`Declared`, and *needs*.
+
+    The pending claims' families share theirs, and so do the pods joined with their claims.
+    """
+
+    needs: Iterable[Kind]
+
+
 def family(
     name: str,
     help: str,
@@ -188,39 +209,17 @@ def family(
     fields: str,
     *,
     needs: Iterable[Kind] = (),
-    stability: Stability = Stability.ALPHA,
-    opt_in: bool = False,
-    original: bool = False,
-    current_generation: bool = False,
-    evaluates_selectors: bool = False,
-    whole_cluster: str = "",
-    per: Per = Per.NONE,
+    **declared: Unpack[Declared],
 ) -> Callable[[Callable[[Any], Iterable[Row]]], Family]:
     """Declare a family over the function it decorates, which makes its rows.
 
-    *needs* names the kinds the rows depend on besides the one they read; the rest are the
-    :class:`Family` fields of the same names.
+    *needs* names the kinds the rows depend on besides the one they read.
     """
 
     def declare(rows: Callable[[Any], Iterable[Row]]) -> Family:
         kinds = {kind.plural for kind in needs}
         if isinstance(reads, Kind):
             kinds.add(reads.plural)
-        return Family(
-            name,
-            help,
-            labels,
-            rows,
-            reads,
-            frozenset(kinds),
-            fields,
-            stability=stability,
-            opt_in=opt_in,
-            original=original,
-            current_generation=current_generation,
-            evaluates_selectors=evaluates_selectors,
-            whole_cluster=whole_cluster,
-            per=per,
-        )
+        return Family(name, help, labels, rows, reads, frozenset(kinds), fields, **declared)
 
     return declare

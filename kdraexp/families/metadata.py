@@ -17,7 +17,7 @@ import msgspec
 
 from kdraexp.dra import wire
 from kdraexp.dra.listing import Kind
-from kdraexp.families.context import ANNOTATIONS, CUT_MARK, LABELS, MAX_VALUE_LENGTH
+from kdraexp.families.allowlist import ANNOTATIONS, CUT_MARK, LABELS, MAX_VALUE_LENGTH
 from kdraexp.families.family import Family, LabelSpec, Row, family
 from kdraexp.util.labels import KeyedLabels
 

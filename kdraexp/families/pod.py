@@ -25,7 +25,7 @@ from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, PODS, RESOURCE_CLAIMS
 from kdraexp.dra.quantity import QuantityError, parse_quantity
 from kdraexp.families.context import Context
-from kdraexp.families.family import CLUSTER, Row, family
+from kdraexp.families.family import CLUSTER, FamilyKeywords, Row, family
 from kdraexp.families.kind import KindSpec, ShardKey
 from kdraexp.families.metadata import Named, metadata_families
 
@@ -216,6 +216,12 @@ def cause(reason: str, message: str) -> str:
 
 P = ("namespace", "pod", "uid")
 EVERY_CLAIM = "a shard does not see every claim a pod names"
+_WITH_CLAIMS: FamilyKeywords = {
+    "needs": (PODS, RESOURCE_CLAIMS),
+    "per": Per.POD,
+    "whole_cluster": EVERY_CLAIM,
+}
+"""How the families of pods joined with their claims are declared."""
 
 
 @family(
@@ -294,9 +300,7 @@ def _holding(index: ClusterIndex, pod: PodFacts) -> bool:
     "spec.{nodeName,resourceClaims}, status.{phase,conditions[PodReadyToStartContainers,"
     "PodScheduled].{status,lastTransitionTime},containerStatuses[].state,resourceClaimStatuses,"
     "extendedResourceClaimStatus}, ResourceClaim status.{allocation,reservedFor}",
-    needs=(PODS, RESOURCE_CLAIMS),
-    per=Per.POD,
-    whole_cluster=EVERY_CLAIM,
+    **_WITH_CLAIMS,
 )
 def not_started(index: ClusterIndex) -> Iterator[Row]:
     """A pod bound, every claim it uses allocated and reserved for it, that has not started.
@@ -320,9 +324,7 @@ def _served(index: ClusterIndex, pod: PodFacts) -> bool:
     CLUSTER,
     "status.{containerStatuses,initContainerStatuses}[].allocatedResourcesStatus[]"
     ".{name,resources[].{resourceID,health}}, ResourceClaim status.allocation.devices.results",
-    needs=(PODS, RESOURCE_CLAIMS),
-    per=Per.POD,
-    whole_cluster=EVERY_CLAIM,
+    **_WITH_CLAIMS,
 )
 def device_health(index: ClusterIndex) -> Iterator[Row]:
     """One row per device entry, resolved to the device it is.

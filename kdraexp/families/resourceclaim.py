@@ -14,7 +14,7 @@ from kdraexp.allocator.scopes import Per
 from kdraexp.dra import gated, wire
 from kdraexp.dra.listing import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.context import Context
-from kdraexp.families.family import CLUSTER, Row, Stability, family
+from kdraexp.families.family import CLUSTER, FamilyKeywords, Row, Stability, family
 from kdraexp.families.kind import KindSpec, ShardKey
 from kdraexp.families.metadata import Named, metadata_families
 from kdraexp.util.labels import LabelGroup
@@ -493,6 +493,15 @@ def hourly_cost(index: ClusterIndex) -> Iterator[Row]:
     yield from index.claim_costs()
 
 
+_JUDGED: FamilyKeywords = {
+    "needs": (RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
+    "per": Per.PENDING,
+    "evaluates_selectors": True,
+    "whole_cluster": EVERY_POOL,
+}
+"""How the families of pending claims' judgements are declared: every pool, class and claim."""
+
+
 @family(
     "kube_resourceclaim_pending_reason",
     "Why a pending ResourceClaim's request cannot be allocated now, as the allocator judges it.",
@@ -500,10 +509,7 @@ def hourly_cost(index: ClusterIndex) -> Iterator[Row]:
     CLUSTER,
     "spec.devices.requests[] (class, selectors, allocationMode, count, tolerations, capacity), "
     "DeviceClass selectors, ResourceSlices, allocations, DeviceTaintRules (when listed)",
-    needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
-    per=Per.PENDING,
-    evaluates_selectors=True,
-    whole_cluster=EVERY_POOL,
+    **_JUDGED,
 )
 def pending_reason(index: ClusterIndex) -> Iterator[Row]:
     """One reason per request or alternative of each pending claim (see pending.REASONS)."""
@@ -518,10 +524,7 @@ def pending_reason(index: ClusterIndex) -> Iterator[Row]:
     CLUSTER,
     "spec.devices.requests[].{deviceClassName,selectors,capacity}, DeviceClass selectors, "
     "ResourceSlices, allocations",
-    needs=(RESOURCE_CLAIMS, RESOURCE_SLICES, DEVICE_CLASSES),
-    per=Per.PENDING,
-    evaluates_selectors=True,
-    whole_cluster=EVERY_POOL,
+    **_JUDGED,
 )
 def request_matching(index: ClusterIndex) -> Iterator[Row]:
     """Per request of each pending claim, each device state with at least one device."""

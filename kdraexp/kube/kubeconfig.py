@@ -226,25 +226,7 @@ def _resolve(
     environ: Mapping[str, str],
 ) -> ClusterConfig:
     where = f"kubeconfig cluster {cluster_name!r}"
-    server = _text(cluster.get("server"), f"{where} server")
-    if not server:
-        raise ConfigError(f"{where} has no server")
-    if not server.startswith(("https://", "http://")):
-        raise ConfigError(f"{where}: server {redacted(server)!r} is not an http(s) URL")
-    try:
-        url = DecodedURL.from_text(server)
-        if not url.host:
-            raise ValueError("no host")
-        if not 0 < (url.port or 0) < 65536:
-            raise ValueError(f"port {url.port} is out of range")
-        url.to_uri()  # encodable as an HTTP request
-    except ValueError as error:
-        raise ConfigError(f"{where}: server {redacted(server)!r} is not a URL: {error}") from None
-    if cluster.get("proxy-url"):
-        raise ConfigError(
-            f"{where} sets proxy-url, which kdraexp does not support; "
-            "reach the API server directly or remove proxy-url"
-        )
+    server = _server(cluster, where)
     insecure = _flag(cluster.get("insecure-skip-tls-verify"), f"{where} insecure-skip-tls-verify")
     ca_pem = _file_or_data(cluster, "certificate-authority", cluster_file, where)
     if insecure and ca_pem is not None:
@@ -274,16 +256,7 @@ def _resolve(
     exec_config = None
     if user.get("exec") and not (token or token_file or username or cert):
         exec_config = _exec(user["exec"], user_file, who)
-    warnings = []
-    if server.startswith("https://"):
-        proxies = [name for name in ("HTTPS_PROXY", "https_proxy") if environ.get(name)]
-        if proxies:
-            warnings.append(f"{proxies[0]} is set but not used: kdraexp connects directly")
-    elif token or token_file or username or password or exec_config:
-        warnings.append(
-            f"{where}: the server is http://, so the credentials of {who} cross the network "
-            "unencrypted; use https"
-        )
+    credentials = bool(token or token_file or username or password or exec_config)
     return ClusterConfig(
         server=server.rstrip("/"),
         origin=origin,
@@ -297,8 +270,48 @@ def _resolve(
         username=username,
         password=password,
         exec=exec_config,
-        warnings=tuple(warnings),
+        warnings=_warnings(server, credentials, where, who, environ),
     )
+
+
+def _server(cluster: dict[str, Any], where: str) -> str:
+    """The cluster's server: an http(s) URL with a host and a port, reached directly."""
+    server = _text(cluster.get("server"), f"{where} server")
+    if not server:
+        raise ConfigError(f"{where} has no server")
+    if not server.startswith(("https://", "http://")):
+        raise ConfigError(f"{where}: server {redacted(server)!r} is not an http(s) URL")
+    try:
+        url = DecodedURL.from_text(server)
+        if not url.host:
+            raise ValueError("no host")
+        if not 0 < (url.port or 0) < 65536:
+            raise ValueError(f"port {url.port} is out of range")
+        url.to_uri()  # encodable as an HTTP request
+    except ValueError as error:
+        raise ConfigError(f"{where}: server {redacted(server)!r} is not a URL: {error}") from None
+    if cluster.get("proxy-url"):
+        raise ConfigError(
+            f"{where} sets proxy-url, which kdraexp does not support; "
+            "reach the API server directly or remove proxy-url"
+        )
+    return server
+
+
+def _warnings(
+    server: str, credentials: bool, where: str, who: str, environ: Mapping[str, str]
+) -> tuple[str, ...]:
+    """What is worth a warning: a proxy not used, credentials sent in the clear."""
+    if server.startswith("https://"):
+        proxies = [name for name in ("HTTPS_PROXY", "https_proxy") if environ.get(name)]
+        if proxies:
+            return (f"{proxies[0]} is set but not used: kdraexp connects directly",)
+    elif credentials:
+        return (
+            f"{where}: the server is http://, so the credentials of {who} cross the network "
+            "unencrypted; use https",
+        )
+    return ()
 
 
 def _exec(raw: Any, base: Path, who: str) -> ExecConfig:

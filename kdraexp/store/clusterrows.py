@@ -23,6 +23,7 @@ from kdraexp.allocator import (
     AllChanged,
     ClaimFacts,
     ClusterIndex,
+    Inputs,
     Join,
     NodeFacts,
     PodFacts,
@@ -30,14 +31,13 @@ from kdraexp.allocator import (
     Round,
     SelectorAnswers,
     Touched,
-    join_inputs,
     pool_key,
 )
 from kdraexp.cel.classindex import ClassIndex
 from kdraexp.dra.labelselector import LabelSelector
-from kdraexp.dra.problems import Problem, Problems
+from kdraexp.dra.problems import Problem
 from kdraexp.families.family import Family
-from kdraexp.store.changes import EVERYTHING, Change, Everything, Made, touched_between
+from kdraexp.store.changes import EVERYTHING, Change, Everything, Made, many, touched_between
 from kdraexp.store.keptblocks import KeptBlocks
 from kdraexp.store.rows import Flat, flatten, size_for
 from kdraexp.store.sharding import Shard
@@ -120,49 +120,66 @@ class ClusterRows:
         self,
         families: list[Family],
         keys: Mapping[str, Hashable],
-        versions: Mapping[str, int],
-        facts: Mapping[str, dict[str, Any]],
+        inputs: Inputs[Change],
         classes: ClassIndex,
         turns: Turns,
         shard: Shard = Shard(),  # noqa: B008 - frozen
-        changed_facts: Mapping[str, Change] | None = None,
         expected: tuple[tuple[str, LabelSelector], ...] = (),
     ) -> None:
         """Make again the rows of the *families* whose key changed.
 
-        *versions* and *facts* are per resource, the facts per object (the allocator's
-        :func:`join_inputs` reads them).  While the versions of the slices, the classes and the
-        taint rules are the same, only claims changed and only what they touch is made again;
-        *changed_facts* may say which, per resource (see :func:`touched_between`); *expected*
-        is ``--expect-pools``.
+        *inputs* are what the join is made of (:func:`join_inputs`).  While the versions of the
+        slices, the classes and the taint rules are the same, only claims changed and only what
+        they touch is made again (unless they are many); *expected* is ``--expect-pools``.
         """
         changed = [f for f in families if self.keys.get(f.name) != keys[f.name]]
         if not changed:
             return
-        inputs = join_inputs(facts, versions, changed_facts or {})
         claims = inputs.claims
         nodes = self._named(inputs.nodes)
         base = (*inputs.base, self._nodes_read)
         index = self._index
         self._index = None  # until the update completes: one cut short is made whole next time
+        moved = touched_between(self._claims, claims, inputs.claims_changed)
         touched: Touched | AllChanged = ALL_CHANGED
-        if index is None or base != self._base:
-            if self._pools is None or self._pools.source != inputs.base[0]:
-                self._pools = Made(inputs.base[0], await Pools.build(inputs.slices, turns))
-            index = await ClusterIndex.build(
-                inputs.slices,
-                list(claims.values()),
-                classes.costs,
-                Problems(),
-                inputs.rules,
-                turns,
-                self._pools.made,
-                frozenset(classes.entries),
-            )
+        if index is None or base != self._base or many(len(moved), len(claims)):
+            index = await self._index_of(inputs, classes, turns)
             self._pending = {key: claim for key, claim in claims.items() if claim.pending}
         else:
-            touched = await self._follow(index, claims, turns, inputs.claims_changed)
+            touched = await self._follow(index, claims, moved, turns)
             self._follow_pending(claims, touched.claims)
+        pods = self._begin(index, inputs, classes, nodes, shard, expected)
+        join = Join(index, claims, self._pending, pods, nodes or {})
+        for family in changed:
+            self.laid[family.name] = await self._lay(family, join, touched, turns)
+            self.keys[family.name] = keys[family.name]
+        self._index, self._base, self._claims = index, base, claims
+
+    async def _index_of(
+        self, inputs: Inputs[Change], classes: ClassIndex, turns: Turns
+    ) -> ClusterIndex:
+        """The index made anew of *inputs*, of the pools of before while the slices are."""
+        if self._pools is None or self._pools.source != inputs.base[0]:
+            self._pools = Made(inputs.base[0], await Pools.build(inputs.slices, turns))
+        return await ClusterIndex.build(
+            self._pools.made,
+            list(inputs.claims.values()),
+            classes.costs,
+            inputs.rules,
+            frozenset(classes.entries),
+            turns,
+        )
+
+    def _begin(
+        self,
+        index: ClusterIndex,
+        inputs: Inputs[Change],
+        classes: ClassIndex,
+        nodes: dict[str, NodeFacts] | None,
+        shard: Shard,
+        expected: tuple[tuple[str, LabelSelector], ...],
+    ) -> dict[tuple[str, str], PodFacts]:
+        """Begin the collection on *index*: its claims, selectors, pods and Nodes; the pods."""
         if self._selectors is None or self._selectors.matcher is not classes.matcher:
             self._selectors = SelectorAnswers(classes.matcher)
         self._selectors.new_collection(
@@ -179,7 +196,7 @@ class ClusterRows:
         pods: dict[tuple[str, str], PodFacts] = self._pods.made
         index.begin(
             Round(
-                list(claims.values()),
+                list(inputs.claims.values()),
                 self._selectors,
                 _owner(shard),
                 list(pods.values()),
@@ -188,11 +205,7 @@ class ClusterRows:
                 expected,
             )
         )
-        join = Join(index, claims, self._pending, pods, nodes or {})
-        for family in changed:
-            self.laid[family.name] = await self._lay(family, join, touched, turns)
-            self.keys[family.name] = keys[family.name]
-        self._index, self._base, self._claims = index, base, claims
+        return pods
 
     def _named(self, listed: Mapping[str, NodeFacts] | None) -> dict[str, NodeFacts] | None:
         """The Nodes by name: the mapping of before while they are equal, new ones read alike.
@@ -216,12 +229,11 @@ class ClusterRows:
         self,
         index: ClusterIndex,
         claims: dict[str, ClaimFacts],
+        moved: Collection[str],
         turns: Turns,
-        known: Change | None,
     ) -> Touched:
-        """Bring the index up to *claims*: the pools and claims whose rows change."""
+        """Bring the index up to *claims*, those *moved* new: the pools and claims it changed."""
         before = self._claims
-        moved = set(touched_between(before, claims, known))  # a claim's facts are new
         pools: set[tuple[str, str]] = set()
         for key in moved:
             if key in before:

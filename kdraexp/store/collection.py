@@ -24,14 +24,14 @@ from typing import Any
 
 import attrs
 
-from kdraexp.allocator import CLUSTER_NEEDS, ClusterIndex
+from kdraexp.allocator import CLUSTER_NEEDS, ClusterIndex, join_inputs
 from kdraexp.cel.classindex import ClassEntry, ClassIndex
 from kdraexp.cel.matching import Matcher
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Kind
 from kdraexp.dra.problems import Problem
 from kdraexp.families import KINDS
-from kdraexp.families.context import FamilyOptions
 from kdraexp.families.family import CLUSTER, Family, Row
+from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import Selection
 from kdraexp.store.changes import Change, Made, change, many, touched_between
 from kdraexp.store.clusterrows import ClusterRows, Laid
@@ -451,14 +451,13 @@ class CollectionBuilder:
         """Make again the cross-object families' rows that a change touched."""
         store = self._store
         facts = {plural: store.facts_of(plural) for plural in list(store.kinds)}
+        changes = {p: state.fact_changes for p, state in store.kinds.items() if state.fact_changes}
         await store.cluster.update(
             [f for f in self._selection.families if f.reads is CLUSTER],
             keys,
-            store.versions,
-            facts,
+            join_inputs(facts, store.versions, changes),
             self._classes,
             turns,
             self._shard,
-            {p: state.fact_changes for p, state in store.kinds.items() if state.fact_changes},
             self._selection.options.expected_pools,
         )

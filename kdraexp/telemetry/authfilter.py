@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from kdraexp.telemetry.selfmetrics import counted
 
 OUTCOMES = ("allowed", "unauthenticated", "forbidden", "error", "overloaded")
 """What the filter made of a request (the probes, which it lets through, are not counted)."""
@@ -39,20 +41,18 @@ class AuthFilterStats(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The three families."""
-        requests = CounterMetricFamily(
+        requests = counted(
             "kube_dra_exporter_auth_filter_requests",
             "Requests the auth filter judged, by listener and outcome.",
-            labels=["listener", "outcome"],
+            ["listener", "outcome"],
+            self._requests,
         )
-        for key, count in sorted(self._requests.items()):
-            requests.add_metric(list(key), count)
-        reviews = CounterMetricFamily(
+        reviews = counted(
             "kube_dra_exporter_auth_filter_reviews",
             "TokenReviews and SubjectAccessReviews sent to the API server, by kind and result.",
-            labels=["kind", "result"],
+            ["kind", "result"],
+            self._reviews,
         )
-        for key, count in sorted(self._reviews.items()):
-            reviews.add_metric(list(key), count)
         entries = GaugeMetricFamily(
             "kube_dra_exporter_auth_filter_cache_entries",
             "Review results the auth filter holds in its cache.",

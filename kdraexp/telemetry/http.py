@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from kdraexp.telemetry.selfmetrics import counted
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 """Request duration buckets, seconds: /healthz in the first, large scrapes in the last."""
@@ -30,13 +32,12 @@ class HTTPStats(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """The two families."""
-        requests = CounterMetricFamily(
+        requests = counted(
             "kube_dra_exporter_http_requests",
             "HTTP requests answered, by listener, handler and status code.",
-            labels=["listener", "handler", "code"],
+            ["listener", "handler", "code"],
+            self._requests,
         )
-        for counted, count in sorted(self._requests.items()):
-            requests.add_metric(list(counted), count)
         durations = HistogramMetricFamily(
             "kube_dra_exporter_http_request_duration_seconds",
             "Time from a request's headers to the end of its answer, by listener and handler.",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
@@ -13,6 +14,16 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from kdraexp import __version__
 from kdraexp.store.sharding import Shard
+
+
+def counted(
+    name: str, help: str, labels: list[str], counts: Mapping[Any, float]
+) -> CounterMetricFamily:
+    """A counter family of *counts*, each keyed by its label values (a tuple), in their order."""
+    family = CounterMetricFamily(name, help, labels=labels)
+    for values, count in sorted(counts.items()):
+        family.add_metric(list(values), count)
+    return family
 
 
 class CollectionStats(Collector):
