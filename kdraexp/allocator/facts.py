@@ -28,11 +28,7 @@ TOLERANCE = 1e-9
 
 
 class DeviceFacts(msgspec.Struct, gc=False):
-    """What the pool families need of one device.
-
-    Facts are kept out of the cyclic garbage collector (they form no cycles): a collection holds
-    one per device and claim, and tracked objects make every collector pass longer.
-    """
+    """What the pool families need of one device (untracked, as every fact: see above)."""
 
     labels: GroupValues
     name: str

@@ -107,10 +107,8 @@ def _decimal(price: float) -> tuple[int, int]:
 class Pool(msgspec.Struct, gc=False, eq=False):
     """One pool's current generation: its slices, devices, counters and how much is used.
 
-    Kept out of the cyclic garbage collector, as the facts are (it refers to nothing that
-    refers back): a 64,000-device index pairs each device with its pool, and a tracked pool
-    kept those 64,000 pairs tracked too, walked by every full collector pass.  Equal by
-    identity only.
+    Untracked, as the facts are (:mod:`.facts` says why): a 64,000-device index pairs each device
+    with its pool, and a tracked pool kept those pairs tracked too.  Equal by identity only.
     """
 
     driver: str

@@ -16,6 +16,7 @@ from klein import Klein
 from prometheus_client.registry import CollectorRegistry
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IConsumer, IDelayedCall, IPushProducer, IReactorTime
+from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 from zope.interface import implementer
 
@@ -62,9 +63,15 @@ def _main_links(request: IRequest, telemetry: str) -> str:
     return more + f"<li>the exporter's own metrics: on {html.escape(telemetry)}</li>"
 
 
-def _ok(request: IRequest) -> bytes:
+def _text(request: IRequest, body: bytes, code: int = 200) -> bytes:
+    """A plain-text answer: *body* with *code*."""
+    request.setResponseCode(code)
     request.setHeader("Content-Type", "text/plain; charset=utf-8")
-    return b"ok\n"
+    return body
+
+
+def _ok(request: IRequest) -> bytes:
+    return _text(request, b"ok\n")
 
 
 def _front(app: Klein, links: Callable[[Any, IRequest], str]) -> None:
@@ -142,14 +149,10 @@ class ExporterApp:
         Ready, it says which resources' events wait a second or more to be applied.
         """
         if self._warming is not None:
-            request.setResponseCode(503)
-            request.setHeader("Content-Type", "text/plain; charset=utf-8")
-            return b"making the first collection after start\n"
+            return _text(request, b"making the first collection after start\n", 503)
         if self._gatherer.ready:
             return _ok(request) + _behind(self._gatherer.behind())
-        request.setResponseCode(503)
-        request.setHeader("Content-Type", "text/plain; charset=utf-8")
-        return _waiting(self._gatherer.not_synced())
+        return _text(request, _waiting(self._gatherer.not_synced()), 503)
 
     @app.route("/metrics", methods=["GET"])
     async def metrics(self, request: IRequest) -> bytes:
@@ -164,18 +167,9 @@ class ExporterApp:
         try:
             collection = await self._gatherer.gather()
         except CancelledError:  # the exporter is stopping: not an error
-            request.setResponseCode(503)
-            request.setHeader("Content-Type", "text/plain; charset=utf-8")
-            return b"the exporter is stopping\n"
-        except NotSynced as waiting:
-            request.setResponseCode(503)
-            request.setHeader("Content-Type", "text/plain; charset=utf-8")
-            return _waiting(waiting.waiting)
-        except CollectionFailed as failure:
-            request.setResponseCode(500)
-            request.setHeader("Content-Type", "text/plain; charset=utf-8")
-            lines = dict.fromkeys(failure_line(error) for error in failure.errors)
-            return "".join(line + "\n" for line in lines).encode()
+            # Answered here: Klein cancels the route itself when its client goes, and a handler
+            # of CancelledError would answer a request that has no one to answer.
+            return _text(request, b"the exporter is stopping\n", 503)
         segments = await self._renderer.segments(collection)
         tail, content_type = exposition.tail(request.getHeader("Accept"))
         pieces: Iterable[bytes]
@@ -189,6 +183,21 @@ class ExporterApp:
         request.setHeader("Content-Length", str(length))
         await _BodyProducer(request, pieces, rendering.PIECE).done
         return b""
+
+    @app.handle_errors(NotSynced)
+    def not_synced(self, request: IRequest, failure: Failure) -> bytes:
+        """Watch mode not synchronised yet: 503, naming what each resource waits on."""
+        waiting = failure.value
+        assert isinstance(waiting, NotSynced)
+        return _text(request, _waiting(waiting.waiting), 503)
+
+    @app.handle_errors(CollectionFailed)
+    def failed(self, request: IRequest, failure: Failure) -> bytes:
+        """A list failed: 500, one line per failure, and no samples at all."""
+        collection = failure.value
+        assert isinstance(collection, CollectionFailed)
+        lines = dict.fromkeys(failure_line(error) for error in collection.errors)
+        return _text(request, "".join(line + "\n" for line in lines).encode(), 500)
 
 
 class TelemetryApp:

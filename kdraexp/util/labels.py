@@ -48,9 +48,8 @@ class LabelGroup:
 class GroupValues(msgspec.Struct, frozen=True, gc=False):
     """Values of a :class:`LabelGroup` and their ``a="x",b="y"`` text.
 
-    Kept out of the cyclic garbage collector (it refers to no container that could refer back):
-    a collection holds one per device and claim, and tracked objects make every collector pass
-    longer.
+    Out of the cyclic garbage collector, as the allocator's facts that hold it (it refers to no
+    container that could refer back).
     """
 
     group: LabelGroup
