@@ -138,6 +138,11 @@ class FakeKubeAPI:
         for watch in list(self.watches):
             watch.close()
 
+    def drop_watches(self) -> None:
+        """Drop every open watch's connection mid-stream, as a server that crashed does."""
+        for watch in list(self.watches):
+            watch.drop()
+
     def compact(self) -> None:
         """Forget history up to now: watches from an older version get an ERROR 410."""
         self.compacted = self.version
@@ -307,6 +312,10 @@ class _Watch:
         self._forget()
         if not self.done.called:
             self.done.callback(b"")
+
+    def drop(self) -> None:
+        self._forget()
+        self._request.loseConnection()  # type: ignore[attr-defined]
 
     def _forget(self) -> None:
         if self in self._api.watches:

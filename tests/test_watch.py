@@ -656,3 +656,58 @@ def test_unread_values_counted_as_applied_and_logged_once(watched: Watched) -> N
         "Error parsing 'hourly-cost' (x) on DeviceClass worse: "
         "expected a non-negative decimal with a dot separator",
     ]
+
+
+def test_bookmarks_of_no_version_keep_nothing_fresh(fake: FakeKubeAPI, clock: Clock) -> None:
+    """A bookmark whose version is not a number is no version: it keeps nothing fresh.
+
+    kube-apiserver makes its versions of etcd's revisions and refuses a watch from any other;
+    such bookmarks, sent every 30 s, kept the last state served as current for ever (and the
+    next watch asked from a version the server would refuse).  They are ignored.
+    """
+    seed(fake)
+    watched = Watched(fake, clock, staleness=10)
+    watched.gatherer.start()
+    watched.settle()
+    watch = watched.gatherer._watches["resourceclaims"]
+    version = watch._version
+    for count in range(int(IDLE) // 30 + 2):
+        clock.advance(30)
+        for open_watch in list(fake.watches):
+            bookmark = {"kind": "ResourceClaim", "metadata": {"resourceVersion": f"v{count}"}}
+            open_watch.send("BOOKMARK", bookmark)
+        watched.settle()
+    assert watch._version == version
+    failed = watched.gatherer.gather()
+    watched.settle()
+    error = failure_of(failed).value
+    assert isinstance(error, CollectionFailed)
+    assert {(e.resource, e.reason) for e in error.errors} >= {("resourceclaims", "Timeout")}
+    fake.bookmark()  # one of a real version: current again
+    watched.settle()
+    assert "kube_resourceclaim_info{" in watched.text()
+
+
+def test_a_watch_dropped_mid_stream_counts_as_restarted(watched: Watched) -> None:
+    """The API server crashing (the connection dropped mid-stream) interrupts a watch: counted.
+
+    kube_dra_exporter_watch_restarts_total counted idle spells only: a server that crashed
+    again and again left it at 0.  A watch the server ends at its timeoutSeconds is no
+    interruption, and a 410 is a re-list, counted as one.
+    """
+    restarts = {"resource": "resourceclaims"}
+    watched.gatherer.start()
+    watched.settle()
+    watched.clock.advance(5)
+    watched.fake.close_watches()
+    watched.settle()
+    assert not watched.metric("kube_dra_exporter_watch_restarts_total", restarts)
+    watched.clock.advance(5)
+    watches = watch_requests(watched)
+    watched.fake.drop_watches()
+    watched.settle()
+    assert watched.metric("kube_dra_exporter_watch_restarts_total", restarts) == 1
+    watched.clock.advance(BACKOFF[0])
+    watched.settle()
+    assert watch_requests(watched) > watches
+    assert "kube_resourceclaim_info{" in watched.text()
