@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -711,3 +713,41 @@ def test_a_watch_dropped_mid_stream_counts_as_restarted(watched: Watched) -> Non
     watched.settle()
     assert watch_requests(watched) > watches
     assert "kube_resourceclaim_info{" in watched.text()
+
+
+def test_memory_stays_flat_while_a_resource_never_synchronises(
+    fake: FakeKubeAPI, clock: Clock
+) -> None:
+    """Claims come and go while pods never synchronise (not served here; RBAC refuses them).
+
+    No scrape makes a snapshot then (each answers 503), and the claims' reader kept every key
+    its events touched until one would: 0.33 MiB for each 3,000 claims, without end.  What
+    the exporter's own code holds after each round of new claims now stays flat.
+    """
+    seed(fake)
+    selection = select(resources="resourceclaims,resourceslices,deviceclasses,pods")
+    watched = Watched(fake, clock, selection=selection)
+    watched.gatherer.start()
+    watched.settle()
+    assert list(watched.gatherer.not_synced()) == ["pods"]
+    held = []
+    tracemalloc.start()
+    try:
+        for round_ in range(6):
+            names = [f"r{round_}-{n}" for n in range(200)]
+            for name in names:
+                fake.change("resourceclaims", "ADDED", claim(name))
+            watched.settle()
+            for name in names:
+                fake.change("resourceclaims", "DELETED", claim(name))
+            watched.settle()
+            fake.history.clear()  # the fake's own memory, not the exporter's
+            gc.collect()
+            mine = tracemalloc.take_snapshot().filter_traces(
+                [tracemalloc.Filter(True, "*/kdraexp/*")]
+            )
+            held.append(sum(stat.size for stat in mine.statistics("filename")))
+    finally:
+        tracemalloc.stop()
+    assert watched.gatherer.not_synced().keys() == {"pods"}
+    assert held[-1] - held[1] < 4 * 2**10, held
