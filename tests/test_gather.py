@@ -9,7 +9,7 @@ from twisted.internet.defer import CancelledError
 from kdraexp.sources.protocol import CollectionFailed
 from tests.conftest import Exporter, failure_of, has_fired, result_of
 from tests.fakeapi import Fault
-from tests.objects import SEED_CLAIM, device_class
+from tests.objects import SEED_CLAIM, device_class, new_claim
 
 
 def test_concurrent_scrapes_share_one_collection(exporter: Exporter) -> None:
@@ -142,4 +142,24 @@ def test_invalid_cost_logged_once(exporter: Exporter) -> None:
     assert warnings[0]["problem"] == (
         "Error parsing 'hourly-cost' (NaN) on DeviceClass invalid: "
         "expected a non-negative decimal with a dot separator"
+    )
+
+
+def test_a_lone_surrogate_costs_its_object_a_value_not_the_list(exporter: Exporter) -> None:
+    """A claim whose label holds a lone surrogate (U+D800, escaped in JSON): the page is read.
+
+    msgspec refused the whole page, and the scrape failed with Decode for every claim.  Read as
+    the API server reads it (U+FFFD), the claim is exported beside the others, and the value
+    it cost is counted at each collection that read it.
+    """
+    exporter.fake.add("resourceclaims", new_claim("odd", labels={"team": "\ud800x"}))
+    exporter.fake.add("resourceclaims", new_claim("plain"))
+    for _ in range(2):
+        code, _, body = exporter.get("/metrics")
+        assert code == 200, body
+    assert b'resourceclaim_name="odd"' in body and b'resourceclaim_name="plain"' in body
+    _, _, body = exporter.get("/metrics", telemetry=True)
+    assert (
+        b'kube_dra_exporter_invalid_values_total{field="json",resource="resourceclaims"} 2.0'
+        in body
     )

@@ -751,3 +751,20 @@ def test_memory_stays_flat_while_a_resource_never_synchronises(
         tracemalloc.stop()
     assert watched.gatherer.not_synced().keys() == {"pods"}
     assert held[-1] - held[1] < 4 * 2**10, held
+
+
+def test_a_lone_surrogate_in_an_event_costs_a_value_not_the_watch(watched: Watched) -> None:
+    """An event whose object holds a lone surrogate is applied, its value counted.
+
+    The event could not be decoded at all: the watch broke at it, again at every retry.
+    """
+    watched.gatherer.start()
+    watched.settle()
+    odd = claim("odd")
+    odd["metadata"]["labels"] = {"team": "\ud800"}
+    watched.fake.change("resourceclaims", "ADDED", odd)
+    watched.settle()
+    assert 'resourceclaim_name="odd"' in watched.text()
+    assert watched.gatherer._watches["resourceclaims"].error is None
+    invalid = {"resource": "resourceclaims", "field": "json"}
+    assert watched.metric("kube_dra_exporter_invalid_values_total", invalid) == 1

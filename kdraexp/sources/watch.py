@@ -53,6 +53,7 @@ from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.watchstats import WatchStats
 from kdraexp.util.lane import Lane
 from kdraexp.util.singleflight import SingleFlight
+from kdraexp.util.surrogates import Mended, unmended
 from kdraexp.util.text import printable
 from kdraexp.util.turns import Turns
 
@@ -266,10 +267,10 @@ class KindWatch:
     async def _stream_initial(self) -> None:
         done = False
 
-        def event(kind: str, raw: msgspec.Raw) -> None:
+        def event(kind: str, raw: msgspec.Raw | Mended) -> None:
             nonlocal done
             if kind == "BOOKMARK":
-                meta = _BOOKMARK.decode(raw).metadata
+                meta = _BOOKMARK.decode(unmended(raw)[0]).metadata
                 annotations = (meta.annotations if meta else None) or {}
                 ends = annotations.get(INITIAL_EVENTS_END) == "true"
                 if not ends and self._behind(meta):
@@ -294,8 +295,8 @@ class KindWatch:
             )
 
     async def _follow(self) -> None:
-        def event(kind: str, raw: msgspec.Raw) -> None:
-            meta = wire.IDENTITY.decode(raw).metadata if kind == "BOOKMARK" else None
+        def event(kind: str, raw: msgspec.Raw | Mended) -> None:
+            meta = wire.IDENTITY.decode(unmended(raw)[0]).metadata if kind == "BOOKMARK" else None
             if kind == "BOOKMARK" and self._behind(meta):
                 return
             self._alive()
@@ -391,7 +392,7 @@ class KindWatch:
 
         self.lane.run(None, then)
 
-    def _initial(self, kind: str, raw: msgspec.Raw) -> None:
+    def _initial(self, kind: str, raw: msgspec.Raw | Mended) -> None:
         arrived = self._clock.seconds()
 
         def read() -> None:
@@ -404,7 +405,7 @@ class KindWatch:
         """Seconds the oldest event not applied yet has waited, and how many wait."""
         return self.lane.behind()
 
-    def _apply(self, kind: str, raw: msgspec.Raw) -> None:
+    def _apply(self, kind: str, raw: msgspec.Raw | Mended) -> None:
         if kind not in ("ADDED", "MODIFIED", "DELETED") or self._dropping:
             return
         if self.lane.weight + len(raw) > BEHIND:

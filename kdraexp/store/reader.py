@@ -9,7 +9,7 @@ for every family.  What was kept between collections is :mod:`kdraexp.store.coll
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -32,6 +32,7 @@ from kdraexp.store.changes import EVERYTHING, Everything, many, mostly_new
 from kdraexp.store.rows import Flat, flatten
 from kdraexp.store.sharding import Part, Shard
 from kdraexp.util.packed import pack, unpack
+from kdraexp.util.surrogates import Mended, unmended
 from kdraexp.util.text import printable
 from kdraexp.util.turns import CHUNK
 
@@ -175,26 +176,31 @@ class KindReader:
         """The objects events touched since the last snapshot (see :meth:`apply`), or
         :data:`EVERYTHING` once they are many (see :meth:`touch`)."""
 
-    def page(self, items: list[msgspec.Raw]) -> None:
+    def page(self, items: Sequence[msgspec.Raw | Mended]) -> None:
         """Read one page: each new or changed object once, for all the families of its kind.
 
         :raises ShapeError: for an object not of the kind's shape.
         :raises ListError: ``TooLarge``, for an object or a page that would become more than
             :data:`OBJECT_SHARE` and :data:`PART_BYTES` allow of the response limit.
         """
-        for raw in items:
+        for item in items:
+            raw, lone = unmended(item)
             known = self._decode(wire.IDENTITY, raw)
             key = identity(known.metadata)
             if self._live:
                 self.touch(key)
             if key in self.entries or key in self.skipped:
                 continue  # the same object twice in one list: the first one counts
-            entry = self.read(raw, known, key, reuse=True)
+            entry = self.read(raw, known, key, reuse=True, lone=lone)
             if entry is not None:
                 self.entries[key] = entry
 
-    def read(self, raw: msgspec.Raw, known: wire.Identity, key: str, reuse: bool) -> Entry | None:
+    def read(
+        self, raw: msgspec.Raw, known: wire.Identity, key: str, reuse: bool, lone: int = 0
+    ) -> Entry | None:
         """The entry of one object, whose identity *known* and *key* are decoded already.
+
+        *lone* surrogates of its JSON were read as U+FFFD: each costs a value, counted.
 
         With *reuse*, an object unchanged since the last list keeps the entry it gave then.
         None for an object that gives nothing here (another shard's, or no rows and no facts),
@@ -234,7 +240,7 @@ class KindReader:
             item.metadata.uid = key  # one string for the identity and the rows
         if self._live and self._spec.reads_classes and self._classes.matcher is not None:
             self._classes.matcher.new_collection()  # an event is a collection of its own
-        entry = self._read(item, version, part is Part.WRITE)
+        entry = self._read(item, version, part is Part.WRITE, lone)
         if entry.facts is None and not (entry.problems or entry.class_errors or any(entry.rows)):
             self.skipped[key] = version  # it gives nothing (a pod using no device)
             return None
@@ -284,13 +290,14 @@ class KindReader:
         """A new response's objects follow: what they become is bounded per response."""
         self._parts = 0
 
-    def apply(self, event: str, raw: msgspec.Raw) -> tuple[str, str | None]:
+    def apply(self, event: str, item: msgspec.Raw | Mended) -> tuple[str, str | None]:
         """One watch event: ``ADDED`` or ``MODIFIED`` reads the object again, ``DELETED`` drops it.
 
         Return the object's key and its ``resourceVersion`` (its identity decoded once).
 
         :raises ShapeError: for an object not of the kind's shape.
         """
+        raw, lone = unmended(item)
         known = self._decode(wire.IDENTITY, raw)
         key = identity(known.metadata)
         version = known.metadata.resource_version if known.metadata else None
@@ -301,7 +308,7 @@ class KindReader:
             self.changed = self.changed or dropped
             return key, version
         self.response()  # an event is a response of its own
-        entry = self.read(raw, known, key, reuse=False)
+        entry = self.read(raw, known, key, reuse=False, lone=lone)
         if entry is not None:
             self.entries[key] = entry  # a changed object keeps its place (and its block's)
         elif self.entries.pop(key, None) is not None:
@@ -331,9 +338,20 @@ class KindReader:
             name = _name(raw)
             raise ShapeError(f"{self.kind.kind} {name}: {error}".replace("  ", " ")) from None
 
-    def _read(self, item: Any, version: str | None, write: bool) -> Entry:
+    def _read(self, item: Any, version: str | None, write: bool, lone: int = 0) -> Entry:
         """The object's entry; without *write* (another shard writes it) its facts only."""
         problems = Problems()
+        if lone:
+            meta = item.metadata
+            where = (
+                f"{meta.namespace}/{meta.name}" if meta and meta.namespace else meta and meta.name
+            )
+            problems.add(
+                self.kind.plural,
+                "json",
+                f"{self.kind.kind} {printable(where or '(no name)', 253)}: {lone} lone UTF-16 "
+                "surrogate escapes in its strings, read as U+FFFD (as the API server reads them)",
+            )
         context = Context(self._options, problems, self._classes)
         spec = self._spec
         view = spec.view(item, context)
