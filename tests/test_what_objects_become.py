@@ -8,6 +8,10 @@ the lists cut or refused are counted, and nothing is killed.
 
 from __future__ import annotations
 
+import json
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +164,71 @@ async def test_lists_an_object_holds_are_bounded_in_the_chart_limit(
             assert used < 160 * 2**20
         finally:
             await stop(process, 30)
+
+
+def test_a_file_of_many_small_objects_is_refused_in_the_chart_limit(
+    tmp_path: Path, chart_limit: MemoryCgroup
+) -> None:
+    """A 50 MB --source file of 110,000 one-device slices: refused as too many objects.
+
+    Each within every bound of bytes, they become 3.9 KB each once read: the exporter was
+    killed by the kernel on its way to 282 MiB.  Counted at 4 KiB each against the response's
+    bound, they are refused before they are all read.
+    """
+    device = {
+        "name": "gpu-0",
+        "attributes": {
+            "uuid": {"string": "GPU-000000000000-aaaa-bbbb-cccc"},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"},
+        },
+        "capacity": {"memory": {"value": "80Gi"}},
+    }
+    items = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"s{n}", "uid": f"u{n}", "resourceVersion": "1"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": f"n{n}",
+                "pool": {"name": f"p{n}", "generation": 1, "resourceSliceCount": 1},
+                "devices": [device],
+            },
+        }
+        for n in range(110_000)
+    ]
+    dump = tmp_path / "cluster.json"
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    del items
+    assert dump.stat().st_size > 48 * 2**20
+    port = free_port()
+    process = start(
+        [
+            *("--listen", f"tcp:{port}:interface=127.0.0.1"),
+            *("--timeout", "120", "--source", f"file:{dump}"),
+        ],
+        tmp_path,
+        cgroup=chart_limit,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=170):
+                    raise AssertionError("the file was read whole")
+            except urllib.error.HTTPError as error:
+                code, body = error.code, error.read()
+                break
+            except OSError:
+                assert process.poll() is None, (tmp_path / "output.log").read_text()
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        used = peak(process.pid)
+        print(f"file: peak RSS {used / 2**20:.0f} MiB")
+        assert code == 500
+        assert b"TooLarge: a page of resourceslices holds more than 16384 objects" in body, body
+        assert chart_limit.oom_kills() == 0
+        assert used < 176 * 2**20
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -36,7 +36,7 @@ from kdraexp.dra.listing import (
     Reason,
     ShapeError,
 )
-from kdraexp.store.reader import OBJECT_SHARE, object_too_large
+from kdraexp.store.reader import OBJECT_BYTES, OBJECT_SHARE, object_too_large, objects_too_many
 from kdraexp.util.aliases import expands_past
 from kdraexp.util.files import read_regular
 from kdraexp.util.singleflight import SingleFlight
@@ -185,6 +185,7 @@ class FileSource:
         """
         wanted = {kind.kind: kind for kind in LIST_ORDER}
         kept = []
+        counts: dict[str, int] = {}
         for item in items:
             raw, _ = unmended(item)
             try:
@@ -198,6 +199,9 @@ class FileSource:
             if len(raw) > self.limit // OBJECT_SHARE:
                 name = (known.metadata.name if known.metadata else None) or "(no name)"
                 raise object_too_large(kind, printable(name, 253), len(raw), self.limit)
+            counts[kind.kind] = count = counts.get(kind.kind, 0) + 1
+            if count > self.limit // OBJECT_BYTES:  # the file is one response of each kind
+                raise objects_too_many(kind, self.limit)
             kept.append(item)
         return kept
 

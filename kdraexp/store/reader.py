@@ -66,6 +66,12 @@ one page: a device becomes about a kilobyte read, however few bytes it is sent i
 256,000 bare devices was 4.2 MB and took 300 MB)."""
 
 
+OBJECT_BYTES = 4096
+"""What each object kept counts against ``--max-response-bytes`` in one response: read, an
+object becomes its entry, rows and facts, 2.4 KB for a claim and 3.9 KB for a one-device slice
+however few bytes it is sent in (a 50 MB file of one-device slices took 282 MiB)."""
+
+
 def row_families(selection: Selection, kind: Kind) -> list[Family]:
     """The families whose rows an entry of *kind* keeps, in the order it keeps them.
 
@@ -112,6 +118,8 @@ class KindReader:
         last list: a first one has nothing to forget, and asks nothing of each object."""
         self._parts = 0
         """The parts (devices) of the objects read from the response at hand."""
+        self._kept = 0
+        """The objects of the response at hand that keep an entry."""
         self._live = live
         """Whether it applies watch events: its pages are then not read in a thread (events
         come meanwhile), and each object has the matching budget of a collection."""
@@ -194,6 +202,9 @@ class KindReader:
             entry = self.read(raw, known, key, reuse=True, lone=lone)
             if entry is not None:
                 self.entries[key] = entry
+                self._kept += 1
+                if self._kept > self._limit // OBJECT_BYTES:
+                    raise objects_too_many(self.kind, self._limit)
 
     def read(
         self, raw: msgspec.Raw, known: wire.Identity, key: str, reuse: bool, lone: int = 0
@@ -288,7 +299,7 @@ class KindReader:
 
     def response(self) -> None:
         """A new response's objects follow: what they become is bounded per response."""
-        self._parts = 0
+        self._parts = self._kept = 0
 
     def apply(self, event: str, item: msgspec.Raw | Mended) -> tuple[str, str | None]:
         """One watch event: ``ADDED`` or ``MODIFIED`` reads the object again, ``DELETED`` drops it.
@@ -402,6 +413,19 @@ def page_too_large(kind: Kind, limit: int) -> ListError:
         None,
         f"a page of {kind.plural} holds more than {limit // PART_BYTES} devices, each counted "
         f"as {PART_BYTES} bytes of --max-response-bytes={limit}: read, they would not fit "
+        "beside it",
+        public=True,
+    )
+
+
+def objects_too_many(kind: Kind, limit: int) -> ListError:
+    """A response of more objects than :data:`OBJECT_BYTES` allow of *limit*."""
+    return ListError(
+        kind.plural,
+        Reason.TOO_LARGE,
+        None,
+        f"a page of {kind.plural} holds more than {limit // OBJECT_BYTES} objects, each counted "
+        f"as {OBJECT_BYTES} bytes of --max-response-bytes={limit}: read, they would not fit "
         "beside it",
         public=True,
     )
