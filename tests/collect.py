@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -34,7 +34,7 @@ class Recorder:
         self.count: int | None = None
         """What the source said it listed."""
 
-    def page(self, items: list[Any]) -> None:
+    def page(self, items: Sequence[Any]) -> None:
         self.items.extend(items)
         self.pages += 1
 
@@ -49,7 +49,7 @@ class Both:
     def __init__(self, recorder: Recorder, reader: KindReader) -> None:
         self._recorder, self._reader = recorder, reader
 
-    def page(self, items: list[Any]) -> None:
+    def page(self, items: Sequence[Any]) -> None:
         self._recorder.page(items)
         self._reader.page(items)
 

@@ -26,6 +26,8 @@ from kdraexp.dra.listing import GROUP, LIST_ORDER
 KINDS = {kind.plural: kind.kind for kind in LIST_ORDER if kind.group == GROUP}
 """What it serves: every kind of resource.k8s.io the exporter lists."""
 PLURALS = tuple(KINDS)
+CORE = {"pods": "Pod"}
+"""Core kinds it serves once a test gives it their objects (``objects["pods"] = [...]``)."""
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -157,9 +159,19 @@ class FakeKubeAPI:
         for watch in list(self.watches):
             watch.close()
 
+    def drop_watches(self) -> None:
+        """Drop every open watch's connection mid-stream, as a server that crashed does."""
+        for watch in list(self.watches):
+            watch.drop()
+
     def compact(self) -> None:
         """Forget history up to now: watches from an older version get an ERROR 410."""
         self.compacted = self.version
+
+    @app.route("/api/v1/<plural>", methods=["GET"])
+    def core(self, request: IRequest, plural: str) -> bytes | Deferred[bytes]:
+        """``GET`` a core list: 404 unless the test gave the fake its objects."""
+        return self.list(request, plural)
 
     @app.route("/apis/resource.k8s.io/v1/<plural>", methods=["GET"])
     def list(self, request: IRequest, plural: str) -> bytes | Deferred[bytes]:
@@ -299,7 +311,7 @@ class FakeKubeAPI:
             request,
             200,
             {
-                "kind": KINDS[plural] + "List",
+                "kind": {**KINDS, **CORE}[plural] + "List",
                 "apiVersion": "resource.k8s.io/v1",
                 "metadata": metadata,
                 "items": items[start:end],
@@ -375,6 +387,10 @@ class _Watch:
         self._forget()
         if not self.done.called:
             self.done.callback(b"")
+
+    def drop(self) -> None:
+        self._forget()
+        self._request.loseConnection()  # type: ignore[attr-defined]
 
     def _forget(self) -> None:
         if self in self._api.watches:

@@ -322,3 +322,28 @@ def test_a_json_dump_is_read_within_three_times_its_size(tmp_path: Path) -> None
     slices, grown = map(int, done.stdout.split())
     assert slices == 2000
     assert grown < 3 * path.stat().st_size, (grown, path.stat().st_size)
+
+
+def test_a_lone_surrogate_costs_its_object_a_value_not_the_file(tmp_path: Path) -> None:
+    """A JSON dump whose claim has a label with a lone surrogate (U+D800, escaped) is read.
+
+    The file failed whole (not YAML or JSON); the claim is now read as the API server reads it
+    (U+FFFD), the value it cost counted.
+    """
+    odd = typed("ResourceClaim", {**SEED_CLAIM, "metadata": {"name": "odd", "uid": "odd"}})
+    odd["metadata"]["labels"] = {"team": "\ud800"}  # type: ignore[index]
+    path = tmp_path / "dump.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [odd, *SEED]}))
+    gatherer = Gatherer(
+        FileSource(str(path), Clock(), run=maybeDeferred),
+        Clock(),
+        10,
+        CollectionStats(),
+        select(),
+    )
+    collection = result_of(gatherer.gather())
+    assert [p.message for p in collection.problems if p.field == "json"] == [
+        "ResourceClaim odd: 1 lone UTF-16 surrogate escapes in its strings, read as U+FFFD (as "
+        "the API server reads them)"
+    ]
+    assert len(values(collection, "kube_resourceclaim_info", "resourceclaim_name")) == 2

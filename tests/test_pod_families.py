@@ -10,7 +10,7 @@ import pytest
 
 from kdraexp.families.pod import CAUSES, cause, extended_name
 from kdraexp.families.selection import select
-from tests.collect import collect, values
+from tests.collect import collect, samples, values
 
 EVERYTHING = select(resources="resourceclaims,resourceslices,deviceclasses,pods")
 NAMESPACE = "ml"
@@ -414,5 +414,28 @@ def test_bound_pods_holding_devices_and_not_started() -> None:
             "status.conditions[PodReadyToStartContainers].lastTransitionTime",
             "Pod ml/odd-time status.conditions[PodReadyToStartContainers].lastTransitionTime: not "
             "an RFC 3339 time: 'yesterday'",
+        )
+    ]
+
+
+def test_device_health_past_what_a_node_has_is_cut_and_counted() -> None:
+    """A container listing 10,000 devices: the first 1,024 read, the rest counted.
+
+    Each was a row with its resourceID kept: 18 such pods of 3.2 MB, each within the bound of
+    one object, took the exporter past its memory limit in 0.6 s.
+    """
+    resources = [{"resourceID": f"d.example/p/dev-{n}", "health": "Healthy"} for n in range(10_000)]
+    status = {
+        "containerStatuses": [
+            {"name": "c", "allocatedResourcesStatus": [{"name": "claim:x", "resources": resources}]}
+        ],
+    }
+    collection = collect(pods=[pod("many", {"nodeName": "n"}, **status)], selection=EVERYTHING)
+    assert len(samples(collection)["kube_pod_dra_device_health"]) == 1024
+    assert [(p.resource, p.message) for p in collection.problems if "allocated" in p.field] == [
+        (
+            "pods",
+            "Pod ml/many status.containerStatuses[].allocatedResourcesStatus: more than 1024 "
+            "devices, more than a node has: the first 1024 read",
         )
     ]

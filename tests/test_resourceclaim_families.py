@@ -376,3 +376,24 @@ def test_binding_conditions_of_another_shape_are_counted() -> None:
             "entry is not a name: 7",
         )
     ]
+
+
+def test_binding_conditions_past_the_api_bound_are_cut_and_counted() -> None:
+    """More than the API server's 4 binding conditions: the first 4 read, the rest counted.
+
+    200,000 of them in each of 12 claims' results were all kept, each a row: the exporter
+    was killed in its memory limit within a second.
+    """
+    many = [f"c{n}" for n in range(1000)]
+    odd = new_claim("odd", [result("port-0", bindingConditions=many)])
+    written = collect(claims=[odd])
+    assert values(written, "kube_resourceclaim_allocation_binding", "condition") == {
+        (name,): 1 for name in many[:4]
+    }
+    assert [(p.field, p.message) for p in written.problems] == [
+        (
+            "bindingConditions",
+            f"ResourceClaim workloads/odd device {NVIDIA}/pool/port-0 bindingConditions: 1000 "
+            "entries, more than the API server's 4: the first 4 read",
+        )
+    ]

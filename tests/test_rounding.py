@@ -202,6 +202,10 @@ def test_what_is_left_must_cover_the_rounded_amount() -> None:
         ({"default": "ten"}, "not a Kubernetes quantity"),
         ({"validRange": {"min": "-1"}}, "a negative amount"),
         ({"validRange": {"min": "1", "step": "0"}}, "step: must be greater than zero"),
+        (  # each kept as a float: 350,000 in each of 12 slices took the memory limit
+            {"default": "1", "validValues": [str(n) for n in range(1, 12)]},
+            "validValues: 11 values, more than the API server's 10",
+        ),
     ],
 )
 def test_a_policy_that_cannot_be_read(raw: Any, problem: str) -> None:

@@ -20,6 +20,12 @@ from kdraexp.dra.quantity import QuantityError, parse_quantity, parse_quantity_e
 TAINT_EFFECTS = frozenset({"None", "NoSchedule", "NoExecute"})
 """The effects a device taint may have; "Consumers must treat unknown effects like None"."""
 CONDITION_STATUSES = {"True": "true", "False": "false", "Unknown": "unknown"}
+VALID_VALUES = 10
+"""The most ``validValues`` a capacity's ``requestPolicy`` may list (the API server's bound)."""
+BINDING_CONDITIONS = 4
+"""The most ``bindingConditions`` (and ``bindingFailureConditions``) a device may have (the API
+server's bound): past it, the rest are not kept (200,000 of them in each of 12 claims' results
+took the exporter past its memory limit in a second)."""
 
 _decode = msgspec.json.decode
 
@@ -121,6 +127,11 @@ def request_policy(value: Any, capacity: float | None = None) -> RequestPolicy:
         raise Unreadable(f"requestPolicy validRange: expected a map, got {_short(bounds)}")
     if listed is not None and not isinstance(listed, list):
         raise Unreadable(f"requestPolicy validValues: expected a list, got {_short(listed)}")
+    if listed is not None and len(listed) > VALID_VALUES:  # each kept as a float, per device
+        raise Unreadable(
+            f"requestPolicy validValues: {len(listed)} values, more than the API server's "
+            f"{VALID_VALUES}"
+        )
     try:
         bounds = bounds or {}
         texts = [bounds.get(key) for key in ("min", "max", "step")]
@@ -295,11 +306,23 @@ def device_conditions(
 
 
 def names(
-    raw: msgspec.Raw | None, problems: Problems, resource: str, field: str, where: str
+    raw: msgspec.Raw | None, problems: Problems, resource: str, field: str, where: str, most: int
 ) -> tuple[str, ...]:
-    """A list of names (``bindingConditions``...); an entry that is not a string is reported."""
+    """A list of names (``bindingConditions``...); an entry that is not a string is reported.
+
+    Past *most* (the API server's bound) the rest are reported and not kept.
+    """
     found = []
-    for entry in _list(raw, problems, resource, field, where):
+    entries = _list(raw, problems, resource, field, where)
+    if len(entries) > most:
+        problems.add(
+            resource,
+            field,
+            f"{where} {field}: {len(entries)} entries, more than the API server's {most}: the "
+            f"first {most} read",
+        )
+        del entries[most:]
+    for entry in entries:
         if isinstance(entry, str):
             found.append(entry)
         else:

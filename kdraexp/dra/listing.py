@@ -6,7 +6,7 @@ only this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -14,6 +14,7 @@ import attrs
 import msgspec
 
 from kdraexp.dra import wire
+from kdraexp.util.surrogates import Mended
 
 GROUP = "resource.k8s.io"
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 2**20
@@ -140,8 +141,11 @@ class ShapeError(ValueError):
 class Reader(Protocol):
     """Takes the pages of one list as they arrive, so each can be dropped after."""
 
-    def page(self, items: list[msgspec.Raw]) -> None:
+    def page(self, items: Sequence[msgspec.Raw | Mended]) -> None:
         """Read one page of objects, each the undecoded JSON of one object.
+
+        An object whose lone surrogates were read as U+FFFD comes :class:`Mended`: each costs
+        a value, counted.
 
         :raises ShapeError: for an object that is not of the kind's shape.
         """
@@ -174,7 +178,7 @@ class Watcher(Source, Protocol):
         self,
         kind: Kind,
         resource_version: str | None,
-        handle: Callable[[str, msgspec.Raw], None],
+        handle: Callable[[str, msgspec.Raw | Mended], None],
         *,
         initial: bool,
         timeout_seconds: int,

@@ -70,7 +70,12 @@ class Result:
         """The conditions of which one True fails the binding."""
         if result.binding_conditions:
             self.binding = gated.names(
-                result.binding_conditions, problems, _RESOURCE, "bindingConditions", where
+                result.binding_conditions,
+                problems,
+                _RESOURCE,
+                "bindingConditions",
+                where,
+                gated.BINDING_CONDITIONS,
             )
             self.failing = gated.names(
                 result.binding_failure_conditions,
@@ -78,6 +83,7 @@ class Result:
                 _RESOURCE,
                 "bindingFailureConditions",
                 where,
+                gated.BINDING_CONDITIONS,
             )
 
 

@@ -35,6 +35,7 @@ from kdraexp.kube import tls
 from kdraexp.kube.credentials import CredentialError, Credentials
 from kdraexp.kube.inflate import NotInflated, ResponseTooLarge, decoding_agent
 from kdraexp.kube.transport import Limits, cancelled, read_body, read_lines
+from kdraexp.util.surrogates import Mended, marked, mend
 from kdraexp.util.text import printable
 from kdraexp.util.turns import feed
 
@@ -143,13 +144,7 @@ class KubeListClient:
                 if error.reason == StatusReason.EXPIRED and token:
                     raise _ContinueExpired()
                 raise error
-            try:
-                decoded = PAGE.decode(body)
-            except (msgspec.DecodeError, RecursionError) as error:
-                raise ListError(
-                    kind.plural, Reason.DECODE, code, _decode_message(body, error)
-                ) from None
-            items = decoded.items or []
+            decoded, items = _page(kind, code, body)
             objects += len(items)
             try:
                 await feed(reader, items, self._clock)
@@ -178,7 +173,7 @@ class KubeListClient:
         self,
         kind: Kind,
         resource_version: str | None,
-        handle: Callable[[str, msgspec.Raw], None],
+        handle: Callable[[str, msgspec.Raw | Mended], None],
         *,
         initial: bool,
         timeout_seconds: int,
@@ -215,15 +210,20 @@ class KubeListClient:
         self,
         kind: Kind,
         url: DecodedURL,
-        handle: Callable[[str, msgspec.Raw], None],
+        handle: Callable[[str, msgspec.Raw | Mended], None],
     ) -> None:
         def line(data: bytes) -> None:
+            lone = 0
             try:
                 event = _EVENT.decode(data)
             except (msgspec.DecodeError, RecursionError) as error:
-                raise ListError(
-                    kind.plural, Reason.DECODE, 200, _decode_message(data, error)
-                ) from None
+                mended, found = mend(data)
+                try:
+                    event = _EVENT.decode(mended)
+                except (msgspec.DecodeError, RecursionError):
+                    message = _decode_message(data, error)
+                    raise ListError(kind.plural, Reason.DECODE, 200, message) from None
+                lone = len(found)
             if event.type == "ERROR":
                 raise _event_status(kind, event.object)
             if event.type not in WATCH_EVENTS:
@@ -233,7 +233,7 @@ class KubeListClient:
                     200,
                     f"a watch event of unknown type {printable(repr(event.type), 64)}",
                 )
-            handle(event.type, event.object)
+            handle(event.type, Mended(event.object, lone) if lone else event.object)
 
         response, authorization = await self._open(kind, url)
         with self._read_failures(kind):
@@ -323,6 +323,26 @@ def status_error(resource: str, code: int, body: bytes | bytearray) -> ListError
     return ListError(
         resource, phrase.replace(" ", ""), code, "the response is not a Kubernetes Status"
     )
+
+
+def _page(kind: Kind, code: int, body: bytearray) -> tuple[wire.Page, list[msgspec.Raw | Mended]]:
+    """A page and its objects; those holding lone surrogates read as Go reads them, marked.
+
+    :raises ListError: ``Decode``, for a body that is not a page.
+    """
+    try:
+        decoded = PAGE.decode(body)
+    except (msgspec.DecodeError, RecursionError) as error:
+        mended, found = mend(body)
+        try:
+            if not found:
+                raise
+            decoded = PAGE.decode(mended)
+        except (msgspec.DecodeError, RecursionError):
+            message = _decode_message(body, error)
+            raise ListError(kind.plural, Reason.DECODE, code, message) from None
+        return decoded, marked(mended, decoded.items or [], found)
+    return decoded, list(decoded.items or [])
 
 
 def _event_status(kind: Kind, raw: msgspec.Raw) -> ListError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -36,10 +36,11 @@ from kdraexp.dra.listing import (
     Reason,
     ShapeError,
 )
-from kdraexp.store.reader import OBJECT_SHARE, object_too_large
+from kdraexp.store.reader import OBJECT_BYTES, OBJECT_SHARE, object_too_large, objects_too_many
 from kdraexp.util.aliases import expands_past
 from kdraexp.util.files import read_regular
 from kdraexp.util.singleflight import SingleFlight
+from kdraexp.util.surrogates import Mended, marked, mend, unmended
 from kdraexp.util.text import printable
 from kdraexp.util.turns import feed
 
@@ -67,7 +68,7 @@ class _Parsed:
     """The file as last parsed: its stamp, and per kind its objects as JSON."""
 
     stamp: Stamp
-    items: dict[str, list[msgspec.Raw]]
+    items: dict[str, list[msgspec.Raw | Mended]]
 
 
 class FileSource:
@@ -142,13 +143,9 @@ class FileSource:
         except OSError as error:
             raise self._unreadable(error) from None
         if _JSON.match(content):
-            try:  # ``-o json``: its objects are kept as their JSON, decoded one at a time
-                listed = _LIST.decode(content)
-            except (msgspec.DecodeError, RecursionError):
-                pass  # YAML in flow style, or broken JSON: the YAML parser says where
-            else:
-                items = listed.items if listed.items is not None else [msgspec.Raw(content)]
-                return _Parsed(stamp, self._sort([{"items": _Decoded(self._bounded(items))}]))
+            listed = _json(content)  # ``-o json``: objects kept as JSON, decoded one at a time
+            if listed is not None:
+                return _Parsed(stamp, self._sort([{"items": _Decoded(self._bounded(listed))}]))
         if len(content) > self.limit // YAML_SHARE:
             raise self._error(
                 None,
@@ -180,7 +177,7 @@ class FileSource:
             )
         return _Parsed(stamp, self._sort(documents))
 
-    def _bounded(self, items: list[msgspec.Raw]) -> list[msgspec.Raw]:
+    def _bounded(self, items: list[msgspec.Raw | Mended]) -> list[msgspec.Raw | Mended]:
         """The JSON objects of the kinds listed, each within what a list may hold of one.
 
         Checked before any is decoded: decoded whole, a 46 MB slice took 545 MiB before the
@@ -188,11 +185,13 @@ class FileSource:
         """
         wanted = {kind.kind: kind for kind in LIST_ORDER}
         kept = []
-        for raw in items:
+        counts: dict[str, int] = {}
+        for item in items:
+            raw, _ = unmended(item)
             try:
                 known = wire.IDENTITY.decode(raw)
             except (msgspec.DecodeError, RecursionError):
-                kept.append(raw)  # _sort says what is wrong with it
+                kept.append(item)  # _sort says what is wrong with it
                 continue
             kind = wanted.get(known.kind or "")
             if kind is None:
@@ -200,12 +199,15 @@ class FileSource:
             if len(raw) > self.limit // OBJECT_SHARE:
                 name = (known.metadata.name if known.metadata else None) or "(no name)"
                 raise object_too_large(kind, printable(name, 253), len(raw), self.limit)
-            kept.append(raw)
+            counts[kind.kind] = count = counts.get(kind.kind, 0) + 1
+            if count > self.limit // OBJECT_BYTES:  # the file is one response of each kind
+                raise objects_too_many(kind, self.limit)
+            kept.append(item)
         return kept
 
-    def _sort(self, documents: list[Any]) -> dict[str, list[msgspec.Raw]]:
+    def _sort(self, documents: list[Any]) -> dict[str, list[msgspec.Raw | Mended]]:
         wanted = {kind.kind: kind for kind in LIST_ORDER}
-        items: dict[str, list[msgspec.Raw]] = {name: [] for name in wanted}
+        items: dict[str, list[msgspec.Raw | Mended]] = {name: [] for name in wanted}
         seen: set[tuple[str, str, str]] = set()
         for document in documents:
             if document is None:
@@ -213,7 +215,7 @@ class FileSource:
             if not isinstance(document, dict):
                 raise self._error(None, Reason.DECODE, f"{self.path}: a document is not a mapping")
             members = document.get("items") if "items" in document else [document]
-            for item in members or ():
+            for item, lone in _counted(members):
                 if not isinstance(item, dict):
                     raise self._error(
                         None, Reason.DECODE, f"{self.path}: a list item is not a mapping"
@@ -233,7 +235,8 @@ class FileSource:
                 if identity in seen:
                     continue  # the same object twice: the first one counts
                 seen.add(identity)
-                items[kind].append(msgspec.Raw(_versioned(item)))
+                raw = msgspec.Raw(_versioned(item))
+                items[kind].append(Mended(raw, lone) if lone else raw)
         return items
 
     def _unreadable(self, error: Exception) -> ListError:
@@ -245,18 +248,47 @@ class FileSource:
         return ListError(resource, reason, None, message, public=True)
 
 
+def _json(content: bytes) -> list[msgspec.Raw | Mended] | None:
+    """The objects of a JSON file, those with lone surrogates read as U+FFFD marked.
+
+    None for what is not JSON (YAML in flow style, or broken JSON: the YAML parser says where).
+    """
+    try:
+        listed = _LIST.decode(content)
+    except (msgspec.DecodeError, RecursionError):
+        content, found = mend(content)
+        if not found:
+            return None
+        try:
+            listed = _LIST.decode(content)
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        items = listed.items if listed.items is not None else [msgspec.Raw(content)]
+        return marked(content, items, found)
+    return list(listed.items) if listed.items is not None else [msgspec.Raw(content)]
+
+
 class _Decoded:
     """Objects kept as their JSON, each decoded as it is reached: one held at a time."""
 
-    def __init__(self, items: list[msgspec.Raw]) -> None:
+    def __init__(self, items: list[msgspec.Raw | Mended]) -> None:
         self._items = items
 
-    def __iter__(self) -> Any:
-        for raw in self._items:
+    def counted(self) -> Iterator[tuple[Any, int]]:
+        """Each object decoded, and the lone surrogates read as U+FFFD in it."""
+        for item in self._items:
+            raw, lone = unmended(item)
             try:
-                yield msgspec.json.decode(raw)
+                yield msgspec.json.decode(raw), lone
             except RecursionError:
-                yield None  # nested past what can be decoded: not a mapping
+                yield None, 0  # nested past what can be decoded: not a mapping
+
+
+def _counted(members: Any) -> Iterator[tuple[Any, int]]:
+    """A document's objects, each with the lone surrogates read as U+FFFD in it."""
+    if isinstance(members, _Decoded):
+        return members.counted()
+    return ((member, 0) for member in members or ())
 
 
 def _versioned(item: dict[str, Any]) -> bytes:

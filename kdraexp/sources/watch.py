@@ -53,6 +53,8 @@ from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.watchstats import WatchStats
 from kdraexp.util.lane import Lane
 from kdraexp.util.singleflight import SingleFlight
+from kdraexp.util.surrogates import Mended, unmended
+from kdraexp.util.text import printable
 from kdraexp.util.turns import Turns
 
 log = Logger()
@@ -150,6 +152,7 @@ class KindWatch:
     async def _run(self) -> None:
         backoff = BACKOFF[0]
         while True:
+            idle = False
             try:
                 if self._resync is not None:
                     await self._sync(self._resync)
@@ -171,7 +174,7 @@ class KindWatch:
                     return  # stopped
                 broken, self._broken = self._broken, None
                 if broken is None:  # idle: a stalled stream, or a server that forgot it
-                    self._stats.restarted(self.kind.plural)
+                    idle = True
                     broken = ListError(
                         self.kind.plural,
                         Reason.TIMEOUT,
@@ -191,6 +194,11 @@ class KindWatch:
                 StatusReason.EXPIRED,
                 StatusReason.GONE,
             )
+            if idle or (self._resync is None and not expired):
+                # Opened again: gone silent, or interrupted while following (a connection
+                # dropped mid-stream, an error, events it could not apply).  Not a 410:
+                # that one is listed again.
+                self._stats.restarted(self.kind.plural)
             if expired and self._resync is None:
                 self._resync = "expired"  # compacted while following: list again at once
                 continue
@@ -255,10 +263,10 @@ class KindWatch:
     async def _stream_initial(self) -> None:
         done = False
 
-        def event(kind: str, raw: msgspec.Raw) -> None:
+        def event(kind: str, raw: msgspec.Raw | Mended) -> None:
             nonlocal done
             if kind == "BOOKMARK":
-                meta = _BOOKMARK.decode(raw).metadata
+                meta = _BOOKMARK.decode(unmended(raw)[0]).metadata
                 annotations = (meta.annotations if meta else None) or {}
                 ends = annotations.get(INITIAL_EVENTS_END) == "true"
                 if not ends and self._behind(meta):
@@ -283,8 +291,8 @@ class KindWatch:
             )
 
     async def _follow(self) -> None:
-        def event(kind: str, raw: msgspec.Raw) -> None:
-            meta = wire.IDENTITY.decode(raw).metadata if kind == "BOOKMARK" else None
+        def event(kind: str, raw: msgspec.Raw | Mended) -> None:
+            meta = wire.IDENTITY.decode(unmended(raw)[0]).metadata if kind == "BOOKMARK" else None
             if kind == "BOOKMARK" and self._behind(meta):
                 return
             self._alive()
@@ -345,23 +353,27 @@ class KindWatch:
         self._restart_watch()
 
     def _behind(self, meta: Any) -> bool:
-        """Whether a bookmark names a version older than the one applied: it says nothing current.
+        """Whether a bookmark says nothing current: older than the version applied, or no version.
 
-        Versions are compared as the numbers kube-apiserver makes them (etcd revisions); one
-        that is not a number is taken as it comes.  Something replaying old bookmarks kept the
-        state served as current for ever, though nothing newer came.
+        Versions are compared as the numbers kube-apiserver makes them (etcd revisions).  A
+        bookmark whose version is not one (none, or not a number) is none the API server sends
+        or would accept a watch from: it proves nothing and is ignored.  Something replaying old
+        bookmarks, or sending made-up ones, kept the state served as current for ever, though
+        nothing newer came.
         """
         version = meta.resource_version if meta else None
         known = self._version
-        if not (version and known and _number(version) and _number(known)):
-            return False
-        if int(version) >= int(known):
-            return False
+        if version and _number(version):
+            if not (known and _number(known)) or int(version) >= int(known):
+                return False
+            why = f"older than {known}"
+        else:
+            why = "not a version the API server makes"
         log.debug(
-            "Ignoring a bookmark of {resource} at {version}, older than {known}",
+            "Ignoring a bookmark of {resource} at {version}: {why}",
             resource=self.kind.plural,
-            version=version,
-            known=known,
+            version=printable(version or "", 64),
+            why=why,
         )
         return True
 
@@ -376,7 +388,7 @@ class KindWatch:
 
         self.lane.run(None, then)
 
-    def _initial(self, kind: str, raw: msgspec.Raw) -> None:
+    def _initial(self, kind: str, raw: msgspec.Raw | Mended) -> None:
         arrived = self._clock.seconds()
 
         def read() -> None:
@@ -389,7 +401,7 @@ class KindWatch:
         """Seconds the oldest event not applied yet has waited, and how many wait."""
         return self.lane.behind()
 
-    def _apply(self, kind: str, raw: msgspec.Raw) -> None:
+    def _apply(self, kind: str, raw: msgspec.Raw | Mended) -> None:
         if kind not in ("ADDED", "MODIFIED", "DELETED") or self._dropping:
             return
         if self.lane.weight + len(raw) > BEHIND:

@@ -33,7 +33,7 @@ from kdraexp.families import KINDS
 from kdraexp.families.family import CLUSTER, Family, Row
 from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import Selection
-from kdraexp.store.changes import Change, Made, change, many, touched_between
+from kdraexp.store.changes import Change, Everything, Made, change, many, touched_between
 from kdraexp.store.clusterrows import ClusterRows, Laid
 from kdraexp.store.keptblocks import KindBlocks
 from kdraexp.store.reader import Entry, KindReader, row_families
@@ -383,8 +383,11 @@ class CollectionBuilder:
                 store.versions[plural] = store.versions.get(plural, 0) + 1
                 state.entries = dict(reader.entries)
                 # After a list made again, objects may have gone without an event.
+                touched = reader.touched
                 state.changes = (
-                    None if reader.relisted else change(previous, state.entries, reader.touched)
+                    None
+                    if reader.relisted or isinstance(touched, Everything)
+                    else change(previous, state.entries, touched)
                 )
             reader.changed = reader.relisted = False
             reader.touched = set()

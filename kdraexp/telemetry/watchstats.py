@@ -67,7 +67,7 @@ class WatchStats(Collector):
         self._relists[key] = self._relists.get(key, 0) + 1
 
     def restarted(self, resource: str) -> None:
-        """A watch was opened again (it went idle, or was interrupted on purpose)."""
+        """A watch was opened again (it went idle, or was interrupted: dropped, broken)."""
         self._restarts[resource] = self._restarts.get(resource, 0) + 1
 
     def failed(self, resource: str, reason: str) -> None:
