@@ -656,3 +656,25 @@ def test_unread_values_counted_as_applied_and_logged_once(watched: Watched) -> N
         "Error parsing 'hourly-cost' (x) on DeviceClass worse: "
         "expected a non-negative decimal with a dot separator",
     ]
+
+
+def test_a_full_list_logs_one_line_for_a_field_every_object_lacks(
+    fake: FakeKubeAPI, clock: Clock
+) -> None:
+    """200 claims without creationTimestamp synchronised: one line for them, each counted.
+
+    (The seed's claim lacks one too: 201.)
+    """
+    from twisted.logger import capturedLogs
+
+    seed(fake)
+    for n in range(200):
+        fake.add("resourceclaims", claim(f"undated-{n}"))
+    watched = Watched(fake, clock)
+    with capturedLogs() as events:
+        watched.gatherer.start()
+        watched.settle()
+    lines = [e for e in events if "ResourceClaim " in str(e.get("problem", ""))]
+    assert len(lines) == 1 and lines[0]["count"] == 201, lines
+    counted = {"resource": "resourceclaims", "field": "metadata.creationTimestamp"}
+    assert watched.metric("kube_dra_exporter_invalid_values_total", counted) == 201

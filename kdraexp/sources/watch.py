@@ -447,8 +447,9 @@ class KindWatch:
             for key, entry in self._reader.entries.items()
             if entry.problems or entry.class_errors
         }
-        for key, entry in having.items():
-            self._problems.read((plural, key), entry.problems, classes_of(entry.class_errors))
+        with self._problems.batch():
+            for key, entry in having.items():
+                self._problems.read((plural, key), entry.problems, classes_of(entry.class_errors))
         for source in self._problems.sources():
             if isinstance(source, tuple) and source[0] == plural and source[1] not in having:
                 self._problems.forget(source)
