@@ -143,3 +143,20 @@ def test_invalid_cost_logged_once(exporter: Exporter) -> None:
         "Error parsing 'hourly-cost' (NaN) on DeviceClass invalid: "
         "expected a non-negative decimal with a dot separator"
     )
+
+
+def test_doing_names_the_phase_of_the_collection(exporter: Exporter) -> None:
+    """What a slow turn of the reactor is logged with: the kinds being listed, or nothing."""
+    from kdraexp.sources.gather import IDLE
+
+    assert exporter.gatherer.doing == IDLE
+    exporter.fake.faults["deviceclasses"] = Fault(hang=True)
+    pending = exporter.gatherer.gather()
+    assert exporter.gatherer.doing == "listing and reading deviceclasses"
+    exporter.fake.faults = {"resourceclaims": Fault(hang=True)}
+    exporter.fake.hanging.pop().callback(b'{"items": []}')
+    exporter.settle()
+    assert exporter.gatherer.doing == "listing and reading resourceslices, resourceclaims"
+    exporter.clock.advance(10)
+    assert isinstance(failure_of(pending).value, CollectionFailed)
+    assert exporter.gatherer.doing == IDLE

@@ -678,3 +678,13 @@ def test_a_full_list_logs_one_line_for_a_field_every_object_lacks(
     assert len(lines) == 1 and lines[0]["count"] == 201, lines
     counted = {"resource": "resourceclaims", "field": "metadata.creationTimestamp"}
     assert watched.metric("kube_dra_exporter_invalid_values_total", counted) == 201
+
+
+def test_doing_names_the_kinds_not_synchronised_then_events(watched: Watched) -> None:
+    """What a slow turn of the reactor is logged with in watch mode."""
+    assert watched.gatherer.doing == (
+        "listing and reading deviceclasses, resourceslices, resourceclaims"
+    )
+    watched.gatherer.start()
+    watched.settle()
+    assert watched.gatherer.doing == "applying the watches' events"
