@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from twisted.logger import capturedLogs
 
 from kdraexp.dra.problems import Problem
@@ -24,7 +27,7 @@ def undated(count: int) -> list[Problem]:
     ]
 
 
-def messages(events: list[dict[str, object]]) -> list[str]:
+def messages(events: Sequence[dict[str, Any]]) -> list[str]:
     return [str(e["log_format"]).format(**e) for e in events]
 
 
