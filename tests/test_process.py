@@ -16,7 +16,17 @@ from twisted.internet.defer import Deferred, gatherResults
 from kdraexp.serve.site import WRITE_DEADLINE
 from tests.fakeapi import Fault
 from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_LINES, SEED_SLICE
-from tests.processes import free_port, get, kdraexp, ready, start, stop, wait_for
+from tests.processes import (
+    free_port,
+    get,
+    kdraexp,
+    ready,
+    start,
+    stop,
+    turns_over,
+    wait_for,
+    watch_log,
+)
 from tests.tlsapi import TLSAPI, serve
 
 pytestmark = pytest.mark.slow
@@ -500,3 +510,16 @@ def test_kubeconfig_alias_bomb_exits_1_at_once(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[-1].endswith(
         "its YAML aliases expand to more than 100,000 values"
     ), result.stderr
+
+
+def test_slow_turns_are_read_from_an_exporter_s_log_once_each(tmp_path: Path) -> None:
+    """What fails a test: each turn over the bound, read once, a line being written once ended."""
+    output = tmp_path / "output.log"
+    line = "2026-12-07T21:00:00Z warn  [kdraexp.telemetry.reactorturns] A turn of the reactor took"
+    output.write_text(f"{line} 0.300s (over 0.1s)\n{line} 1.500s (over 0.1s)\n{line} 2.0")
+    watch_log(output)
+    assert turns_over(1.0) == [f"{line} 1.500s (over 0.1s)"]
+    assert turns_over(1.0) == []
+    with output.open("a") as more:
+        more.write("00s (over 0.1s)\n")
+    assert turns_over(1.0) == [f"{line} 2.000s (over 0.1s)"]
