@@ -35,6 +35,21 @@ def test_a_turn_that_holds_the_reactor_is_measured_counted_and_named() -> None:
     ]
 
 
+def test_a_slow_turn_that_ended_a_phase_names_both() -> None:
+    """The phase before the turn is named too: the turn that ends a phase may be the slow one."""
+    clock = Clock()
+    doing = ["counting and logging the values a collection could not read"]
+    watch = TurnWatch(clock, lambda: doing[0])
+    watch.start()
+    with capturedLogs() as events:
+        clock.advance(TICK)
+        doing[0] = "between collections"
+        clock.advance(TICK + 0.2)
+    assert [e["doing"] for e in events] == [
+        "counting and logging the values a collection could not read, then between collections"
+    ]
+
+
 def test_stopped_it_leaves_no_timer() -> None:
     clock = Clock()
     watch = TurnWatch(clock, lambda: "")

@@ -37,6 +37,8 @@ class TurnWatch(Collector):
         self._slow = 0
         self._due = 0.0
         self._call: IDelayedCall | None = None
+        self._before = ""
+        """What the exporter was doing at the last tick: the turn that ends a phase may hold."""
 
     def start(self) -> None:
         """Begin measuring."""
@@ -49,6 +51,7 @@ class TurnWatch(Collector):
         self._call = None
 
     def _next(self) -> None:
+        self._before = self._doing()
         self._due = self._clock.seconds() + TICK
         self._call = self._clock.callLater(TICK, self._tick)
 
@@ -57,12 +60,13 @@ class TurnWatch(Collector):
         self._observe(late)
         if late > SLOW:
             self._slow += 1
+            now = self._doing()
             log.warn(
                 "A turn of the reactor took {seconds:.3f}s (over {slow:g}s), nothing else"
                 " running meanwhile; the exporter was {doing}",
                 seconds=late,
                 slow=SLOW,
-                doing=self._doing(),
+                doing=now if now == self._before else f"{self._before}, then {now}",
             )
         self._next()
 
