@@ -137,10 +137,18 @@ class Shape(NamedTuple):
     devices: Callable[[int], list[dict[str, Any]]]
     namespaces: int
     classes: tuple[tuple[str, str, str, str | None], ...]
+    dated: bool = True
+    """Whether claims have their ``metadata.creationTimestamp`` (each one without is logged)."""
 
 
-SHAPES = {"mixed": Shape(devices, 16, CLASSES), "h100": Shape(h100_devices, 50, H100_CLASSES)}
-"""The clusters the fake API can serve, by name: the mixed A100 and MIG fleet is the default."""
+SHAPES = {
+    "mixed": Shape(devices, 16, CLASSES),
+    "h100": Shape(h100_devices, 50, H100_CLASSES),
+    "undated": Shape(devices, 16, CLASSES, dated=False),
+}
+"""The clusters the fake API can serve, by name: the mixed A100 and MIG fleet is the default;
+``undated``, that fleet with claims an odd API server or a restore left without a creation
+time."""
 
 
 def resource_slices(nodes: int, shape: Shape = SHAPES["mixed"]) -> list[dict[str, Any]]:
@@ -177,7 +185,7 @@ def resource_slices(nodes: int, shape: Shape = SHAPES["mixed"]) -> list[dict[str
 
 
 def resource_claims(nodes: int, shape: Shape = SHAPES["mixed"]) -> list[dict[str, Any]]:
-    """A claim for every other device, allocated and reserved by a pod."""
+    """A claim for every other device, allocated and reserved by a pod (undated if asked)."""
     claims: list[dict[str, Any]] = []
     for n in range(nodes):
         for device in shape.devices(n)[::2]:
@@ -251,6 +259,8 @@ def resource_claims(nodes: int, shape: Shape = SHAPES["mixed"]) -> list[dict[str
                     },
                 }
             )
+            if not shape.dated:
+                del claims[-1]["metadata"]["creationTimestamp"]
     return claims
 
 

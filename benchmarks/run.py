@@ -7,8 +7,9 @@ scrapes making one set of list calls, and adding at most one body's size to the 
 or gzip; /healthz within 100 ms while the collection made at start runs and during scrapes at
 every size; scrapes growing with the cluster as the floor does (linear); from 16k devices the
 first scrape after start (the exporter ready) within 2x a calm one.  Watch mode and shards,
-pending claims, each family's cost, the Pod and Node views and scrapes of objects all new are
-measured by the modules named after them (``--*-size`` 0 leaves one out).
+pending claims, each family's cost, the Pod and Node views, scrapes of objects all new and claims
+without a creation time are measured by the modules named after them (``--*-size`` 0 leaves one
+out).
 
 Scrapes ask what Prometheus asks: the text format, gzip-compressed.
 """
@@ -23,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import diagnosis, familycost, nodeview, pods, renewal, watching
+from benchmarks import diagnosis, familycost, nodeview, pods, renewal, undated, watching
 from benchmarks.cluster import DEVICES_PER_NODE
 from benchmarks.processes import SCRAPE_HEADERS, Run
 
@@ -287,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         default=64000,
         help="devices at which the Node view's cost is measured, with its Nodes (0: none)",
     )
+    parser.add_argument(
+        "--undated-size",
+        type=int,
+        default=64000,
+        help="devices at which claims without creationTimestamp are measured (0: not measured)",
+    )
     args = parser.parse_args(argv)
 
     results = []
@@ -296,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     viewed: dict[str, Any] | None = None
     costed: dict[str, Any] | None = None
     renewed: dict[str, Any] | None = None
+    undated_run: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as directory:
         for size in (int(s) for s in args.sizes.split(",")):
             results.append(measure(size, args.scrapes, Path(directory), args.exporter_args.split()))
@@ -321,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
                 args.renewal_size, args.scrapes, Path(directory) / "renewal", not args.no_rest
             )
             print("measured scrapes of objects all new, and at rest", file=sys.stderr, flush=True)
+        if args.undated_size:
+            undated_run = undated.measure(args.undated_size, Path(directory) / "undated")
+            print("measured claims without creationTimestamp", file=sys.stderr, flush=True)
     print(table(results))
     print()
     print(memory_table(results))
@@ -353,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
         print(renewal.table(renewed))
         print()
         checks += renewal.targets(renewed)
+    if undated_run is not None:
+        print(undated.table(undated_run))
+        print()
+        checks += undated.targets(undated_run)
     for name, ok in checks:
         print(f"- {'met' if ok else 'MISSED'}: {name}")
     args.json.write_text(
@@ -365,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                 "nodes": viewed,
                 "families": costed,
                 "renewal": renewed,
+                "undated": undated_run,
                 "targets": dict(checks),
             },
             indent=2,

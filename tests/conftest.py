@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -77,6 +78,21 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Before a test, outside its timeout: wait for the slow builds it needs."""
     tools.wait_for(*tools.stages(item.path.as_posix()))
     yield
+
+
+@pytest.fixture(autouse=True)
+def reactor_turns(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After the test, fail it if an exporter it started held its reactor past the bound."""
+    from tests import processes  # imports the reactor: once pytest-twisted has installed it
+
+    yield
+    slow = processes.turns_over(processes.TURN_BOUND)
+    if slow and request.node.get_closest_marker("stalls") is None:
+        pytest.fail(
+            f"a turn of an exporter's reactor passed {processes.TURN_BOUND:g}s"
+            f" (KDRAEXP_TEST_TURN_BOUND):\n" + "\n".join(slow[:5]),
+            pytrace=False,
+        )
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import resource
 import signal
 import socket
@@ -129,6 +130,39 @@ def _read(path: Path) -> str:
         return ""
 
 
+TURN_BOUND = float(os.environ.get("KDRAEXP_TEST_TURN_BOUND", "1"))
+"""Seconds a turn of a started exporter's reactor may take before the test fails: generous, as a
+loaded CI machine stretches every turn (a test that stalls it on purpose is marked ``stalls``)."""
+_SLOW_TURN = re.compile(r"A turn of the reactor took ([0-9.]+)s")
+_LOGS: dict[Path, int] = {}
+"""The output of every exporter started, and how much of it :func:`turns_over` has read."""
+
+
+def watch_log(path: Path) -> None:
+    """Read *path*, an exporter's output, for slow turns of its reactor (from its start)."""
+    _LOGS[path] = 0
+
+
+def turns_over(bound: float) -> list[str]:
+    """The lines of turns over *bound* seconds logged by the exporters started, since last asked."""
+    found = []
+    for path, read in list(_LOGS.items()):
+        try:
+            with path.open("rb") as output:
+                output.seek(read)
+                text = output.read()
+        except OSError:  # removed with its test's directory
+            del _LOGS[path]
+            continue
+        text = text[: text.rfind(b"\n") + 1]  # a line being written is read once it ends
+        _LOGS[path] = read + len(text)
+        for line in text.decode(errors="replace").splitlines():
+            match = _SLOW_TURN.search(line)
+            if match and float(match.group(1)) > bound:
+                found.append(line)
+    return found
+
+
 def start(
     args: list[str],
     cwd: Path,
@@ -143,7 +177,9 @@ def start(
     """
     environment = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     environment.update(env or {})
-    with (cwd / "output.log").open("wb") as log:
+    output = cwd / "output.log"
+    with output.open("wb") as log:
+        watch_log(output)
         return subprocess.Popen(
             kdraexp(*args, via_twistd=via_twistd),
             cwd=cwd,

@@ -39,6 +39,8 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
             "1000",
             "--renewal-size",
             "1000",
+            "--undated-size",
+            "1000",
             "--no-rest",
             "--json",
             str(tmp_path / "results.json"),
@@ -88,6 +90,10 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert renewed["after_small_scrape"] > 0 and renewed["read_again_healthz_max"] > 0
     assert renewed["original_children"] == 0, "the original's families started a CEL process"
     assert "every object changed again" in result.stdout
+    undated = json.loads((tmp_path / "results.json").read_text())["undated"]
+    assert undated["claims"] == 500 and undated["healthz_max_during_first_scrape"] > 0
+    assert 0 < undated["log_lines"] < 100, "a line for each claim without creationTimestamp"
+    assert "500 claims without creationTimestamp:" in result.stdout
     assert renewed["shaped_scrape"] > 0 and renewed["shaped_start_healthz_max"] > 0
     assert "H100 fleet: every object new, after a 20-slice cluster" in result.stdout
     assert "while an H100 fleet's objects are all new" in result.stdout

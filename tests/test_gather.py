@@ -180,3 +180,20 @@ def test_values_cut_short_counted_apart_and_logged_once(fake: FakeKubeAPI, clock
         "ResourceClaim annotations notes: values longer than 256 characters are written cut "
         "short, ending in ..."
     ]
+
+
+def test_doing_names_the_phase_of_the_collection(exporter: Exporter) -> None:
+    """What a slow turn of the reactor is logged with: the kinds being listed, or nothing."""
+    from kdraexp.sources.gather import IDLE
+
+    assert exporter.gatherer.doing == IDLE
+    exporter.fake.faults["deviceclasses"] = Fault(hang=True)
+    pending = exporter.gatherer.gather()
+    assert exporter.gatherer.doing == "listing and reading deviceclasses"
+    exporter.fake.faults = {"resourceclaims": Fault(hang=True)}
+    exporter.fake.hanging.pop().callback(b'{"items": []}')
+    exporter.settle()
+    assert exporter.gatherer.doing == "listing and reading resourceslices, resourceclaims"
+    exporter.clock.advance(10)
+    assert isinstance(failure_of(pending).value, CollectionFailed)
+    assert exporter.gatherer.doing == IDLE

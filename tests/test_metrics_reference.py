@@ -55,3 +55,36 @@ def test_compatibility_table_names_every_family() -> None:
     families = {family.name for family in FAMILIES}
     assert families <= named, sorted(families - named)
     assert named <= families, sorted(named - families)
+
+
+def test_readme_table_names_every_own_metric() -> None:
+    """The README's table of the exporter's own metrics has every family the telemetry writes."""
+    from twisted.internet.task import Clock
+
+    from kdraexp.store.sharding import Shard
+    from kdraexp.telemetry.http import HTTPStats
+    from kdraexp.telemetry.reactorturns import TurnWatch
+    from kdraexp.telemetry.selfmetrics import CollectionStats
+    from kdraexp.telemetry.watchstats import WatchStats
+
+    stats = CollectionStats(10.0, Shard(0, 2))
+    collectors = [
+        stats,
+        HTTPStats(),
+        WatchStats(stats, ["resourceclaims"], 300.0),
+        TurnWatch(Clock(), str),
+    ]
+    written = {
+        metric.name + ("_total" if metric.type == "counter" else "")
+        for collector in collectors
+        for metric in collector.collect()
+    }
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    table = set(re.findall(r"^\| `(kube_dra_exporter_[a-z_]+)`", text, re.MULTILINE))
+    table |= set(
+        re.findall(
+            r"^\| `kube_dra_exporter_[a-z_]+`, `(kube_dra_exporter_[a-z_]+)`", text, re.MULTILINE
+        )
+    )
+    assert "kube_dra_exporter_reactor_slow_turns_total" in written
+    assert written - table == set()

@@ -14,9 +14,21 @@ import yaml
 from twisted.internet.defer import Deferred, gatherResults
 
 from kdraexp.serve.site import WRITE_DEADLINE
+from kdraexp.telemetry.reactorturns import BUCKETS
 from tests.fakeapi import Fault
-from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_LINES, SEED_SLICE
-from tests.processes import free_port, get, kdraexp, ready, start, stop, wait_for
+from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_LINES, SEED_SLICE, claim
+from tests.processes import (
+    TURN_BOUND,
+    free_port,
+    get,
+    kdraexp,
+    ready,
+    start,
+    stop,
+    turns_over,
+    wait_for,
+    watch_log,
+)
 from tests.tlsapi import TLSAPI, serve
 
 pytestmark = pytest.mark.slow
@@ -216,6 +228,65 @@ async def test_large_dump_parsed_aside(tmp_path: Path) -> None:
         await wait_for(parsed, 60, 0.5)
     finally:
         assert await stop(process) == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_32000_claims_without_creation_time_log_one_line_and_hold_no_turn(
+    tmp_path: Path,
+) -> None:
+    """One field missing on every one of 32,000 claims: one line, and no turn past the bound.
+
+    Logged at the first collection, not at the next; each value counted at both.
+    """
+    dump = tmp_path / "claims.json"
+    items = [
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", **claim(f"c{n:05d}")}
+        for n in range(32_000)
+    ]
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    port, telemetry = free_port(), free_port()
+    process = start(
+        [
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--telemetry-listen",
+            f"127.0.0.1:{telemetry}",
+            "--source",
+            f"file:{dump}",
+            "--log-format",
+            "json",
+        ],
+        tmp_path,
+    )
+    try:
+        await wait_for(lambda: ready(port), 120, 0.5)
+        assert (await get(f"http://127.0.0.1:{port}/metrics", timeout=120))[0] == 200  # type: ignore[index]
+        code, body = await get(f"http://127.0.0.1:{telemetry}/metrics")  # type: ignore[misc]
+        assert code == 200
+    finally:
+        assert await stop(process) == 0
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in body.decode().splitlines()
+        if line and not line.startswith("#")
+    }
+    counted = (
+        'kube_dra_exporter_invalid_values_total{field="metadata.creationTimestamp",'
+        'resource="resourceclaims"}'
+    )
+    assert samples[counted] == 64_000  # the collection at start, and the scrape's
+    turns = "kube_dra_exporter_reactor_turn_seconds"
+    assert samples[f"{turns}_count"] > 0
+    bound = next(b for b in BUCKETS if b >= TURN_BOUND)
+    assert samples[f'{turns}_bucket{{le="{bound}"}}'] == samples[f"{turns}_count"]
+    records = [json.loads(line) for line in (tmp_path / "output.log").read_text().splitlines()]
+    problems = [r["msg"] for r in records if r["logger"] == "kdraexp.sources.problemlog"]
+    assert problems == [
+        "32000 problems with resourceclaims metadata.creationTimestamp, each logged once while it"
+        " lasts: ResourceClaim workloads/c00000 creationTimestamp: no timestamp; ResourceClaim"
+        " workloads/c00001 creationTimestamp: no timestamp; ResourceClaim workloads/c00002"
+        " creationTimestamp: no timestamp; and 31997 more"
+    ]
 
 
 def test_command_help_and_version(tmp_path: Path) -> None:
@@ -500,3 +571,16 @@ def test_kubeconfig_alias_bomb_exits_1_at_once(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[-1].endswith(
         "its YAML aliases expand to more than 100,000 values"
     ), result.stderr
+
+
+def test_slow_turns_are_read_from_an_exporter_s_log_once_each(tmp_path: Path) -> None:
+    """What fails a test: each turn over the bound, read once, a line being written once ended."""
+    output = tmp_path / "output.log"
+    line = "2026-12-07T21:00:00Z warn  [kdraexp.telemetry.reactorturns] A turn of the reactor took"
+    output.write_text(f"{line} 0.300s (over 0.1s)\n{line} 1.500s (over 0.1s)\n{line} 2.0")
+    watch_log(output)
+    assert turns_over(1.0) == [f"{line} 1.500s (over 0.1s)"]
+    assert turns_over(1.0) == []
+    with output.open("a") as more:
+        more.write("00s (over 0.1s)\n")
+    assert turns_over(1.0) == [f"{line} 2.000s (over 0.1s)"]

@@ -768,3 +768,35 @@ def test_a_lone_surrogate_in_an_event_costs_a_value_not_the_watch(watched: Watch
     assert watched.gatherer._watches["resourceclaims"].error is None
     invalid = {"resource": "resourceclaims", "field": "json"}
     assert watched.metric("kube_dra_exporter_invalid_values_total", invalid) == 1
+
+
+def test_a_full_list_logs_one_line_for_a_field_every_object_lacks(
+    fake: FakeKubeAPI, clock: Clock
+) -> None:
+    """200 claims without creationTimestamp synchronised: one line for them, each counted.
+
+    (The seed's claim lacks one too: 201.)
+    """
+    from twisted.logger import capturedLogs
+
+    seed(fake)
+    for n in range(200):
+        fake.add("resourceclaims", claim(f"undated-{n}"))
+    watched = Watched(fake, clock)
+    with capturedLogs() as events:
+        watched.gatherer.start()
+        watched.settle()
+    lines = [e for e in events if "ResourceClaim " in str(e.get("problem", ""))]
+    assert len(lines) == 1 and lines[0]["count"] == 201, lines
+    counted = {"resource": "resourceclaims", "field": "metadata.creationTimestamp"}
+    assert watched.metric("kube_dra_exporter_invalid_values_total", counted) == 201
+
+
+def test_doing_names_the_kinds_not_synchronised_then_events(watched: Watched) -> None:
+    """What a slow turn of the reactor is logged with in watch mode."""
+    assert watched.gatherer.doing == (
+        "listing and reading deviceclasses, resourceslices, resourceclaims"
+    )
+    watched.gatherer.start()
+    watched.settle()
+    assert watched.gatherer.doing == "applying the watches' events"

@@ -41,6 +41,7 @@ from kdraexp.sources.watch import WatchGatherer
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.authfilter import AuthFilterStats
 from kdraexp.telemetry.http import HTTPStats
+from kdraexp.telemetry.reactorturns import TurnWatch
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
 from kdraexp.telemetry.tlsstats import TLSStats
 from kdraexp.telemetry.watchstats import WatchStats
@@ -239,6 +240,23 @@ class FrozenStartup(Service):
         gc.freeze()
 
 
+class TurnWatchService(Service):
+    """Measures the reactor's turns while the exporter runs."""
+
+    def __init__(self, watch: TurnWatch) -> None:
+        self.watch = watch
+
+    def startService(self) -> None:
+        """Begin measuring."""
+        super().startService()
+        self.watch.start()
+
+    def stopService(self) -> None:
+        """Stop measuring."""
+        self.watch.stop()
+        super().stopService()
+
+
 class ExporterService(MultiService):
     """The whole exporter, which says when it stops, and tells twistd how it logs.
 
@@ -302,6 +320,9 @@ def build_service(
     gatherer = _gatherer(settings, source, watcher, reactor, stats, collectors)
     exporter = ExporterApp(gatherer, reactor, settings.telemetry_listen)
     SourceService(gatherer, exporter, settings.timeout).setServiceParent(top)
+    turns = TurnWatch(reactor, lambda: gatherer.doing)
+    collectors.append(turns)
+    TurnWatchService(turns).setServiceParent(top)
     if os.getpid() == 1:
         log.info("Running as PID 1: reaping orphaned processes every {period:g}s", period=PERIOD)
         OrphanReaper().setServiceParent(top)

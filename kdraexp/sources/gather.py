@@ -29,6 +29,8 @@ from kdraexp.util.turns import Turns
 
 log = Logger()
 
+IDLE = "between collections"
+
 
 def listed_first(kind: Kind) -> bool:
     """Whether *kind* is listed (and, watching, synchronised) before the others, which read it."""
@@ -58,6 +60,7 @@ class Gatherer:
         self._store = Store()
         """What the last collection read: unchanged objects keep their rows."""
         self._problems = ProblemLog(stats)
+        self._doing = IDLE
         self._flight: SingleFlight[Collection] = SingleFlight(
             lambda: Deferred.fromCoroutine(self._collect())
         )
@@ -70,6 +73,11 @@ class Gatherer:
     def ready(self) -> bool:
         """Whether a scrape can be answered (in list mode, always: it lists)."""
         return True
+
+    @property
+    def doing(self) -> str:
+        """The phase of the collection in flight, or :data:`IDLE`."""
+        return self._doing
 
     def not_synced(self) -> dict[str, Waiting]:
         """Nothing: a list-mode scrape waits for nothing kept."""
@@ -100,6 +108,12 @@ class Gatherer:
         self._matcher.close()
 
     async def _collect(self) -> Collection:
+        try:
+            return await self._phases()
+        finally:
+            self._doing = IDLE
+
+    async def _phases(self) -> Collection:
         builder = CollectionBuilder(
             self._selection, self._matcher, self._store, self._shard, self._source.limit
         )
@@ -111,13 +125,16 @@ class Gatherer:
         errors += await self._lists([k for k in kinds if not listed_first(k)], builder, deadline)
         if errors:
             raise CollectionFailed(tuple(errors))
+        self._doing = "making the families of a collection"
         collection = await builder.finish(Turns(self._clock))
+        self._doing = "counting and logging the values a collection could not read"
         self._report(collection)
         return collection
 
     async def _lists(
         self, kinds: list[Kind], builder: CollectionBuilder, deadline: float
     ) -> list[ListError]:
+        self._doing = "listing and reading " + ", ".join(kind.plural for kind in kinds)
         outcomes: list[tuple[bool, Any]] = await DeferredList(
             [self._list(kind, builder, deadline) for kind in kinds], consumeErrors=True
         )

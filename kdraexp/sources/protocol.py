@@ -42,6 +42,10 @@ class CollectionSource(Protocol):
     def ready(self) -> bool:
         """Whether a scrape can be answered now (``/readyz``)."""
 
+    @property
+    def doing(self) -> str:
+        """What the source is doing now, in words (a slow turn of the reactor names it)."""
+
     def not_synced(self) -> dict[str, Waiting]:
         """The resources a scrape still waits for, with what each waits on (empty when ready)."""
 

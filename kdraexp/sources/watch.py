@@ -455,8 +455,9 @@ class KindWatch:
             for key, entry in self._reader.entries.items()
             if entry.problems or entry.class_errors
         }
-        for key, entry in having.items():
-            self._problems.read((plural, key), entry.problems, classes_of(entry.class_errors))
+        with self._problems.batch():
+            for key, entry in having.items():
+                self._problems.read((plural, key), entry.problems, classes_of(entry.class_errors))
         for source in self._problems.sources():
             if isinstance(source, tuple) and source[0] == plural and source[1] not in having:
                 self._problems.forget(source)
@@ -527,6 +528,8 @@ class WatchGatherer:
         """The last collection whose cross-object problems were counted."""
         self._rest_started = False
         """Whether the kinds after the first have been started."""
+        self._making = False
+        """Whether a collection's families are being made."""
         for kind in selection.kinds:
             reader = self._builder.reader(kind, live=True)
             self._watches[kind.plural] = KindWatch(
@@ -545,6 +548,16 @@ class WatchGatherer:
     def behind(self) -> dict[str, tuple[float, int]]:
         """Per resource, how long its oldest event not applied has waited, and how many wait."""
         return {plural: watch.behind() for plural, watch in sorted(self._watches.items())}
+
+    @property
+    def doing(self) -> str:
+        """Making a collection's families, synchronising some kinds, or applying events."""
+        if self._making:
+            return "making the families of a collection"
+        listing = [plural for plural, watch in self._watches.items() if not watch.synced]
+        if listing:
+            return "listing and reading " + ", ".join(listing)
+        return "applying the watches' events"
 
     def not_synced(self) -> dict[str, Waiting]:
         """The resources not synchronised yet, with the failure or the step each waits on."""
@@ -632,7 +645,11 @@ class WatchGatherer:
         # What is applied meanwhile waits for the next scrape.
         async with Lane.holding(w.lane for w in self._watches.values()):
             self._builder.snapshot(current)
-            collection = await self._builder.collection(Turns(self._clock))
+            self._making = True
+            try:
+                collection = await self._builder.collection(Turns(self._clock))
+            finally:
+                self._making = False
         if collection is not self._reported:  # the cross-object families were made again
             self._reported = collection
             self._problems.read("cluster", collection.cluster_problems, {})

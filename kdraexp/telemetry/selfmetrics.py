@@ -55,15 +55,15 @@ class CollectionStats(Collector):
         key = (resource, reason)
         self._errors[key] = self._errors.get(key, 0) + 1
 
-    def invalid(self, resource: str, field: str) -> None:
-        """Record a value left out because it could not be read."""
+    def invalid(self, resource: str, field: str, count: int = 1) -> None:
+        """Record *count* values of *field* left out because they could not be read."""
         key = (resource, field)
-        self._invalid[key] = self._invalid.get(key, 0) + 1
+        self._invalid[key] = self._invalid.get(key, 0) + count
 
-    def truncated(self, resource: str, field: str) -> None:
-        """Record a label or annotation value written cut short."""
+    def truncated(self, resource: str, field: str, count: int = 1) -> None:
+        """Record *count* label or annotation values of *field* written cut short."""
         key = (resource, field)
-        self._truncated[key] = self._truncated.get(key, 0) + 1
+        self._truncated[key] = self._truncated.get(key, 0) + count
 
     def cel_errors(self, deviceclass: str, devices: int) -> None:
         """Record devices whose match with a class could not be decided."""
