@@ -102,6 +102,13 @@ def evaluate(
             }
         ],
     }
+    return promtool(binaries, directory, tests)
+
+
+def promtool(
+    binaries: Path, directory: Path, tests: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """Run ``promtool test rules`` of *binaries* on *tests*, a rule-test file with no rules."""
     (directory / "panel.test.yaml").write_text(yaml.safe_dump(tests))
     return subprocess.run(
         [str(binaries / "promtool"), "test", "rules", "panel.test.yaml"],

@@ -21,10 +21,10 @@ from twisted.internet.task import deferLater
 from twisted.web.client import HTTPConnectionPool
 from twisted.web.http_headers import Headers
 
+from tests.kubeconfigs import write_kubeconfig
 from tests.processes import free_port, get, start, stop, wait_for
 from tests.test_authfilter import READER, READER_NAME
 from tests.test_hostile_api import memory, reset_peak
-from tests.test_process import kubeconfig
 from tests.tlsapi import serve
 
 pytestmark = pytest.mark.slow
@@ -42,7 +42,9 @@ async def test_a_flood_of_new_tokens_is_bounded(tmp_path: Path) -> None:
         api.fake.tokens = {"exporter-token"}
         api.fake.users = {"reader-token": READER}
         api.fake.grants = {(READER_NAME, "get", "/metrics")}
-        config = kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, "exporter-token")
+        config = write_kubeconfig(
+            tmp_path / "kubeconfig", api.server, api.ca_pem, {"token": "exporter-token"}
+        )
         port = free_port()
         process = start(
             [

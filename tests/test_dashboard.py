@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -105,20 +104,6 @@ def test_tables_show_no_time_and_named_values() -> None:
         assert options["excludeByName"].get("Value") or options["renameByName"].get("Value")
 
 
-def promtool_test(binaries: Path, directory: Path, tests: dict[str, Any]) -> None:
-    """Run *tests* (a promtool rule-test file with no rules) with that release's promtool."""
-    (directory / "panel.test.yaml").write_text(yaml.safe_dump(tests))
-    tested = subprocess.run(
-        [str(binaries / "promtool"), "test", "rules", "panel.test.yaml"],
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert tested.returncode == 0, tested.stdout + tested.stderr
-
-
 def test_requested_by_class_counts_each_device_once(
     prometheus_release: Path, tmp_path: Path
 ) -> None:
@@ -161,31 +146,30 @@ def test_requested_by_class_counts_each_device_once(
             "targets"
         ]
     )
-    tests = {
-        "rule_files": [],
-        "evaluation_interval": "1m",
-        "tests": [
+    tested = dashboard.evaluate(
+        prometheus_release,
+        tmp_path,
+        {name: f"{value}x3" for name, value in with_job.items()},
+        [
             {
-                "interval": "1m",
-                "input_series": [
-                    {"series": name, "values": f"{value}x3"} for name, value in with_job.items()
-                ],
-                "promql_expr_test": [
-                    {
-                        "expr": allocated,
-                        "eval_time": "1m",
-                        "exp_samples": [{"labels": '{deviceclass_name="gpu"}', "value": 3}],
-                    },
-                    {
-                        "expr": pending,
-                        "eval_time": "1m",
-                        "exp_samples": [{"labels": '{deviceclass_name="gpu"}', "value": 2}],
-                    },
-                ],
-            }
+                "expr": allocated,
+                "eval_time": "1m",
+                "exp_samples": [{"labels": '{deviceclass_name="gpu"}', "value": 3}],
+            },
+            {
+                "expr": pending,
+                "eval_time": "1m",
+                "exp_samples": [{"labels": '{deviceclass_name="gpu"}', "value": 2}],
+            },
         ],
-    }
-    promtool_test(prometheus_release, tmp_path, tests)
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def promtool_test(binaries: Path, directory: Path, tests: dict[str, Any]) -> None:
+    """Run *tests* (a promtool rule-test file with no rules) with that release's promtool."""
+    tested = dashboard.promtool(binaries, directory, tests)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
 SPEND = "Spend over the dashboard's range"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import shutil
@@ -12,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import pytest_twisted
-import yaml
 from twisted.internet import reactor
 from twisted.internet.defer import CancelledError, Deferred
 
 from kdraexp.kube.execplugin import MESSAGE_LIMIT, STDOUT_LIMIT, PluginError, run_plugin
+from tests.kubeconfigs import exec_user, write_kubeconfig
 from tests.processes import free_port, get, kdraexp, pid_1_of, state, stop, wait_for, zombies_of
 from tests.tlsapi import serve
 
@@ -116,37 +115,7 @@ async def test_pid_1_leaves_no_zombies(tmp_path: Path) -> None:
     plugin = script(tmp_path, "hang", "sleep 300 &\nsleep 300 &\nwait\n")
     with serve() as api:
         config = tmp_path / "kubeconfig"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "c",
-                    "clusters": [
-                        {
-                            "name": "c",
-                            "cluster": {
-                                "server": api.server,
-                                "certificate-authority-data": base64.b64encode(api.ca_pem).decode(),
-                            },
-                        }
-                    ],
-                    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                    "users": [
-                        {
-                            "name": "u",
-                            "user": {
-                                "exec": {
-                                    "apiVersion": "client.authentication.k8s.io/v1",
-                                    "command": str(plugin),
-                                    "interactiveMode": "Never",
-                                }
-                            },
-                        }
-                    ],
-                }
-            )
-        )
+        write_kubeconfig(config, api.server, api.ca_pem, exec_user(str(plugin)))
         port = free_port()
         prefix = unshare()
         assert prefix is not None

@@ -10,7 +10,6 @@ SIGTERM.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -24,9 +23,9 @@ from pathlib import Path
 
 import pytest
 import pytest_twisted
-import yaml
 
 from tests.helm import render, resource
+from tests.kubeconfigs import exec_user, write_kubeconfig
 from tests.objects import SEED_CLASS, SEED_LINES, SEED_SLICE
 from tests.processes import free_port, get, pid_1_of, stop, wait_for, zombies_of
 from tests.tlsapi import serve
@@ -132,35 +131,7 @@ async def test_runs_from_read_only_prefix(prefix: Path) -> None:
         api.fake.add("resourceslices", SEED_SLICE)
         api.fake.add("deviceclasses", SEED_CLASS)
         config = workdir / "kubeconfig"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "current-context": "c",
-                    "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                    "clusters": [
-                        {
-                            "name": "c",
-                            "cluster": {
-                                "server": api.server,
-                                "certificate-authority-data": base64.b64encode(api.ca_pem).decode(),
-                            },
-                        }
-                    ],
-                    "users": [
-                        {
-                            "name": "u",
-                            "user": {
-                                "exec": {
-                                    "apiVersion": "client.authentication.k8s.io/v1",
-                                    "command": str(plugin),
-                                    "interactiveMode": "Never",
-                                }
-                            },
-                        }
-                    ],
-                }
-            )
-        )
+        write_kubeconfig(config, api.server, api.ca_pem, exec_user(str(plugin)))
         config.chmod(0o644)
         workdir.chmod(0o555)
         port = free_port()

@@ -14,6 +14,18 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).parent.parent
 
 
+def make_plan(target: str, venv: Path) -> str:
+    """What ``make -n TARGET`` would run with the virtualenv *venv*."""
+    return subprocess.run(
+        ["make", "-n", target, f"VENV={venv}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+
+
 def test_wheel_installs_plugin(tmp_path: Path) -> None:
     """The sdist and the wheel built from it pass ``twine check``; the wheel installs.
 
@@ -119,14 +131,7 @@ def test_make_demo_installs_only_when_the_packaging_changed(tmp_path: Path) -> N
     (venv / "bin" / "python").symlink_to(sys.executable)
 
     def planned() -> str:
-        return subprocess.run(
-            ["make", "-n", "demo", f"VENV={venv}"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
+        return make_plan("demo", venv)
 
     assert "pip install" in planned()  # nothing installed yet
     (venv / ".installed-runtime").touch()
@@ -143,14 +148,7 @@ def test_editable_install_is_the_checkout_on_sys_path_without_warnings(tmp_path:
     import finder of setuptools' would not); setuptools' deprecated compat mode, which did it
     too, printed a banner at every install.
     """
-    planned = subprocess.run(
-        ["make", "-n", "install", f"VENV={tmp_path / 'venv'}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout
+    planned = make_plan("install", tmp_path / "venv")
     installs = [line for line in planned.splitlines() if "pip install" in line and " -e " in line]
     assert installs and not [line for line in installs if "--config-settings" in line], planned
     script = (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import subprocess
@@ -16,6 +15,7 @@ from twisted.internet.defer import Deferred, gatherResults
 from kdraexp.serve.site import WRITE_DEADLINE
 from kdraexp.telemetry.reactorturns import BUCKETS
 from tests.fakeapi import Fault
+from tests.kubeconfigs import write_kubeconfig
 from tests.objects import SEED_CLAIM, SEED_CLASS, SEED_LINES, SEED_SLICE, claim
 from tests.processes import (
     TURN_BOUND,
@@ -35,30 +35,6 @@ pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster.yaml"
 
 
-def kubeconfig(path: Path, server: str, ca_pem: bytes, token: str) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "fake",
-                "clusters": [
-                    {
-                        "name": "fake",
-                        "cluster": {
-                            "server": server,
-                            "certificate-authority-data": base64.b64encode(ca_pem).decode(),
-                        },
-                    }
-                ],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "scraper"}}],
-                "users": [{"name": "scraper", "user": {"token": token}}],
-            }
-        )
-    )
-    return path
-
-
 @pytest_twisted.ensureDeferred
 async def test_smoke_against_tls_api(tmp_path: Path) -> None:
     """The installed twistd plugin, pointed at the fake API over TLS, serves the original's."""
@@ -67,7 +43,9 @@ async def test_smoke_against_tls_api(tmp_path: Path) -> None:
         api.fake.add("resourceclaims", SEED_CLAIM)
         api.fake.add("resourceslices", SEED_SLICE)
         api.fake.add("deviceclasses", SEED_CLASS)
-        config = kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, "s3cret-token")
+        config = write_kubeconfig(
+            tmp_path / "kubeconfig", api.server, api.ca_pem, {"token": "s3cret-token"}
+        )
         port = free_port()
         process = start(
             ["--listen", f"tcp:{port}:interface=127.0.0.1"],
@@ -317,7 +295,9 @@ async def test_telemetry_while_lists_fail_and_quiet_logs(tmp_path: Path) -> None
     """
     with serve() as api:
         api.fake.tokens = {"right"}
-        config = kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, "wrong")
+        config = write_kubeconfig(
+            tmp_path / "kubeconfig", api.server, api.ca_pem, {"token": "wrong"}
+        )
         port, telemetry = free_port(), free_port()
         process = start(
             [
@@ -364,7 +344,7 @@ async def test_shutdown_during_scrape_is_quiet(tmp_path: Path) -> None:
     with serve() as api:
         api.fake.tokens = {"t"}
         api.fake.faults["resourceclaims"] = Fault(hang=True)
-        config = kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, "t")
+        config = write_kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, {"token": "t"})
         port = free_port()
         process = start(
             ["--listen", f"127.0.0.1:{port}", "--log-format", "json"],

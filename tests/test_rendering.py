@@ -16,6 +16,7 @@ from kdraexp.exposition import text as exposition
 from kdraexp.exposition.rendering import Renderer, Segment, crc32_combine
 from kdraexp.families.deviceclass import class_created, class_hourly_cost
 from kdraexp.families.resourceclaim import allocated_device
+from kdraexp.families.selection import select
 from kdraexp.store.collection import Collection, Store
 from tests.collect import collect
 from tests.conftest import result_of
@@ -100,9 +101,44 @@ def test_long_texts_combine() -> None:
 
 Change = tuple[str, int]
 changes = st.lists(
-    st.tuples(st.sampled_from(["toggle", "delete", "add", "slice", "odd"]), st.integers(0, 199)),
+    st.tuples(
+        st.sampled_from(["toggle", "delete", "add", "slice", "odd", "pod", "node"]),
+        st.integers(0, 199),
+    ),
     max_size=8,
 )
+EVERY_KIND = select(resources="resourceclaims,resourceslices,deviceclasses,pods,nodes")
+"""Pods and Nodes too: their sets are made again whenever one is, never followed."""
+
+
+def pod_of(claim: str, bound: bool, step: int) -> dict[str, Any]:
+    """A pod of *claim*'s namespace using it, bound to node-1 or waiting."""
+    return {
+        "metadata": {
+            "name": f"{claim}-pod",
+            "namespace": "workloads",
+            "uid": f"uid-{claim}-pod",
+            "resourceVersion": str(step),
+        },
+        "spec": {
+            "containers": [{"name": "c", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim}],
+            **({"nodeName": "node-1"} if bound else {}),
+        },
+        "status": {},
+    }
+
+
+def node_of(index: int, ready: bool, step: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"node-{index}",
+            "uid": f"uid-node-{index}",
+            "resourceVersion": str(step),
+            "labels": {"gpu": "true"},
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
 
 
 def cluster_of(claims: dict[str, dict[str, Any]], generation: int) -> dict[str, Any]:
@@ -122,18 +158,29 @@ def cluster_of(claims: dict[str, dict[str, Any]], generation: int) -> dict[str, 
 @settings(max_examples=40, deadline=None)
 @given(changes)
 def test_kept_blocks_write_what_a_fresh_render_writes(steps: list[Change]) -> None:
-    """After any changes, the body kept block by block equals one rendered from nothing."""
+    """After any changes, the body kept block by block equals one rendered from nothing.
+
+    Pods using claims and the Nodes the slices are on are listed too, and change.
+    """
     classes = [classy("gpu.nvidia.com", cost="2")]
     claims = {}
     for i in range(200):
         name = f"claim-{i:03d}"
         found = [result(f"gpu-{i % 10}-{i % 4}", pool=f"node-{i % 10}")] if i % 3 else None
         claims[name] = new_claim(name, found, reserved=i % 2 == 0)
+    pods = {name: pod_of(name, i % 2 == 0, 0) for i, name in enumerate(sorted(claims)[:20])}
+    nodes = [node_of(index, True, 0) for index in range(10)]
     generation = 1
     store, renderer = Store(), Renderer(Clock())
     for step, (change, at) in enumerate([("none", 0), *steps]):
         name = sorted(claims)[at % len(claims)]
-        if change == "toggle":
+        if change == "pod":
+            was = pods.get(name)
+            pods[name] = pod_of(name, was is None or "nodeName" not in was["spec"], step)
+        elif change == "node":
+            was_ready = nodes[at % 10]["status"]["conditions"][0]["status"] == "True"
+            nodes[at % 10] = node_of(at % 10, not was_ready, step)
+        elif change == "toggle":
             status = claims[name]["status"]
             claims[name] = new_claim(name, None if status else [result("gpu-1-1", pool="node-1")])
         elif change == "delete" and len(claims) > 1:
@@ -146,10 +193,16 @@ def test_kept_blocks_write_what_a_fresh_render_writes(steps: list[Change]) -> No
         for made in claims.values():
             made["metadata"]["resourceVersion"] = str(step)
         objects = cluster_of(claims, generation)
-        kept = collect(
-            claims=objects["claims"], slices=objects["slices"], classes=classes, store=store
-        )
-        fresh = collect(claims=objects["claims"], slices=objects["slices"], classes=classes)
+        listed = {
+            "claims": objects["claims"],
+            "slices": objects["slices"],
+            "classes": classes,
+            "pods": [made for key, made in pods.items() if key in claims],
+            "nodes": nodes,
+            "selection": EVERY_KIND,
+        }
+        kept = collect(**listed, store=store)
+        fresh = collect(**listed)
         zipped, text = bodies(renderer, kept, b"")
         assert text == bodies(Renderer(Clock()), fresh, b"")[1]
         assert text == b"".join(exposition.encode_collection(fresh))

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import pytest_twisted
 
+from tests.kubeconfigs import write_kubeconfig
 from tests.objects import new_claim
 from tests.processes import MemoryCgroup, free_port, get, memory_cgroup, start, stop, wait_for
-from tests.test_process import kubeconfig
 from tests.tlsapi import serve
 
 pytestmark = pytest.mark.slow
@@ -132,7 +132,7 @@ async def test_lists_an_object_holds_are_bounded_in_the_chart_limit(
     """
     with serve() as api:
         api.fake.objects[plural] = made()  # pods too: the fake serves them once given
-        config = kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, "t")
+        config = write_kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, {"token": "t"})
         port, telemetry = free_port(), free_port()
         process = start(
             [

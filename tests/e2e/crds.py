@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.e2e.conftest import wait_until
 from tests.e2e.controlplane import Kube
+from tests.e2e.harness import wait_until
 
 CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.e2e.controlplane import Kube
+from tests.e2e.simworld import claim
 from tests.objects import resource_slice
 
 V1 = "/apis/resource.k8s.io/v1"
@@ -103,34 +104,24 @@ CLAIMS: dict[str, tuple[list[tuple[str, str]], list[str]]] = {
 }
 
 
-def claim(name: str, namespace: str, count: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "gpu",
-                        "exactly": {
-                            "deviceClassName": "gpu.nvidia.com",
-                            "allocationMode": "ExactCount",
-                            "count": count,
-                        },
-                    }
-                ]
-            }
-        },
-    }
-
-
 def create_claim(
     kube: Kube, name: str, namespace: str, devices: list[tuple[str, str]], pods: list[str]
 ) -> None:
     """Create a claim and write its allocation and reservations through the status subresource."""
     path = f"{V1}/namespaces/{namespace}/resourceclaims"
-    created = kube.create(path, labelled(claim(name, namespace, max(1, len(devices)))))
+    created = kube.create(
+        path,
+        labelled(
+            claim(
+                name,
+                "gpu.nvidia.com",
+                request_name="gpu",
+                namespace=namespace,
+                allocationMode="ExactCount",
+                count=max(1, len(devices)),
+            )
+        ),
+    )
     if not devices:
         return
     created["status"] = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.e2e.controlplane import Kube
+from tests.e2e.simworld import claim, device
 from tests.objects import resource_slice
 
 V1 = "/apis/resource.k8s.io/v1"
@@ -28,13 +29,9 @@ def counters(**values: str) -> dict[str, dict[str, str]]:
     return {name.replace("_", "-"): {"value": value} for name, value in values.items()}
 
 
-def device(name: str, kind: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "attributes": {"type": {"string": kind}, "model": {"string": "E2E-GPU"}},
-        "capacity": {"memory": {"value": "80Gi"}},
-        **extra,
-    }
+def gpu(pool: str, name: str, kind: str = "gpu", **extra: Any) -> dict[str, Any]:
+    """A device of 80Gi of memory."""
+    return device(pool, name, kind, memory="80Gi", **extra)
 
 
 def slice_of(name: str, pool: str, generation: int, count: int, **spec: Any) -> dict[str, Any]:
@@ -48,7 +45,9 @@ EVERY = counters(memory="80Gi", slice_0="1", slice_1="1")
 
 def partition(name: str, slice_index: int) -> dict[str, Any]:
     needs = counters(memory="40Gi", **{f"slice_{slice_index}": "1"})
-    return device(name, "partition", consumesCounters=[{"counterSet": "gpu-0", "counters": needs}])
+    return gpu(
+        "e2e-part", name, "partition", consumesCounters=[{"counterSet": "gpu-0", "counters": needs}]
+    )
 
 
 SLICES = [
@@ -61,7 +60,7 @@ SLICES = [
         1,
         2,
         devices=[
-            device("full", "gpu", consumesCounters=[{"counterSet": "gpu-0", "counters": EVERY}]),
+            gpu("e2e-part", "full", consumesCounters=[{"counterSet": "gpu-0", "counters": EVERY}]),
             partition("p0", 0),
             partition("p1", 1),
         ],
@@ -72,13 +71,15 @@ SLICES = [
         1,
         1,
         devices=[
-            device(
+            gpu(
+                "e2e-health",
                 "broken",
-                "gpu",
                 taints=[{"key": "example.com/xid", "value": "79", "effect": "NoSchedule"}],
             ),
-            device("lost", "gpu", taints=[{"key": "example.com/lost", "effect": "NoExecute"}]),
-            device("fine", "gpu", taints=[{"key": "example.com/unmonitored", "effect": "None"}]),
+            gpu("e2e-health", "lost", taints=[{"key": "example.com/lost", "effect": "NoExecute"}]),
+            gpu(
+                "e2e-health", "fine", taints=[{"key": "example.com/unmonitored", "effect": "None"}]
+            ),
         ],
     ),
     slice_of(
@@ -86,11 +87,11 @@ SLICES = [
         "e2e-share",
         1,
         1,
-        devices=[device("shared", "gpu", allowMultipleAllocations=True)],
+        devices=[gpu("e2e-share", "shared", allowMultipleAllocations=True)],
     ),
-    slice_of("e2e-incomplete-1", "e2e-incomplete", 1, 2, devices=[device("gpu-0", "gpu")]),
-    slice_of("e2e-regen-old", "e2e-regen", 1, 1, devices=[device("gpu-0", "gpu")]),
-    slice_of("e2e-regen-new", "e2e-regen", 2, 1, devices=[device("gpu-0", "gpu")]),
+    slice_of("e2e-incomplete-1", "e2e-incomplete", 1, 2, devices=[gpu("e2e-incomplete", "gpu-0")]),
+    slice_of("e2e-regen-old", "e2e-regen", 1, 1, devices=[gpu("e2e-regen", "gpu-0")]),
+    slice_of("e2e-regen-new", "e2e-regen", 2, 1, devices=[gpu("e2e-regen", "gpu-0")]),
 ]
 
 
@@ -136,19 +137,6 @@ TAINT_RULE = {
         "taint": {"key": "example.com/maintenance", "value": "firmware", "effect": "NoSchedule"},
     },
 }
-
-
-def claim(name: str, namespace: str, deviceclass: str, **exact: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": deviceclass, **exact}}]
-            }
-        },
-    }
 
 
 def result(device: str, pool: str, **extra: Any) -> dict[str, Any]:
@@ -285,7 +273,7 @@ def create_all(kube: Kube, rules: bool = True) -> dict[str, dict[str, Any]]:
         kube.create("/apis/resource.k8s.io/v1beta2/devicetaintrules", TAINT_RULE)
     held = {}
     for name, (namespace, deviceclass, exact, status, owner) in CLAIMS.items():
-        body = claim(name, namespace, deviceclass, **exact)
+        body = claim(name, deviceclass, request_name="gpu", namespace=namespace, **exact)
         if owner is not None:
             body["metadata"]["ownerReferences"] = [
                 {

@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from tests import tools
-from tests.e2e.conftest import write_kubeconfig
 from tests.e2e.controlplane import Kube
+from tests.e2e.harness import write_kubeconfig
 
 SYNCED = re.compile(r"publish-slices: synced node=(\S+) pool=(\S+) version=(\d+)$")
 PUBLISHED = re.compile(r"publish-slices: published version=(\d+)$")

@@ -11,7 +11,6 @@ a kubelet nothing confirms a graceful delete, so pods are deleted with a grace p
 
 from __future__ import annotations
 
-import base64
 import ssl
 import subprocess
 import time
@@ -25,6 +24,7 @@ import yaml
 
 from tests import tools
 from tests.e2e.controlplane import APIError, ControlPlane, Kube, start
+from tests.e2e.harness import write_kubeconfig
 from tests.processes import free_port
 
 SCHEDULER = ("sim-scheduler-token", "system:kube-scheduler")
@@ -124,30 +124,6 @@ class Simulated:
         self.plane.stop()
 
 
-def _kubeconfig(path: Path, kube: Kube, token: str) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "sim",
-                "clusters": [
-                    {
-                        "name": "sim",
-                        "cluster": {
-                            "server": kube.server,
-                            "certificate-authority-data": base64.b64encode(kube.ca_pem).decode(),
-                        },
-                    }
-                ],
-                "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "c"}}],
-                "users": [{"name": "c", "user": {"token": token}}],
-            }
-        )
-    )
-    return path
-
-
 def _component(
     binary: Path, directory: Path, name: str, args: list[str]
 ) -> subprocess.Popen[bytes]:
@@ -192,8 +168,10 @@ def start_simulated(
         directory, apiserver_args, identities=(SCHEDULER, CONTROLLER_MANAGER), pods_reach=pods_reach
     )
     binaries = tools.scheduler_plane()
-    scheduler_config = _kubeconfig(directory / "scheduler.kubeconfig", plane.kube, SCHEDULER[0])
-    manager_config = _kubeconfig(
+    scheduler_config = write_kubeconfig(
+        directory / "scheduler.kubeconfig", plane.kube, SCHEDULER[0]
+    )
+    manager_config = write_kubeconfig(
         directory / "controller-manager.kubeconfig", plane.kube, CONTROLLER_MANAGER[0]
     )
     scheduler_port, manager_port = free_port(), free_port()

@@ -12,8 +12,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
 from tests.e2e.controlplane import APIError
+from tests.e2e.harness import Exporter, wait_until, write_kubeconfig
 from tests.e2e.simulated import Simulated
 from tests.objects import resource_slice
 
@@ -27,14 +27,33 @@ SCHEDULED = 30.0
 """Seconds the scheduler (and the controller manager) get to act: they take tens of ms."""
 
 
-def gpu(pool: str, name: str, kind: str = "gpu", **extra: Any) -> dict[str, Any]:
-    """A device with a unique uuid, by which a claim can ask for it alone."""
-    return {
+def device(
+    pool: str,
+    name: str,
+    kind: str | None = "gpu",
+    *,
+    memory: str | None = None,
+    attributes: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A device of type *kind* with a unique uuid, by which a claim can ask for it alone.
+
+    *kind* None: no type; *memory* is its capacity, *attributes* more attributes, *extra* more of
+    its fields.
+    """
+    typed = {} if kind is None else {"type": {"string": kind}}
+    made: dict[str, Any] = {
         "name": name,
-        "attributes": {"type": {"string": kind}, "uuid": {"string": f"{pool}/{name}"}},
-        "capacity": {"memory": {"value": "40Gi" if kind == "gpu" else "10Gi"}},
-        **extra,
+        "attributes": {**typed, "uuid": {"string": f"{pool}/{name}"}, **(attributes or {})},
     }
+    if memory is not None:
+        made["capacity"] = {"memory": {"value": memory}}
+    return {**made, **extra}
+
+
+def gpu(pool: str, name: str, kind: str = "gpu", **extra: Any) -> dict[str, Any]:
+    """A device with memory: 40Gi for a GPU, 10Gi for anything else (a partition)."""
+    return device(pool, name, kind, memory="40Gi" if kind == "gpu" else "10Gi", **extra)
 
 
 def pool_slice(name: str, node: str, pool: str, count: int = 1, **spec: Any) -> dict[str, Any]:
@@ -62,16 +81,49 @@ def class_selecting(name: str, *expressions: str) -> dict[str, Any]:
     }
 
 
-def claim(name: str, deviceclass: str, *selectors: str, **exactly: Any) -> dict[str, Any]:
-    """A claim of one request, ``dev``, for devices of *deviceclass* that satisfy *selectors*."""
+def request(deviceclass: str, *selectors: str, name: str = "dev", **exactly: Any) -> dict[str, Any]:
+    """A request *name* for devices of *deviceclass* that satisfy *selectors*."""
     body: dict[str, Any] = {"deviceClassName": deviceclass, **exactly}
     if selectors:
         body["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    return {"name": name, "exactly": body}
+
+
+def claim_of(
+    name: str, *requests: dict[str, Any], namespace: str | None = None, **spec: Any
+) -> dict[str, Any]:
+    """A ResourceClaim of these *requests* (or of *spec* as given)."""
+    metadata = {"name": name} if namespace is None else {"name": name, "namespace": namespace}
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"devices": {"requests": [{"name": "dev", "exactly": body}]}},
+        "metadata": metadata,
+        "spec": spec or {"devices": {"requests": list(requests)}},
+    }
+
+
+def claim(
+    name: str,
+    deviceclass: str,
+    *selectors: str,
+    request_name: str = "dev",
+    namespace: str | None = None,
+    **exactly: Any,
+) -> dict[str, Any]:
+    """A claim of one request, ``dev``, for devices of *deviceclass* that satisfy *selectors*."""
+    made = request(deviceclass, *selectors, name=request_name, **exactly)
+    return claim_of(name, made, namespace=namespace)
+
+
+def allocated(simulated: Simulated) -> set[tuple[str, str]]:
+    """(pool, device) of every device the claims are allocated."""
+    return {
+        (result["pool"], result["device"])
+        for claim in claims(simulated)
+        for result in claim.get("status", {})
+        .get("allocation", {})
+        .get("devices", {})
+        .get("results", [])
     }
 
 
@@ -102,20 +154,48 @@ def claim_spec(device_class_name: str, uuid: str | None = None) -> dict[str, Any
     return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
 
 
-def pod(name: str, claim: dict[str, str], node: str | None = None) -> dict[str, Any]:
+def pod(
+    name: str,
+    claim: dict[str, str],
+    node: str | None = None,
+    *,
+    cpu: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod using one claim (named, or by its template), pinned to *node* if given.
+
+    *cpu* is what it requests of CPU, *labels* its labels.
+    """
+    resources: dict[str, Any] = {"claims": [{"name": "gpu"}]}
+    if cpu is not None:
+        resources["requests"] = {"cpu": cpu}
     spec: dict[str, Any] = {
         "containers": [
-            {
-                "name": "c",
-                "image": "registry.k8s.io/pause:3.10",
-                "resources": {"claims": [{"name": "gpu"}]},
-            }
+            {"name": "c", "image": "registry.k8s.io/pause:3.10", "resources": resources}
         ],
         "resourceClaims": [{"name": "gpu", **claim}],
     }
     if node is not None:
         spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def extended_pod(name: str, extended: str) -> dict[str, Any]:
+    """A pod asking for one of the extended resource *extended*, as with a device plugin."""
+    container = {
+        "name": "c",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {"limits": {extended: "1"}},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [container]},
+    }
 
 
 def bound(simulated: Simulated, name: str) -> str | None:
@@ -157,14 +237,29 @@ def values(body: str, family: str) -> list[tuple[dict[str, str], float]]:
     ]
 
 
-def exporter(simulated: Simulated, directory: Path, mode: str, *args: str) -> Exporter:
-    """The exporter over the simulated cluster, listing RESOURCES unless *args* say otherwise."""
+def exporter(
+    simulated: Simulated, directory: Path, mode: str, *args: str, resources: str = RESOURCES
+) -> Exporter:
+    """The exporter over the simulated cluster, listing *resources*, with *args* more options."""
+    directory.mkdir(parents=True, exist_ok=True)
     config = write_kubeconfig(directory / "kubeconfig", simulated.kube, simulated.kube.token)
     return Exporter(
         directory / "run",
-        ["--resources", RESOURCES, "--mode", mode, *args],
+        ["--resources", resources, "--mode", mode, *args],
         {"KUBECONFIG": str(config)},
     )
+
+
+def scrape_once(
+    simulated: Simulated, directory: Path, mode: str = "list", resources: str = RESOURCES
+) -> str:
+    """What a new exporter writes at its first good scrape (it is stopped after)."""
+    running = exporter(simulated, directory, mode, resources=resources)
+    try:
+        _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
+    finally:
+        running.stop()
+    return body
 
 
 def ok(answer: tuple[int, str]) -> tuple[int, str] | None:

@@ -17,37 +17,17 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import wait_until
+from tests.e2e import simworld as world
 from tests.e2e.controlplane import APIError
+from tests.e2e.harness import wait_until
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.simworld import (
-    CLAIMS,
-    DRIVER,
-    NAMESPACE,
-    PODS,
-    RESOURCE,
-    SCHEDULED,
-    bound,
-    claim_spec,
-    claims,
-    counters,
-    device_class,
-    exporter,
-    gpu,
-    ok,
-    pod,
-    pool_slice,
-    samples,
-    unschedulable,
-    values,
-)
 
-EVERY = counters(memory="40Gi", memory_slice_0="1", memory_slice_1="1", memory_slice_2="1")
+EVERY = world.counters(memory="40Gi", memory_slice_0="1", memory_slice_1="1", memory_slice_2="1")
 
 
 def partition(index: int) -> dict[str, Any]:
-    needs = counters(memory="10Gi", **{f"memory_slice_{index}": "1"})
-    return gpu(
+    needs = world.counters(memory="10Gi", **{f"memory_slice_{index}": "1"})
+    return world.gpu(
         "sim-a-mig",
         f"mig-{index}",
         "mig",
@@ -56,21 +36,26 @@ def partition(index: int) -> dict[str, Any]:
 
 
 SLICES = [
-    pool_slice("sim-a", "sim-a", "sim-a", devices=[gpu("sim-a", "gpu-0"), gpu("sim-a", "gpu-1")]),
-    pool_slice(
+    world.pool_slice(
+        "sim-a",
+        "sim-a",
+        "sim-a",
+        devices=[world.gpu("sim-a", "gpu-0"), world.gpu("sim-a", "gpu-1")],
+    ),
+    world.pool_slice(
         "sim-a-mig-counters",
         "sim-a",
         "sim-a-mig",
         2,
         sharedCounters=[{"name": "gpu", "counters": EVERY}],
     ),
-    pool_slice(
+    world.pool_slice(
         "sim-a-mig-devices",
         "sim-a",
         "sim-a-mig",
         2,
         devices=[
-            gpu(
+            world.gpu(
                 "sim-a-mig",
                 "whole",
                 consumesCounters=[{"counterSet": "gpu", "counters": EVERY}],
@@ -78,19 +63,32 @@ SLICES = [
             *(partition(index) for index in range(3)),
         ],
     ),
-    pool_slice("sim-b", "sim-b", "sim-b", devices=[gpu("sim-b", "gpu-0"), gpu("sim-b", "gpu-1")]),
-    pool_slice(
+    world.pool_slice(
+        "sim-b",
+        "sim-b",
+        "sim-b",
+        devices=[world.gpu("sim-b", "gpu-0"), world.gpu("sim-b", "gpu-1")],
+    ),
+    world.pool_slice(
         "sim-b-incomplete",
         "sim-b",
         "sim-b-incomplete",
         2,
-        devices=[gpu("sim-b-incomplete", "gpu-0")],
+        devices=[world.gpu("sim-b-incomplete", "gpu-0")],
     ),
-    pool_slice(
-        "sim-b-invalid-1", "sim-b", "sim-b-invalid", 2, devices=[gpu("sim-b-invalid", "gpu-0")]
+    world.pool_slice(
+        "sim-b-invalid-1",
+        "sim-b",
+        "sim-b-invalid",
+        2,
+        devices=[world.gpu("sim-b-invalid", "gpu-0")],
     ),
-    pool_slice(
-        "sim-b-invalid-2", "sim-b", "sim-b-invalid", 2, devices=[gpu("sim-b-invalid", "gpu-0")]
+    world.pool_slice(
+        "sim-b-invalid-2",
+        "sim-b",
+        "sim-b-invalid",
+        2,
+        devices=[world.gpu("sim-b-invalid", "gpu-0")],
     ),
 ]
 NIC = {
@@ -105,7 +103,7 @@ NIC = {
     "allowMultipleAllocations": True,
 }
 """A device shared by consumable capacity (DRAConsumableCapacity, served from 1.36 on)."""
-SLICES.append(pool_slice("sim-b-nic", "sim-b", "sim-b-nic", devices=[NIC]))
+SLICES.append(world.pool_slice("sim-b-nic", "sim-b", "sim-b-nic", devices=[NIC]))
 TAINTED = ("sim-b", "gpu-0")
 """The device a NoSchedule DeviceTaintRule takes out of service."""
 
@@ -117,45 +115,49 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     try:
         for node in ("sim-a", "sim-b"):
             simulated.add_node(node)
-        simulated.add_namespace(NAMESPACE)
+        simulated.add_namespace(world.NAMESPACE)
         for name, kind in (("sim-gpu", "gpu"), ("sim-mig", "mig"), ("sim-nic", "nic")):
-            kube.create(f"{RESOURCE}/deviceclasses", device_class(name, kind))
+            kube.create(f"{world.RESOURCE}/deviceclasses", world.device_class(name, kind))
         for made in SLICES:
-            kube.create(f"{RESOURCE}/resourceslices", made)
+            kube.create(f"{world.RESOURCE}/resourceslices", made)
         kube.create(
-            f"{RESOURCE}/devicetaintrules",
+            f"{world.RESOURCE}/devicetaintrules",
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "DeviceTaintRule",
                 "metadata": {"name": "maintenance"},
                 "spec": {
-                    "deviceSelector": {"driver": DRIVER, "pool": TAINTED[0], "device": TAINTED[1]},
+                    "deviceSelector": {
+                        "driver": world.DRIVER,
+                        "pool": TAINTED[0],
+                        "device": TAINTED[1],
+                    },
                     "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
                 },
             },
         )
         kube.create(
-            f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates",
+            f"{world.RESOURCE}/namespaces/{world.NAMESPACE}/resourceclaimtemplates",
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceClaimTemplate",
                 "metadata": {"name": "one-gpu"},
-                "spec": {"spec": claim_spec("sim-gpu")},
+                "spec": {"spec": world.claim_spec("sim-gpu")},
             },
         )
         kube.create(
-            CLAIMS,
+            world.CLAIMS,
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceClaim",
                 "metadata": {"name": "one-partition"},
-                "spec": claim_spec("sim-mig"),
+                "spec": world.claim_spec("sim-mig"),
             },
         )
-        share = claim_spec("sim-nic")
+        share = world.claim_spec("sim-nic")
         share["devices"]["requests"][0]["exactly"]["capacity"] = {"requests": {"bandwidth": "30G"}}
         kube.create(
-            CLAIMS,
+            world.CLAIMS,
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceClaim",
@@ -163,11 +165,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
                 "spec": share,
             },
         )
-        kube.create(PODS, pod("trainer", {"resourceClaimTemplateName": "one-gpu"}))
-        kube.create(PODS, pod("inference", {"resourceClaimName": "one-partition"}))
-        kube.create(PODS, pod("streamer", {"resourceClaimName": "bandwidth"}))
+        kube.create(world.PODS, world.pod("trainer", {"resourceClaimTemplateName": "one-gpu"}))
+        kube.create(world.PODS, world.pod("inference", {"resourceClaimName": "one-partition"}))
+        kube.create(world.PODS, world.pod("streamer", {"resourceClaimName": "bandwidth"}))
         for name in ("trainer", "inference", "streamer"):
-            wait_until(partial(bound, simulated, name), SCHEDULED, f"{name} scheduled")
+            wait_until(partial(world.bound, simulated, name), world.SCHEDULED, f"{name} scheduled")
         yield simulated
     finally:
         simulated.stop()
@@ -176,24 +178,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
 def device_states(body: str) -> dict[tuple[str, str], str]:
     return {
         (row["pool"], row["device_name"]): row["state"]
-        for row in samples(body, "kube_resourceslice_device_state")
-        if row["driver"] == DRIVER
+        for row in world.samples(body, "kube_resourceslice_device_state")
+        if row["driver"] == world.DRIVER
     }
 
 
 def implied(simulated: Simulated) -> dict[tuple[str, str], str]:
     """Each device's state as the allocator's rules and the scheduler's allocations imply."""
-    allocated = {
-        (result["pool"], result["device"])
-        for claim in claims(simulated)
-        for result in claim.get("status", {})
-        .get("allocation", {})
-        .get("devices", {})
-        .get("results", [])
-    }
+    allocated = world.allocated(simulated)
     tainted = {
         (rule["spec"]["deviceSelector"]["pool"], rule["spec"]["deviceSelector"]["device"])
-        for rule in simulated.kube.get(f"{RESOURCE}/devicetaintrules")["items"]
+        for rule in simulated.kube.get(f"{world.RESOURCE}/devicetaintrules")["items"]
     }
     states = {}
     for made in SLICES:
@@ -220,14 +215,14 @@ def implied(simulated: Simulated) -> dict[tuple[str, str], str]:
 @pytest.mark.parametrize("mode", ["list", "watch"])
 def test_allocations_are_the_schedulers(cluster: Simulated, tmp_path: Path, mode: str) -> None:
     """Every result, its node and reservedFor, as the scheduler wrote them, nothing else."""
-    running = exporter(cluster, tmp_path, mode)
+    running = world.exporter(cluster, tmp_path, mode)
     try:
-        _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
+        _, body = wait_until(lambda: world.ok(running.scrape()), 30, "a scrape")
     finally:
         running.stop()
     wanted = set()
     reserved = set()
-    for claim in claims(cluster):
+    for claim in world.claims(cluster):
         name = claim["metadata"]["name"]
         for result in claim["status"]["allocation"]["devices"]["results"]:
             wanted.add((name, result["request"], result["pool"], result["device"]))
@@ -236,28 +231,28 @@ def test_allocations_are_the_schedulers(cluster: Simulated, tmp_path: Path, mode
     assert len(wanted) == 3 and len(reserved) == 3  # the generated claim and two explicit ones
     assert {
         (row["resourceclaim_name"], row["request"], row["pool"], row["device_name"])
-        for row in samples(body, "kube_resourceclaim_allocation_result_info")
+        for row in world.samples(body, "kube_resourceclaim_allocation_result_info")
     } == wanted
     assert {
         (row["resourceclaim_name"], row["pod_name"], row["uid"])
-        for row in samples(body, "kube_resourceclaim_status_reserved_for_pod")
+        for row in world.samples(body, "kube_resourceclaim_status_reserved_for_pod")
     } == reserved
     nodes = {
         (row["pool"], row["device_name"]): row["node_name"]
-        for row in samples(body, "kube_resourceslice_device_info")
+        for row in world.samples(body, "kube_resourceslice_device_info")
     }
-    for claim in claims(cluster):
+    for claim in world.claims(cluster):
         (owner,) = claim["status"]["reservedFor"]
-        node = bound(cluster, owner["name"])
+        node = world.bound(cluster, owner["name"])
         for result in claim["status"]["allocation"]["devices"]["results"]:
             assert nodes[(result["pool"], result["device"])] == node
-    (shared,) = cluster.kube.get(f"{CLAIMS}/bandwidth")["status"]["allocation"]["devices"][
+    (shared,) = cluster.kube.get(f"{world.CLAIMS}/bandwidth")["status"]["allocation"]["devices"][
         "results"
     ]
     assert shared["consumedCapacity"] == {"bandwidth": "30G"}
     assert {
         (row["device_name"], row["capacity"]): value
-        for row, value in values(body, "kube_resourceslice_device_capacity_available")
+        for row, value in world.values(body, "kube_resourceslice_device_capacity_available")
     } == {("nic", "bandwidth"): 70e9}
 
 
@@ -267,9 +262,9 @@ def test_device_states_are_what_the_allocator_implies(cluster: Simulated, tmp_pa
     Every ``available`` device is given to a pod pinned to its node that asks for that device
     alone; every other device asked for that way leaves its pod unschedulable.
     """
-    running = exporter(cluster, tmp_path, "list")
+    running = world.exporter(cluster, tmp_path, "list")
     try:
-        _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
+        _, body = wait_until(lambda: world.ok(running.scrape()), 30, "a scrape")
     finally:
         running.stop()
     states = device_states(body)
@@ -283,40 +278,44 @@ def test_device_states_are_what_the_allocator_implies(cluster: Simulated, tmp_pa
         claim_name = f"ask-{index}"
         device_class_name = "sim-mig" if name.startswith("mig-") else "sim-gpu"
         cluster.kube.create(
-            CLAIMS,
+            world.CLAIMS,
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceClaim",
                 "metadata": {"name": claim_name},
-                "spec": claim_spec(device_class_name, f"{pool}/{name}"),
+                "spec": world.claim_spec(device_class_name, f"{pool}/{name}"),
             },
         )
-        cluster.kube.create(PODS, pod(claim_name, {"resourceClaimName": claim_name}, nodes[pool]))
+        cluster.kube.create(
+            world.PODS, world.pod(claim_name, {"resourceClaimName": claim_name}, nodes[pool])
+        )
         asked[claim_name] = (pool, name, state)
     try:
         for claim_name, (pool, name, state) in asked.items():
             if state == "available":
                 wait_until(
-                    partial(bound, cluster, claim_name), SCHEDULED, f"{pool}/{name} allocated"
+                    partial(world.bound, cluster, claim_name),
+                    world.SCHEDULED,
+                    f"{pool}/{name} allocated",
                 )
-                got = cluster.kube.get(f"{CLAIMS}/{claim_name}")["status"]["allocation"]
+                got = cluster.kube.get(f"{world.CLAIMS}/{claim_name}")["status"]["allocation"]
                 assert [(r["pool"], r["device"]) for r in got["devices"]["results"]] == [
                     (pool, name)
                 ]
             else:
                 condition = wait_until(
-                    partial(unschedulable, cluster, claim_name),
-                    SCHEDULED,
+                    partial(world.unschedulable, cluster, claim_name),
+                    world.SCHEDULED,
                     f"{pool}/{name} ({state}) refused",
                 )
                 assert condition["reason"] == "Unschedulable", condition
-                assert "allocation" not in cluster.kube.get(f"{CLAIMS}/{claim_name}").get(
+                assert "allocation" not in cluster.kube.get(f"{world.CLAIMS}/{claim_name}").get(
                     "status", {}
                 )
     finally:
         for claim_name in asked:
-            cluster.delete_pod(NAMESPACE, claim_name)
-            cluster.kube.delete(f"{CLAIMS}/{claim_name}")
+            cluster.delete_pod(world.NAMESPACE, claim_name)
+            cluster.kube.delete(f"{world.CLAIMS}/{claim_name}")
 
 
 def test_watch_follows_the_lifecycle(cluster: Simulated, tmp_path: Path) -> None:
@@ -326,34 +325,36 @@ def test_watch_follows_the_lifecycle(cluster: Simulated, tmp_path: Path) -> None
     Then a NoExecute DeviceTaintRule on the device an explicit claim holds: the eviction
     controller deletes the pod, the claim is deallocated, the device shows tainted.
     """
-    running = exporter(cluster, tmp_path, "watch")
+    running = world.exporter(cluster, tmp_path, "watch")
     try:
-        _, body = wait_until(lambda: ok(running.scrape()), 30, "a synchronised scrape")
+        _, body = wait_until(lambda: world.ok(running.scrape()), 30, "a synchronised scrape")
         generated = [
             claim["metadata"]["name"]
-            for claim in claims(cluster)
+            for claim in world.claims(cluster)
             if claim["metadata"].get("ownerReferences", [{}])[0].get("name") == "trainer"
         ]
         (claim_name,) = generated
-        (result,) = cluster.kube.get(f"{CLAIMS}/{claim_name}")["status"]["allocation"]["devices"][
-            "results"
-        ]
+        (result,) = cluster.kube.get(f"{world.CLAIMS}/{claim_name}")["status"]["allocation"][
+            "devices"
+        ]["results"]
         device = (result["pool"], result["device"])
         assert device_states(body)[device] == "allocated"
-        cluster.delete_pod(NAMESPACE, "trainer")
+        cluster.delete_pod(world.NAMESPACE, "trainer")
 
         def gone() -> bool:
             try:
-                cluster.kube.get(f"{CLAIMS}/{claim_name}")
+                cluster.kube.get(f"{world.CLAIMS}/{claim_name}")
             except APIError as error:
                 return error.code == 404
             return False
 
-        wait_until(gone, SCHEDULED, "the garbage collector deleting the generated claim")
+        wait_until(gone, world.SCHEDULED, "the garbage collector deleting the generated claim")
 
         def followed() -> str | None:
             _, now = running.scrape()
-            names = {row["resourceclaim_name"] for row in samples(now, "kube_resourceclaim_info")}
+            names = {
+                row["resourceclaim_name"] for row in world.samples(now, "kube_resourceclaim_info")
+            }
             return (
                 now
                 if claim_name not in names and device_states(now)[device] == "available"
@@ -363,18 +364,18 @@ def test_watch_follows_the_lifecycle(cluster: Simulated, tmp_path: Path) -> None
         followed_body = wait_until(followed, 10, "the exporter following the deletion")
         assert device_states(followed_body) == implied(cluster)
 
-        (used,) = cluster.kube.get(f"{CLAIMS}/one-partition")["status"]["allocation"]["devices"][
-            "results"
-        ]
+        (used,) = cluster.kube.get(f"{world.CLAIMS}/one-partition")["status"]["allocation"][
+            "devices"
+        ]["results"]
         cluster.kube.create(
-            f"{RESOURCE}/devicetaintrules",
+            f"{world.RESOURCE}/devicetaintrules",
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "DeviceTaintRule",
                 "metadata": {"name": "evict"},
                 "spec": {
                     "deviceSelector": {
-                        "driver": DRIVER,
+                        "driver": world.DRIVER,
                         "pool": used["pool"],
                         "device": used["device"],
                     },
@@ -384,19 +385,21 @@ def test_watch_follows_the_lifecycle(cluster: Simulated, tmp_path: Path) -> None
         )
 
         def evicted() -> bool:
-            meta = cluster.kube.get(f"{PODS}/inference")["metadata"]
+            meta = cluster.kube.get(f"{world.PODS}/inference")["metadata"]
             return "deletionTimestamp" in meta
 
-        wait_until(evicted, SCHEDULED, "the eviction controller deleting the pod")
-        cluster.delete_pod(NAMESPACE, "inference")  # as a kubelet would confirm it
+        wait_until(evicted, world.SCHEDULED, "the eviction controller deleting the pod")
+        cluster.delete_pod(world.NAMESPACE, "inference")  # as a kubelet would confirm it
 
         def released() -> str | None:
             _, now = running.scrape()
             deallocated = device_states(now)[(used["pool"], used["device"])] == "tainted"
             return now if deallocated else None  # allocated while the claim held it
 
-        wait_until(released, SCHEDULED, "the exporter following the eviction")
-        assert "allocation" not in cluster.kube.get(f"{CLAIMS}/one-partition").get("status", {})
-        assert device_states(wait_until(released, SCHEDULED, "a scrape")) == implied(cluster)
+        wait_until(released, world.SCHEDULED, "the exporter following the eviction")
+        assert "allocation" not in cluster.kube.get(f"{world.CLAIMS}/one-partition").get(
+            "status", {}
+        )
+        assert device_states(wait_until(released, world.SCHEDULED, "a scrape")) == implied(cluster)
     finally:
         running.stop()

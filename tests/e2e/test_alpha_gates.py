@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from tests.e2e import controlplane
-from tests.e2e.conftest import Exporter, ensure_namespace, scrape, wait_until, write_kubeconfig
 from tests.e2e.controlplane import ADMIN_TOKEN, APIError, ControlPlane, Kube
+from tests.e2e.harness import Exporter, ensure_namespace, scrape, wait_until, write_kubeconfig
 from tests.test_alpha_fields import (
     DERIVED,
     LIST_ATTRIBUTES,

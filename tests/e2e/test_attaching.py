@@ -22,8 +22,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e import simworld as world
-from tests.e2e.conftest import Exporter, wait_until
 from tests.e2e.controlplane import APIError, Kube
+from tests.e2e.harness import Exporter, wait_until
 from tests.e2e.simulated import Simulated, start_simulated
 from tests.objects import resource_slice
 

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import (
+from tests.e2e.controlplane import Kube
+from tests.e2e.harness import (
     CHART_NAMESPACE,
     RELEASE_OBJECTS,
     Exporter,
@@ -21,7 +22,6 @@ from tests.e2e.conftest import (
     mint_token,
     write_kubeconfig,
 )
-from tests.e2e.controlplane import Kube
 from tests.helm import render
 
 pytestmark = pytest.mark.slow

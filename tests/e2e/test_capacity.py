@@ -27,7 +27,7 @@ import pytest
 
 from kdraexp.dra.gated import quantity
 from tests.e2e import simworld as world
-from tests.e2e.conftest import Exporter, wait_until
+from tests.e2e.harness import Exporter, wait_until
 from tests.e2e.simulated import Simulated, start_simulated
 
 pytestmark = pytest.mark.slow
@@ -65,15 +65,6 @@ def request(kind: str, name: str = "dev", bandwidth: str | None = None, **exactl
     if bandwidth is not None:
         body.setdefault("capacity", {"requests": {}})["requests"]["bandwidth"] = bandwidth
     return {"name": name, "exactly": body}
-
-
-def claim(name: str, *requests: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"devices": {"requests": list(requests)}},
-    }
 
 
 def run(cluster: Simulated, made: dict[str, Any], node: str | None = NODE) -> None:
@@ -119,12 +110,7 @@ def dra_lines(body: str) -> set[str]:
 
 def listed_and_watched(cluster: Simulated, watching: Exporter, directory: Path) -> str:
     """What a listing exporter writes now, once the watching one writes the same."""
-    directory.mkdir()
-    listing = world.exporter(cluster, directory, "list")
-    try:
-        _, body = wait_until(lambda: world.ok(listing.scrape()), 30, "a scrape")
-    finally:
-        listing.stop()
+    body = world.scrape_once(cluster, directory)
 
     def same() -> bool:
         code, watched = watching.scrape()
@@ -151,17 +137,29 @@ def consumed(cluster: Simulated, name: str) -> list[float]:
 
 
 WAITING = {
-    "w-step": ("in_use", claim("w-step", request("range", bandwidth="22G"))),  # 30G of 25G left
-    "w-min": ("in_use", claim("w-min", request("min", bandwidth="3G"))),  # 10G of 5G left
-    "w-values": ("in_use", claim("w-values", request("values", bandwidth="70G"))),  # 400G of 340G
-    "w-whole": ("in_use", claim("w-whole", request("plain"))),  # all 100G, 70G left
-    "w-max": ("exceeds_capacity", claim("w-max", request("range", bandwidth="91G"))),  # 100G > max
-    "w-above": ("exceeds_capacity", claim("w-above", request("values", bandwidth="500G"))),
+    "w-step": (
+        "in_use",
+        world.claim_of("w-step", request("range", bandwidth="22G")),
+    ),  # 30G of 25G left
+    "w-min": ("in_use", world.claim_of("w-min", request("min", bandwidth="3G"))),  # 10G of 5G left
+    "w-values": (
+        "in_use",
+        world.claim_of("w-values", request("values", bandwidth="70G")),
+    ),  # 400G of 340G
+    "w-whole": ("in_use", world.claim_of("w-whole", request("plain"))),  # all 100G, 70G left
+    "w-max": (
+        "exceeds_capacity",
+        world.claim_of("w-max", request("range", bandwidth="91G")),
+    ),  # 100G > max
+    "w-above": ("exceeds_capacity", world.claim_of("w-above", request("values", bandwidth="500G"))),
     "w-missing": (  # the NIC has no such capacity
         "exceeds_capacity",
-        claim("w-missing", request("plain", capacity={"requests": {"latency": "1"}})),
+        world.claim_of("w-missing", request("plain", capacity={"requests": {"latency": "1"}})),
     ),
-    "w-two": ("exceeds_capacity", claim("w-two", request("values", bandwidth="50G", count=2))),
+    "w-two": (
+        "exceeds_capacity",
+        world.claim_of("w-two", request("values", bandwidth="50G", count=2)),
+    ),
 }
 """Claims whose pods the scheduler must leave Pending while the shares are held, and the reason
 the exporter must give; after the release, those in_use are bound, the others stay Pending."""
@@ -173,14 +171,14 @@ def test_capacity_requests_as_the_scheduler_rounds_them(
     """Each rule of the rounding, judged by the exporter, decided by the scheduler."""
     holders = [f"hold-{kind}" for kind in HELD]
     for kind, (asked, _) in HELD.items():
-        run(cluster, claim(f"hold-{kind}", request(kind, bandwidth=asked)))
+        run(cluster, world.claim_of(f"hold-{kind}", request(kind, bandwidth=asked)))
     for name in holders:
         wait_until(partial(world.bound, cluster, name), world.SCHEDULED, f"{name} scheduled")
     assert {kind: consumed(cluster, f"hold-{kind}") for kind in HELD} == {
         kind: [quantity(rounded)] for kind, (_, rounded) in HELD.items()
     }
-    pair = claim("w-pair", request("pair", "a", "40G"), request("pair", "b", "31G"))
-    fits = claim("w-fits", request("range", bandwidth="18G"))  # 20G of the 25G left
+    pair = world.claim_of("w-pair", request("pair", "a", "40G"), request("pair", "b", "31G"))
+    fits = world.claim_of("w-fits", request("range", bandwidth="18G"))  # 20G of the 25G left
     waiting = [*WAITING, "w-pair", "w-fits"]
     try:
         for _, made in WAITING.values():
@@ -240,10 +238,10 @@ def test_a_nic_carrying_a_share_has_room_for_more(
     """
 
     def ask(kind: str, name: str) -> None:  # a claim naming no bandwidth, and its pod
-        run(cluster, claim(name, request(kind)))
+        run(cluster, world.claim_of(name, request(kind)))
 
     for kind in ("values", "plain"):
-        run(cluster, claim(f"hold-{kind}", request(kind, bandwidth=HELD[kind][0])))
+        run(cluster, world.claim_of(f"hold-{kind}", request(kind, bandwidth=HELD[kind][0])))
     try:
         for kind in ("values", "plain"):
             wait_until(

@@ -24,7 +24,7 @@ import pytest
 from tests import tools
 from tests.e2e import prometheus
 from tests.e2e import simworld as world
-from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
+from tests.e2e.harness import Exporter, wait_until, write_kubeconfig
 from tests.e2e.simulated import Simulated, start_simulated
 
 pytestmark = pytest.mark.slow
@@ -64,24 +64,6 @@ def template(name: str) -> dict[str, Any]:
     }
 
 
-def pod(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"claims": [{"name": "dev"}]},
-                }
-            ],
-            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": USES[name]}],
-        },
-    }
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     simulated = start_simulated(tmp_path_factory.mktemp("chargeback"))
@@ -111,7 +93,8 @@ def arrange(simulated: Simulated) -> None:
             f"{world.RESOURCE}/namespaces/{world.NAMESPACE}/resourceclaimtemplates", template(name)
         )
     for name in USES:
-        kube.create(world.PODS, pod(name))
+        made = world.pod(name, {"resourceClaimTemplateName": USES[name]}, labels={"app": name})
+        kube.create(world.PODS, made)
     for name in USES:
         wait_until(partial(world.bound, simulated, name), world.SCHEDULED, f"{name} scheduled")
 
@@ -152,7 +135,7 @@ def test_cost_by_team_is_one_join(cluster: Simulated, tmp_path: Path) -> None:
             assert (
                 f'kube_resourceclaim_annotations{{namespace="{world.NAMESPACE}",'
                 f'resourceclaim_name="{made}",'
-                f'annotation_resource_kubernetes_io_pod_claim_name="dev"}} 1'
+                f'annotation_resource_kubernetes_io_pod_claim_name="gpu"}} 1'
             ) in lines
             uid = cluster.kube.get(f"{world.PODS}/{name}")["metadata"]["uid"]
             assert (

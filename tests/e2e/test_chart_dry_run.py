@@ -9,8 +9,8 @@ import pytest
 
 from tests import tools
 from tests.e2e import crds
-from tests.e2e.conftest import ensure_namespace
 from tests.e2e.controlplane import Kube
+from tests.e2e.harness import ensure_namespace
 from tests.helm import CHART, render
 
 pytestmark = pytest.mark.slow

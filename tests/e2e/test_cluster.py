@@ -10,7 +10,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e import dataset
-from tests.e2e.conftest import (
+from tests.e2e.controlplane import APIError, ControlPlane, Kube
+from tests.e2e.harness import (
     CHART_NAMESPACE,
     Exporter,
     ensure_namespace,
@@ -19,7 +20,6 @@ from tests.e2e.conftest import (
     wait_until,
     write_kubeconfig,
 )
-from tests.e2e.controlplane import APIError, ControlPlane, Kube
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +108,7 @@ def test_rbac_removed_then_restored(
             "list resourceslices failed: 403 Forbidden",
         ]
         assert "kube_" not in body
-        from tests.e2e.conftest import scrape
+        from tests.e2e.harness import scrape
 
         assert scrape(exporter.port, "/healthz") == (200, "ok\n")
     finally:

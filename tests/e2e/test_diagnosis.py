@@ -18,69 +18,45 @@ from typing import Any
 import pytest
 
 from tests.e2e import simworld
-from tests.e2e.conftest import wait_until
+from tests.e2e import simworld as world
 from tests.e2e.controlplane import APIError
+from tests.e2e.harness import wait_until
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.simworld import (
-    CLAIMS,
-    DRIVER,
-    NAMESPACE,
-    PODS,
-    RESOURCE,
-    SCHEDULED,
-    bound,
-    claim,
-    counters,
-    device_class,
-    exporter,
-    ok,
-    pool_slice,
-    remove,
-    samples,
-    unschedulable,
-    values,
+
+SLICES_PATH = f"{world.RESOURCE}/resourceslices"
+EVERY = world.counters(
+    memory_slice_0="1", memory_slice_1="1", memory_slice_2="1", memory_slice_3="1"
 )
-
-SLICES_PATH = f"{RESOURCE}/resourceslices"
-EVERY = counters(memory_slice_0="1", memory_slice_1="1", memory_slice_2="1", memory_slice_3="1")
-
-
-def device(pool: str, name: str, kind: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "attributes": {"type": {"string": kind}, "uuid": {"string": f"{pool}/{name}"}},
-        **extra,
-    }
 
 
 def partition(name: str, *memory_slices: int) -> dict[str, Any]:
-    needs = counters(**{f"memory_slice_{index}": "1" for index in memory_slices})
-    return device(
+    needs = world.counters(**{f"memory_slice_{index}": "1" for index in memory_slices})
+    return world.device(
         "diag-a-mig", name, "mig", consumesCounters=[{"counterSet": "gpu", "counters": needs}]
     )
 
 
 SLICES = [
-    pool_slice(
+    world.pool_slice(
         "diag-a",
         "diag-a",
         "diag-a",
-        devices=[device("diag-a", f"gpu-{index}", "gpu") for index in range(3)],
+        devices=[world.device("diag-a", f"gpu-{index}", "gpu") for index in range(3)],
     ),
-    pool_slice(
+    world.pool_slice(
         "diag-a-mig-counters",
         "diag-a",
         "diag-a-mig",
         2,
         sharedCounters=[{"name": "gpu", "counters": EVERY}],
     ),
-    pool_slice(
+    world.pool_slice(
         "diag-a-mig-devices",
         "diag-a",
         "diag-a-mig",
         2,
         devices=[
-            device(
+            world.device(
                 "diag-a-mig",
                 "whole",
                 "gpu",
@@ -90,12 +66,12 @@ SLICES = [
             *(partition(f"mig-1g-{index}", index) for index in range(4)),
         ],
     ),
-    pool_slice(
+    world.pool_slice(
         "diag-b-nic",
         "diag-b",
         "diag-b-nic",
         devices=[
-            device(
+            world.device(
                 "diag-b-nic",
                 "nic",
                 "nic",
@@ -112,19 +88,19 @@ SLICES = [
             )
         ],
     ),
-    pool_slice(
+    world.pool_slice(
         "diag-b-incomplete",
         "diag-b",
         "diag-b-incomplete",
         2,
-        devices=[device("diag-b-incomplete", "gpu-0", "gpu")],
+        devices=[world.device("diag-b-incomplete", "gpu-0", "gpu")],
     ),
-    pool_slice(
+    world.pool_slice(
         "diag-b",
         "diag-b",
         "diag-b",
         devices=[
-            device(
+            world.device(
                 "diag-b",
                 "spare-0",
                 "spare",
@@ -132,33 +108,19 @@ SLICES = [
             )
         ],
     ),
-    pool_slice(
-        "diag-b-lost", "diag-b", "diag-b-lost", devices=[device("diag-b-lost", "x", "lost")]
+    world.pool_slice(
+        "diag-b-lost", "diag-b", "diag-b-lost", devices=[world.device("diag-b-lost", "x", "lost")]
     ),
 ]
 KINDS = ("gpu", "mig", "nic", "spare", "lost")
 
 
-def pod(name: str, claim_name: str, node: str | None = None, cpu: str = "100m") -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "containers": [
-            {
-                "name": "c",
-                "image": "registry.k8s.io/pause:3.10",
-                "resources": {"claims": [{"name": "dev"}], "requests": {"cpu": cpu}},
-            }
-        ],
-        "resourceClaims": [{"name": "dev", "resourceClaimName": claim_name}],
-    }
-    if node is not None:
-        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
 def run(cluster: Simulated, name: str, made: dict[str, Any], **where: Any) -> None:
     """A claim and a pod of the same name that uses it."""
-    cluster.kube.create(CLAIMS, made)
-    cluster.kube.create(PODS, pod(name, name, **where))
+    cluster.kube.create(world.CLAIMS, made)
+    cluster.kube.create(
+        world.PODS, world.pod(name, {"resourceClaimName": name}, **{"cpu": "100m", **where})
+    )
 
 
 @pytest.fixture(scope="module")
@@ -168,46 +130,38 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     try:
         for node in ("diag-a", "diag-b"):
             simulated.add_node(node)
-        simulated.add_namespace(NAMESPACE)
+        simulated.add_namespace(world.NAMESPACE)
         for kind in KINDS:
-            kube.create(f"{RESOURCE}/deviceclasses", device_class(f"diag-{kind}", kind))
+            kube.create(f"{world.RESOURCE}/deviceclasses", world.device_class(f"diag-{kind}", kind))
         for made in SLICES:
             kube.create(SLICES_PATH, made)
-        run(simulated, "held-partition", claim("held-partition", "diag-mig"))
-        share = claim("held-share", "diag-nic", capacity={"requests": {"bandwidth": "30G"}})
+        run(simulated, "held-partition", world.claim("held-partition", "diag-mig"))
+        share = world.claim("held-share", "diag-nic", capacity={"requests": {"bandwidth": "30G"}})
         run(simulated, "held-share", share)
-        run(simulated, "held-lost", claim("held-lost", "diag-lost"))
+        run(simulated, "held-lost", world.claim("held-lost", "diag-lost"))
         for name in ("held-partition", "held-share", "held-lost"):
-            wait_until(partial(bound, simulated, name), SCHEDULED, f"{name} scheduled")
+            wait_until(partial(world.bound, simulated, name), world.SCHEDULED, f"{name} scheduled")
         yield simulated
     finally:
         simulated.stop()
 
 
-def scrape(cluster: Simulated, directory: Path) -> str:
-    directory.mkdir()
-    running = exporter(cluster, directory, "list")
-    try:
-        _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
-    finally:
-        running.stop()
-    return body
-
-
 def held(cluster: Simulated, name: str) -> str:
     """The device the scheduler gave claim *name*."""
-    (result,) = cluster.kube.get(f"{CLAIMS}/{name}")["status"]["allocation"]["devices"]["results"]
+    (result,) = cluster.kube.get(f"{world.CLAIMS}/{name}")["status"]["allocation"]["devices"][
+        "results"
+    ]
     return str(result["device"])
 
 
 def reasons(body: str) -> dict[str, str]:
     return {
         row["resourceclaim_name"]: row["reason"]
-        for row in samples(body, "kube_resourceclaim_pending_reason")
+        for row in world.samples(body, "kube_resourceclaim_pending_reason")
     }
 
 
-TYPE = f'device.attributes["{DRIVER}"]'
+TYPE = f'device.attributes["{world.DRIVER}"]'
 
 
 def test_each_reason_and_the_scheduler_agrees(cluster: Simulated, tmp_path: Path) -> None:
@@ -218,65 +172,74 @@ def test_each_reason_and_the_scheduler_agrees(cluster: Simulated, tmp_path: Path
     """
     partition_held = held(cluster, "held-partition")
     built = {
-        "r-class": ("class_not_found", claim("r-class", "diag-nope")),
-        "r-selector": ("selector_error", claim("r-selector", "diag-gpu", f"{TYPE}.type > 1")),
-        "r-none": ("no_matching_device", claim("r-none", "diag-gpu", f'{TYPE}.uuid == "none"')),
+        "r-class": ("class_not_found", world.claim("r-class", "diag-nope")),
+        "r-selector": ("selector_error", world.claim("r-selector", "diag-gpu", f"{TYPE}.type > 1")),
+        "r-none": (
+            "no_matching_device",
+            world.claim("r-none", "diag-gpu", f'{TYPE}.uuid == "none"'),
+        ),
         "r-pool": (
             "pool_unusable",
-            claim("r-pool", "diag-gpu", f'{TYPE}.uuid == "diag-b-incomplete/gpu-0"'),
+            world.claim("r-pool", "diag-gpu", f'{TYPE}.uuid == "diag-b-incomplete/gpu-0"'),
         ),
-        "r-taint": ("tainted", claim("r-taint", "diag-spare")),
+        "r-taint": ("tainted", world.claim("r-taint", "diag-spare")),
         "r-use": (
             "in_use",
-            claim("r-use", "diag-mig", f'{TYPE}.uuid == "diag-a-mig/{partition_held}"'),
+            world.claim("r-use", "diag-mig", f'{TYPE}.uuid == "diag-a-mig/{partition_held}"'),
         ),
-        "r-many": ("insufficient", claim("r-many", "diag-gpu", count=4)),
-        "r-big": ("exceeds_capacity", claim("r-big", "diag-gpu", count=5)),
-        "r-cpu": ("feasible", claim("r-cpu", "diag-gpu")),
+        "r-many": ("insufficient", world.claim("r-many", "diag-gpu", count=4)),
+        "r-big": ("exceeds_capacity", world.claim("r-big", "diag-gpu", count=5)),
+        "r-cpu": ("feasible", world.claim("r-cpu", "diag-gpu")),
     }
     for name, (_, made) in built.items():
         run(cluster, name, made, cpu="100" if name == "r-cpu" else "100m")
     try:
         for name in built:
             condition = wait_until(
-                partial(unschedulable, cluster, name), SCHEDULED, f"{name} left pending"
+                partial(world.unschedulable, cluster, name), world.SCHEDULED, f"{name} left pending"
             )
             assert condition["reason"] in ("Unschedulable", "SchedulerError"), condition
-        body = scrape(cluster, tmp_path / "pending")
+        body = world.scrape_once(cluster, tmp_path / "pending")
         assert {n: r for n, r in reasons(body).items() if n in built} == {
             name: reason for name, (reason, _) in built.items()
         }
         matching = {
             (row["resourceclaim_name"], row["state"]): value
-            for row, value in values(body, "kube_resourceclaim_request_matching_devices")
+            for row, value in world.values(body, "kube_resourceclaim_request_matching_devices")
         }
         assert matching[("r-use", "allocated")] == 1
         assert matching[("r-pool", "unusable")] == 1
         assert matching[("r-taint", "tainted")] == 1
         for name, (_, _) in built.items():
-            assert "allocation" not in cluster.kube.get(f"{CLAIMS}/{name}").get("status", {})
-        cluster.delete_pod(NAMESPACE, "r-cpu")
-        cluster.kube.create(PODS, pod("r-cpu", "r-cpu"))
-        wait_until(partial(bound, cluster, "r-cpu"), SCHEDULED, "the feasible claim's new pod")
-        assert cluster.kube.get(f"{CLAIMS}/r-cpu")["status"]["allocation"]
+            assert "allocation" not in cluster.kube.get(f"{world.CLAIMS}/{name}").get("status", {})
+        cluster.delete_pod(world.NAMESPACE, "r-cpu")
+        cluster.kube.create(
+            world.PODS, world.pod("r-cpu", {"resourceClaimName": "r-cpu"}, cpu="100m")
+        )
+        wait_until(
+            partial(world.bound, cluster, "r-cpu"),
+            world.SCHEDULED,
+            "the feasible claim's new pod",
+        )
+        assert cluster.kube.get(f"{world.CLAIMS}/r-cpu")["status"]["allocation"]
     finally:
-        remove(cluster, list(built))
+        world.remove(cluster, list(built))
 
 
 def placed_one_after_another(cluster: Simulated, node: str, deviceclass: str) -> int:
     """How many one-device pods pinned to *node* the scheduler places before one stays Pending."""
 
     def start(name: str) -> None:
-        run(cluster, name, claim(name, deviceclass), node=node)
+        run(cluster, name, world.claim(name, deviceclass), node=node)
 
     return simworld.placed_one_after_another(cluster, f"fit-{node}-{deviceclass}", start)
 
 
 def test_headroom_is_what_the_scheduler_places(cluster: Simulated, tmp_path: Path) -> None:
     """Whole GPUs, MIG partitions with one in use, a shared NIC, an incomplete pool."""
-    body = scrape(cluster, tmp_path / "headroom")
+    body = world.scrape_once(cluster, tmp_path / "headroom")
     headroom: dict[tuple[str, str], float] = {}
-    for row, value in values(body, "kube_resourcepool_allocatable_devices"):
+    for row, value in world.values(body, "kube_resourcepool_allocatable_devices"):
         key = (row["node_name"], row["deviceclass_name"])
         headroom[key] = headroom.get(key, 0.0) + value
     cases = [("diag-a", "diag-gpu"), ("diag-a", "diag-mig"), ("diag-b", "diag-nic")]
@@ -299,40 +262,42 @@ def test_orphaned_device_and_eviction_condition(cluster: Simulated, tmp_path: Pa
     taint's age are shown.
     """
     lost = cluster.kube.get(f"{SLICES_PATH}/diag-b-lost")
-    lost["spec"]["devices"] = [device("diag-b-lost", "y", "lost")]
+    lost["spec"]["devices"] = [world.device("diag-b-lost", "y", "lost")]
     cluster.kube.put(f"{SLICES_PATH}/diag-b-lost", lost)
     rule = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceTaintRule",
         "metadata": {"name": "evict-share"},
         "spec": {
-            "deviceSelector": {"driver": DRIVER, "pool": "diag-b-nic", "device": "nic"},
+            "deviceSelector": {"driver": world.DRIVER, "pool": "diag-b-nic", "device": "nic"},
             "taint": {"key": "example.com/link-down", "effect": "NoExecute"},
         },
     }
-    cluster.kube.create(f"{RESOURCE}/devicetaintrules", rule)
+    cluster.kube.create(f"{world.RESOURCE}/devicetaintrules", rule)
     started = time.time()
 
     def conditioned() -> dict[str, Any] | None:
-        got = cluster.kube.get(f"{RESOURCE}/devicetaintrules/evict-share")
+        got = cluster.kube.get(f"{world.RESOURCE}/devicetaintrules/evict-share")
         return got if got.get("status", {}).get("conditions") else None
 
-    written = wait_until(conditioned, SCHEDULED, "the eviction controller's condition")
-    body = scrape(cluster, tmp_path / "lost")
+    written = wait_until(conditioned, world.SCHEDULED, "the eviction controller's condition")
+    body = world.scrape_once(cluster, tmp_path / "lost")
     assert [
         (row["resourceclaim_name"], row["pool"], row["device_name"], row["reason"])
-        for row in samples(body, "kube_resourceclaim_allocation_orphaned")
+        for row in world.samples(body, "kube_resourceclaim_allocation_orphaned")
     ] == [("held-lost", "diag-b-lost", "x", "device_gone")]
     conditions = {
         (row["condition"], row["status"])
-        for row in samples(body, "kube_devicetaintrule_status_condition")
+        for row in world.samples(body, "kube_devicetaintrule_status_condition")
         if row["devicetaintrule"] == "evict-share"
     }
     assert conditions == {(c["type"], c["status"].lower()) for c in written["status"]["conditions"]}
     assert {c for c, _ in conditions} == {"EvictionInProgress"}
     added = [
         value
-        for row, value in values(body, "kube_resourceslice_device_taint_added_timestamp_seconds")
+        for row, value in world.values(
+            body, "kube_resourceslice_device_taint_added_timestamp_seconds"
+        )
         if row["key"] == "example.com/link-down" and row["device_name"] == "nic"
     ]
     assert len(added) == 1 and started - 60 <= added[0] <= time.time() + 1, added
@@ -340,16 +305,16 @@ def test_orphaned_device_and_eviction_condition(cluster: Simulated, tmp_path: Pa
 
 def pinned(name: str, deviceclass: str, pool: str, device_name: str, **exactly: Any) -> Any:
     """A claim for one device, named by its uuid."""
-    return claim(name, deviceclass, f'{TYPE}.uuid == "{pool}/{device_name}"', **exactly)
+    return world.claim(name, deviceclass, f'{TYPE}.uuid == "{pool}/{device_name}"', **exactly)
 
 
 def reason_of(cluster: Simulated, directory: Path, name: str) -> dict[str, str]:
     """The exporter's reasons for claim *name*'s requests, once its pod is left Pending."""
-    wait_until(partial(unschedulable, cluster, name), SCHEDULED, f"{name} left pending")
-    body = scrape(cluster, directory)
+    wait_until(partial(world.unschedulable, cluster, name), world.SCHEDULED, f"{name} left pending")
+    body = world.scrape_once(cluster, directory)
     return {
         row["request"]: row["reason"]
-        for row in samples(body, "kube_resourceclaim_pending_reason")
+        for row in world.samples(body, "kube_resourceclaim_pending_reason")
         if row["resourceclaim_name"] == name
     }
 
@@ -360,28 +325,29 @@ def test_exceeds_capacity_does_not_follow_other_claims(cluster: Simulated, tmp_p
     The reason stays exceeds_capacity while claims take the free GPUs one by one and a NoSchedule
     DeviceTaintRule takes the last free one out of service; the scheduler leaves it Pending.
     """
-    run(cluster, "x-big", claim("x-big", "diag-gpu", count=5))
+    run(cluster, "x-big", world.claim("x-big", "diag-gpu", count=5))
     taken: list[str] = []
-    rule_path = f"{RESOURCE}/devicetaintrules/x-last"
+    rule_path = f"{world.RESOURCE}/devicetaintrules/x-last"
     try:
         assert reason_of(cluster, tmp_path / "free", "x-big") == {"dev": "exceeds_capacity"}
         for index in (0, 1):
             name = f"x-take-{index}"
             taken.append(name)
             run(cluster, name, pinned(name, "diag-gpu", "diag-a", f"gpu-{index}"), node="diag-a")
-            wait_until(partial(bound, cluster, name), SCHEDULED, f"{name} scheduled")
+            wait_until(partial(world.bound, cluster, name), world.SCHEDULED, f"{name} scheduled")
         rule = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "DeviceTaintRule",
             "metadata": {"name": "x-last"},
             "spec": {
-                "deviceSelector": {"driver": DRIVER, "pool": "diag-a", "device": "gpu-2"},
+                "deviceSelector": {"driver": world.DRIVER, "pool": "diag-a", "device": "gpu-2"},
                 "taint": {"key": "example.com/x-last", "effect": "NoSchedule"},
             },
         }
-        cluster.kube.create(f"{RESOURCE}/devicetaintrules", rule)
-        tainted = samples(
-            scrape(cluster, tmp_path / "tainted-state"), "kube_resourceslice_device_state"
+        cluster.kube.create(f"{world.RESOURCE}/devicetaintrules", rule)
+        tainted = world.samples(
+            world.scrape_once(cluster, tmp_path / "tainted-state"),
+            "kube_resourceslice_device_state",
         )
         assert {(r["pool"], r["device_name"], r["state"]) for r in tainted} >= {
             ("diag-a", "gpu-2", "tainted")
@@ -390,17 +356,17 @@ def test_exceeds_capacity_does_not_follow_other_claims(cluster: Simulated, tmp_p
         cluster.kube.delete(rule_path)
         taken.append("x-take-2")
         run(cluster, "x-take-2", pinned("x-take-2", "diag-gpu", "diag-a", "gpu-2"), node="diag-a")
-        wait_until(partial(bound, cluster, "x-take-2"), SCHEDULED, "x-take-2 scheduled")
+        wait_until(partial(world.bound, cluster, "x-take-2"), world.SCHEDULED, "x-take-2 scheduled")
         assert reason_of(cluster, tmp_path / "taken", "x-big") == {"dev": "exceeds_capacity"}
-        assert not bound(cluster, "x-big")
-        assert "allocation" not in cluster.kube.get(f"{CLAIMS}/x-big").get("status", {})
+        assert not world.bound(cluster, "x-big")
+        assert "allocation" not in cluster.kube.get(f"{world.CLAIMS}/x-big").get("status", {})
     finally:
         try:
             cluster.kube.delete(rule_path)
         except APIError as error:
             if error.code != 404:
                 raise
-        remove(cluster, ["x-big", *taken])
+        world.remove(cluster, ["x-big", *taken])
 
 
 def test_not_together(cluster: Simulated, tmp_path: Path) -> None:
@@ -415,7 +381,7 @@ def test_not_together(cluster: Simulated, tmp_path: Path) -> None:
     # The NIC may carry the NoExecute rule of the test before: tolerated, it is free alone.
     everything = [{"operator": "Exists"}]
     nic = {"name": "nic", "exactly": {"deviceClassName": "diag-nic", "tolerations": everything}}
-    made = claim("x-apart", "diag-gpu")
+    made = world.claim("x-apart", "diag-gpu")
     made["spec"]["devices"]["requests"] = [gpu, nic]
     run(cluster, "x-apart", made)
     try:
@@ -423,18 +389,18 @@ def test_not_together(cluster: Simulated, tmp_path: Path) -> None:
             "gpu": "not_together",
             "nic": "not_together",
         }
-        assert "allocation" not in cluster.kube.get(f"{CLAIMS}/x-apart").get("status", {})
+        assert "allocation" not in cluster.kube.get(f"{world.CLAIMS}/x-apart").get("status", {})
     finally:
-        remove(cluster, ["x-apart"])
+        world.remove(cluster, ["x-apart"])
 
 
 def profiled(pool: str, *names: str) -> list[dict[str, Any]]:
     """A whole GPU (no ``profile``) and two partitions (``profile`` 1g), in the order named."""
     made = []
     for name in names:
-        body = device(pool, name, "part" if name != "whole" else "cwhole")
+        body = world.device(pool, name, "part" if name != "whole" else "cwhole")
         slices = ("0", "1") if name == "whole" else (name[-1],)
-        needs = counters(**{f"memory_slice_{index}": "1" for index in slices})
+        needs = world.counters(**{f"memory_slice_{index}": "1" for index in slices})
         body["consumesCounters"] = [{"counterSet": "gpu", "counters": needs}]
         if name != "whole":
             body["attributes"]["profile"] = {"string": "1g"}
@@ -456,43 +422,49 @@ def test_selector_error_ends_headroom(cluster: Simulated, tmp_path: Path) -> Non
     error; where the partitions come first two fit, and the scheduler places two.
     """
     made = []
-    two = counters(memory_slice_0="1", memory_slice_1="1")
+    two = world.counters(memory_slice_0="1", memory_slice_1="1")
     for node, order in (("diag-c", ("whole", "p-0", "p-1")), ("diag-d", ("p-0", "p-1", "whole"))):
         cluster.add_node(node)
         made += [
-            pool_slice(
-                f"{node}-counters", node, node, 2, sharedCounters=[{"name": "gpu", "counters": two}]
+            world.pool_slice(
+                f"{node}-counters",
+                node,
+                node,
+                2,
+                sharedCounters=[{"name": "gpu", "counters": two}],
             ),
-            pool_slice(f"{node}-devices", node, node, 2, devices=profiled(node, *order)),
+            world.pool_slice(f"{node}-devices", node, node, 2, devices=profiled(node, *order)),
         ]
-    selecting = device_class("diag-profile", "part")
+    selecting = world.device_class("diag-profile", "part")
     selecting["spec"]["selectors"] = [{"cel": {"expression": PROFILE}}]
-    cluster.kube.create(f"{RESOURCE}/deviceclasses", selecting)
+    cluster.kube.create(f"{world.RESOURCE}/deviceclasses", selecting)
     for body in made:
         cluster.kube.create(SLICES_PATH, body)
     try:
-        written = scrape(cluster, tmp_path / "headroom")
+        written = world.scrape_once(cluster, tmp_path / "headroom")
         headroom = {
             row["node_name"]: value
-            for row, value in values(written, "kube_resourcepool_allocatable_devices")
+            for row, value in world.values(written, "kube_resourcepool_allocatable_devices")
             if row["deviceclass_name"] == "diag-profile"
         }
         assert headroom == {"diag-c": 0, "diag-d": 2}
-        run(cluster, "x-probe", claim("x-probe", "diag-profile"), node="diag-c")
+        run(cluster, "x-probe", world.claim("x-probe", "diag-profile"), node="diag-c")
         try:
             condition = wait_until(
-                partial(unschedulable, cluster, "x-probe"), SCHEDULED, "the probe refused"
+                partial(world.unschedulable, cluster, "x-probe"),
+                world.SCHEDULED,
+                "the probe refused",
             )
             assert condition["reason"] == "SchedulerError", condition
             assert "CEL runtime error" in condition["message"], condition
             assert reason_of(cluster, tmp_path / "probe", "x-probe") == {"dev": "selector_error"}
         finally:
-            remove(cluster, ["x-probe"])
+            world.remove(cluster, ["x-probe"])
         assert placed_one_after_another(cluster, "diag-d", "diag-profile") == 2
     finally:
         for body in made:
             cluster.kube.delete(f"{SLICES_PATH}/{body['metadata']['name']}")
-        cluster.kube.delete(f"{RESOURCE}/deviceclasses/diag-profile")
+        cluster.kube.delete(f"{world.RESOURCE}/deviceclasses/diag-profile")
 
 
 def test_admin_access_needs_the_counters(cluster: Simulated, tmp_path: Path) -> None:
@@ -500,17 +472,21 @@ def test_admin_access_needs_the_counters(cluster: Simulated, tmp_path: Path) -> 
 
     One for a partition whose counters are free is allocated, although admin access.
     """
-    namespace = cluster.kube.get(f"/api/v1/namespaces/{NAMESPACE}")
+    namespace = cluster.kube.get(f"/api/v1/namespaces/{world.NAMESPACE}")
     namespace["metadata"].setdefault("labels", {})["resource.kubernetes.io/admin-access"] = "true"
-    cluster.kube.put(f"/api/v1/namespaces/{NAMESPACE}", namespace)
+    cluster.kube.put(f"/api/v1/namespaces/{world.NAMESPACE}", namespace)
     assert held(cluster, "held-partition") == "mig-2g-0"  # memory slices 0 and 1
     overlapping = pinned("x-admin", "diag-mig", "diag-a-mig", "mig-1g-0", adminAccess=True)
     free = pinned("x-admin-free", "diag-mig", "diag-a-mig", "mig-1g-3", adminAccess=True)
     run(cluster, "x-admin", overlapping)
     run(cluster, "x-admin-free", free)
     try:
-        wait_until(partial(bound, cluster, "x-admin-free"), SCHEDULED, "the free admin claim")
+        wait_until(
+            partial(world.bound, cluster, "x-admin-free"),
+            world.SCHEDULED,
+            "the free admin claim",
+        )
         assert reason_of(cluster, tmp_path / "admin", "x-admin") == {"dev": "in_use"}
-        assert "allocation" not in cluster.kube.get(f"{CLAIMS}/x-admin").get("status", {})
+        assert "allocation" not in cluster.kube.get(f"{world.CLAIMS}/x-admin").get("status", {})
     finally:
-        remove(cluster, ["x-admin", "x-admin-free"])
+        world.remove(cluster, ["x-admin", "x-admin-free"])

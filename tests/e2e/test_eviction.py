@@ -22,27 +22,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import wait_until
+from tests.e2e import simworld as world
+from tests.e2e.harness import wait_until
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.simworld import (
-    DRIVER,
-    NAMESPACE,
-    PODS,
-    RESOURCE,
-    SCHEDULED,
-    bound,
-    claim,
-    device_class,
-    exporter,
-    gpu,
-    ok,
-    pod,
-    pool_slice,
-    samples,
-)
 
-CLAIMS = f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaims"
-RULES = f"{RESOURCE}/devicetaintrules"
+CLAIMS = f"{world.RESOURCE}/namespaces/{world.NAMESPACE}/resourceclaims"
+RULES = f"{world.RESOURCE}/devicetaintrules"
 NODE = "evict-a"
 KEY = "example.com/link-down"
 RULE = "evict-link-down"
@@ -64,7 +49,7 @@ KEPT = {"exact": "true", "no-effect": "false", "seconds": "false"}
 
 def holder(name: str) -> dict[str, Any]:
     """A claim for one GPU tolerating the taint key as *name* says."""
-    return claim(name, "evict-gpu", count=1, tolerations=[TOLERATIONS[name]])
+    return world.claim(name, "evict-gpu", count=1, tolerations=[TOLERATIONS[name]])
 
 
 @pytest.fixture(scope="module")
@@ -73,15 +58,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     kube = simulated.kube
     try:
         simulated.add_node(NODE)
-        simulated.add_namespace(NAMESPACE)
-        kube.create(f"{RESOURCE}/deviceclasses", device_class("evict-gpu", "gpu"))
-        devices = [gpu(NODE, f"gpu-{index}") for index in range(4)]
-        kube.create(f"{RESOURCE}/resourceslices", pool_slice(NODE, NODE, NODE, devices=devices))
+        simulated.add_namespace(world.NAMESPACE)
+        kube.create(f"{world.RESOURCE}/deviceclasses", world.device_class("evict-gpu", "gpu"))
+        devices = [world.gpu(NODE, f"gpu-{index}") for index in range(4)]
+        kube.create(
+            f"{world.RESOURCE}/resourceslices", world.pool_slice(NODE, NODE, NODE, devices=devices)
+        )
         for name in TOLERATIONS:
             kube.create(CLAIMS, holder(name))
-            kube.create(PODS, pod(name, {"resourceClaimName": name}))
+            kube.create(world.PODS, world.pod(name, {"resourceClaimName": name}))
         for name in TOLERATIONS:
-            wait_until(partial(bound, simulated, name), SCHEDULED, f"{name} scheduled")
+            wait_until(partial(world.bound, simulated, name), world.SCHEDULED, f"{name} scheduled")
         yield simulated
     finally:
         simulated.stop()
@@ -89,7 +76,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
 
 def evicted(cluster: Simulated, name: str) -> dict[str, Any] | None:
     """The DisruptionTarget condition the eviction controller put on pod *name*, once deleted."""
-    got = cluster.kube.get(f"{PODS}/{name}")
+    got = cluster.kube.get(f"{world.PODS}/{name}")
     if not got["metadata"].get("deletionTimestamp"):
         return None
     for condition in got.get("status", {}).get("conditions", []):
@@ -131,44 +118,40 @@ def test_tolerated_is_what_the_eviction_controller_does(cluster: Simulated, tmp_
                 "kind": "DeviceTaintRule",
                 "metadata": {"name": RULE},
                 "spec": {
-                    "deviceSelector": {"driver": DRIVER, "pool": NODE},
+                    "deviceSelector": {"driver": world.DRIVER, "pool": NODE},
                     "taint": {"key": KEY, "effect": "NoExecute"},
                 },
             },
         )
-        directory = tmp_path / "paused"
-        directory.mkdir()
-        running = exporter(cluster, directory, "list")
-        try:
-            _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
-        finally:
-            running.stop()
+        body = world.scrape_once(cluster, tmp_path / "paused")
         for name in TOLERATIONS:  # the controller is paused: nothing is evicted yet
-            assert not kube.get(f"{PODS}/{name}")["metadata"].get("deletionTimestamp"), name
+            assert not kube.get(f"{world.PODS}/{name}")["metadata"].get("deletionTimestamp"), name
     finally:
         os.kill(manager.pid, signal.SIGCONT)
     tainted = {
         (row["resourceclaim_name"], row["device_name"], row["devicetaintrule"]): row["tolerated"]
-        for row in samples(body, "kube_resourceclaim_allocation_tainted")
+        for row in world.samples(body, "kube_resourceclaim_allocation_tainted")
         if row["key"] == KEY and row["effect"] == "NoExecute"
     }
     assert tainted == {(name, held[name], RULE): KEPT[name] for name in TOLERATIONS}
     taints = {
         (row["device_name"], row["devicetaintrule"])
-        for row in samples(body, "kube_resourceslice_device_taint")
+        for row in world.samples(body, "kube_resourceslice_device_taint")
         if row["key"] == KEY and row["effect"] == "NoExecute" and row["pool"] == NODE
     }
     assert taints == {(f"gpu-{index}", RULE) for index in range(4)}  # allocated ones included
 
     added = seconds(kube.get(f"{RULES}/{RULE}")["spec"]["taint"]["timeAdded"])
     wait_until(
-        partial(evicted, cluster, "no-effect"), SCHEDULED, "the holder without effect evicted"
+        partial(evicted, cluster, "no-effect"), world.SCHEDULED, "the holder without effect evicted"
     )
     assert evicted(cluster, "seconds") is None, "evicted before its tolerationSeconds ran out"
     late = wait_until(
-        partial(evicted, cluster, "seconds"), SECONDS + SCHEDULED, "the holder with seconds evicted"
+        partial(evicted, cluster, "seconds"),
+        SECONDS + world.SCHEDULED,
+        "the holder with seconds evicted",
     )
     assert seconds(late["lastTransitionTime"]) >= added + SECONDS, (late, added)
-    wait_until(partial(completed, cluster), SCHEDULED, "the rule's evictions completed")
+    wait_until(partial(completed, cluster), world.SCHEDULED, "the rule's evictions completed")
     assert evicted(cluster, "exact") is None
-    assert bound(cluster, "exact") == NODE
+    assert world.bound(cluster, "exact") == NODE

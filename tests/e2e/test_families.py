@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import RESOURCES, Exporter, mint_token, write_kubeconfig
 from tests.e2e.controlplane import Kube
 from tests.e2e.families import (
     ADMIN_NAMESPACE,
@@ -19,6 +18,7 @@ from tests.e2e.families import (
     SHARE_A,
     SHARE_B,
 )
+from tests.e2e.harness import RESOURCES, Exporter, mint_token, write_kubeconfig
 
 pytestmark = pytest.mark.slow
 GiB = 2.0**30

@@ -22,83 +22,65 @@ import pytest
 
 from tests import dashboard, tools
 from tests.e2e import prometheus
-from tests.e2e.conftest import wait_until
+from tests.e2e import simworld as world
+from tests.e2e.harness import wait_until
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.simworld import (
-    CLAIMS,
-    DRIVER,
-    NAMESPACE,
-    PODS,
-    RESOURCE,
-    SCHEDULED,
-    bound,
-    claim_spec,
-    claims,
-    counters,
-    device_class,
-    exporter,
-    ok,
-    pod,
-    pool_slice,
-    values,
-)
 
 NODE = "idle-a"
 MIG_POOL = "idle-a-mig"
-EVERY = counters(memory="40Gi", **{f"memory_slice_{i}": "1" for i in range(4)})
+EVERY = world.counters(memory="40Gi", **{f"memory_slice_{i}": "1" for i in range(4)})
 """The MIG GPU's counters: 40Gi of memory in four placement slices."""
 PRICES = {"idle-gpu": ("gpu", "3.50"), "idle-h200": ("gpu", "5.00"), "idle-mig": ("mig", "0.55")}
 """Class -> (device type it selects, hourly cost); idle-h200 also asks for the H200 model."""
 
 
-def device(pool: str, name: str, kind: str, **extra: Any) -> dict[str, Any]:
-    attributes = {
-        "type": {"string": kind},
-        "uuid": {"string": f"{pool}/{name}"},
-        "productName": {"string": "NVIDIA H200"},
-    }
-    return {"name": name, "attributes": attributes, **extra}
+H200 = {"productName": {"string": "NVIDIA H200"}}
+
+
+def h200(pool: str, name: str, kind: str, **extra: Any) -> dict[str, Any]:
+    """An H200, or a partition of one."""
+    return world.device(pool, name, kind, attributes=H200, **extra)
 
 
 def partition(index: int) -> dict[str, Any]:
-    needs = counters(memory="10Gi", **{f"memory_slice_{index}": "1"})
-    return device(
+    needs = world.counters(memory="10Gi", **{f"memory_slice_{index}": "1"})
+    return h200(
         MIG_POOL, f"1g-{index}", "mig", consumesCounters=[{"counterSet": "gpu", "counters": needs}]
     )
 
 
 MIG_DEVICES = [
-    device(MIG_POOL, "whole", "gpu", consumesCounters=[{"counterSet": "gpu", "counters": EVERY}]),
+    h200(MIG_POOL, "whole", "gpu", consumesCounters=[{"counterSet": "gpu", "counters": EVERY}]),
     *(partition(index) for index in range(4)),
 ]
 SLICES = [
-    pool_slice(NODE, NODE, NODE, devices=[device(NODE, f"gpu-{i}", "gpu") for i in range(2)]),
-    pool_slice(
+    world.pool_slice(NODE, NODE, NODE, devices=[h200(NODE, f"gpu-{i}", "gpu") for i in range(2)]),
+    world.pool_slice(
         f"{MIG_POOL}-counters",
         NODE,
         MIG_POOL,
         3,
         sharedCounters=[{"name": "gpu", "counters": EVERY}],
     ),
-    pool_slice(
+    world.pool_slice(
         f"{MIG_POOL}-devices",
         NODE,
         MIG_POOL,
         3,
         devices=MIG_DEVICES,
     ),
-    pool_slice(f"{MIG_POOL}-initialising", NODE, MIG_POOL, 3, devices=[]),
-    pool_slice("idle-a-empty", NODE, "idle-a-empty", devices=[]),
+    world.pool_slice(f"{MIG_POOL}-initialising", NODE, MIG_POOL, 3, devices=[]),
+    world.pool_slice("idle-a-empty", NODE, "idle-a-empty", devices=[]),
 ]
 
 
 def priced_class(name: str) -> dict[str, Any]:
     kind, cost = PRICES[name]
-    made = device_class(name, kind)
+    made = world.device_class(name, kind)
     made["metadata"]["annotations"] = {"hourly-cost": cost}
     if name == "idle-h200":
         expression = made["spec"]["selectors"][0]["cel"]["expression"]
-        model = f'device.attributes["{DRIVER}"].productName == "NVIDIA H200"'
+        model = f'device.attributes["{world.DRIVER}"].productName == "NVIDIA H200"'
         made["spec"]["selectors"][0]["cel"]["expression"] = f"{expression} && {model}"
     return made
 
@@ -109,26 +91,26 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     kube = simulated.kube
     try:
         simulated.add_node(NODE)
-        simulated.add_namespace(NAMESPACE)
+        simulated.add_namespace(world.NAMESPACE)
         for name in PRICES:
-            kube.create(f"{RESOURCE}/deviceclasses", priced_class(name))
+            kube.create(f"{world.RESOURCE}/deviceclasses", priced_class(name))
         for made in SLICES:
-            kube.create(f"{RESOURCE}/resourceslices", made)
+            kube.create(f"{world.RESOURCE}/resourceslices", made)
         for name, deviceclass in (("one-partition", "idle-mig"), ("one-gpu", "idle-gpu")):
             kube.create(
-                f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates",
+                f"{world.RESOURCE}/namespaces/{world.NAMESPACE}/resourceclaimtemplates",
                 {
                     "apiVersion": "resource.k8s.io/v1",
                     "kind": "ResourceClaimTemplate",
                     "metadata": {"name": name},
-                    "spec": {"spec": claim_spec(deviceclass)},
+                    "spec": {"spec": world.claim_spec(deviceclass)},
                 },
             )
         for name, template in (("small-0", "one-partition"), ("small-1", "one-partition")):
-            kube.create(PODS, pod(name, {"resourceClaimTemplateName": template}))
-        kube.create(PODS, pod("large", {"resourceClaimTemplateName": "one-gpu"}))
+            kube.create(world.PODS, world.pod(name, {"resourceClaimTemplateName": template}))
+        kube.create(world.PODS, world.pod("large", {"resourceClaimTemplateName": "one-gpu"}))
         for name in ("small-0", "small-1", "large"):
-            wait_until(partial(bound, simulated, name), SCHEDULED, f"{name} scheduled")
+            wait_until(partial(world.bound, simulated, name), world.SCHEDULED, f"{name} scheduled")
         yield simulated
     finally:
         simulated.stop()
@@ -142,14 +124,7 @@ def implied(simulated: Simulated) -> dict[str, float]:
     5.00 over all of it, a partition's 0.55 over a quarter (2.20).  Its use is the busiest of
     memory and the memory-slice placement group.
     """
-    allocated = {
-        (result["pool"], result["device"])
-        for claim in claims(simulated)
-        for result in claim.get("status", {})
-        .get("allocation", {})
-        .get("devices", {})
-        .get("results", [])
-    }
+    allocated = world.allocated(simulated)
     whole = max(float(PRICES[name][1]) for name in ("idle-gpu", "idle-h200"))
     plain = sum(whole for i in range(2) if (NODE, f"gpu-{i}") not in allocated)
     devices = {d["name"]: d for d in MIG_DEVICES}
@@ -171,28 +146,28 @@ def test_idle_cost_is_what_the_rule_makes_of_the_schedulers_allocations(
     """Per pool as the rule implies; the dashboard's figure their sum, on a real Prometheus."""
     results = {
         (result["pool"], result["device"])
-        for claim in claims(cluster)
+        for claim in world.claims(cluster)
         for result in claim["status"]["allocation"]["devices"]["results"]
     }
     assert {pool for pool, _ in results} == {NODE, MIG_POOL}, results
     assert len(results) == 3, "two partitions and a whole GPU"
-    running = exporter(cluster, tmp_path, "list")
+    running = world.exporter(cluster, tmp_path, "list")
     try:
-        _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
+        _, body = wait_until(lambda: world.ok(running.scrape()), 30, "a scrape")
         expected = implied(cluster)
         assert expected == {NODE: 5.0, MIG_POOL: 2.5}, "the scheduler's first fit, priced"
         idle = {
             (row["pool"], row["node_name"]): value
-            for row, value in values(body, "kube_resourcepool_idle_hourly_cost")
+            for row, value in world.values(body, "kube_resourcepool_idle_hourly_cost")
         }
         assert idle == {(pool, NODE): cost for pool, cost in expected.items()}
         states = {
             row["pool"]: row["state"]
-            for row, value in values(body, "kube_resourcepool_state")
+            for row, value in world.values(body, "kube_resourcepool_state")
             if value == 1
         }
         assert states == {NODE: "usable", MIG_POOL: "usable", "idle-a-empty": "usable"}
-        used = {row["pool"] for row, _ in values(body, "kube_resourcepool_utilization_ratio")}
+        used = {row["pool"] for row, _ in world.values(body, "kube_resourcepool_utilization_ratio")}
         assert used == {NODE, MIG_POOL}, "the pool without devices has no utilisation"
         assert not any(
             math.isnan(float(line.rsplit(" ", 1)[1]))
@@ -232,7 +207,7 @@ def test_idle_cost_is_what_the_rule_makes_of_the_schedulers_allocations(
 
 def test_a_released_partition_is_idle_again(cluster: Simulated, tmp_path: Path) -> None:
     """A pod deleted, its claim deallocated by the controller manager: watch mode follows."""
-    running = exporter(cluster, tmp_path, "watch")
+    running = world.exporter(cluster, tmp_path, "watch")
     try:
 
         def idle_cost() -> dict[str, float] | None:
@@ -241,7 +216,7 @@ def test_a_released_partition_is_idle_again(cluster: Simulated, tmp_path: Path) 
                 return None
             found = {
                 row["pool"]: value
-                for row, value in values(body, "kube_resourcepool_idle_hourly_cost")
+                for row, value in world.values(body, "kube_resourcepool_idle_hourly_cost")
             }
             return found if found == implied(cluster) else None
 
@@ -249,17 +224,17 @@ def test_a_released_partition_is_idle_again(cluster: Simulated, tmp_path: Path) 
             NODE: 5.0,
             MIG_POOL: 2.5,
         }
-        cluster.delete_pod(NAMESPACE, "small-1")
+        cluster.delete_pod(world.NAMESPACE, "small-1")
 
         def released() -> bool:
             held = [
                 claim
-                for claim in cluster.kube.get(CLAIMS)["items"]
+                for claim in cluster.kube.get(world.CLAIMS)["items"]
                 if claim.get("status", {}).get("allocation")
             ]
             return len(held) == 2
 
-        wait_until(released, SCHEDULED, "the deleted pod's claim released")
+        wait_until(released, world.SCHEDULED, "the deleted pod's claim released")
         followed = wait_until(idle_cost, 30, "the exporter following the release")
         assert followed == {NODE: 5.0, MIG_POOL: 3.75}
     finally:

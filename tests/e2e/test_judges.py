@@ -53,20 +53,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
+from tests.e2e import simworld as world
+from tests.e2e.harness import Exporter, wait_until, write_kubeconfig
 from tests.e2e.simulated import Simulated, ensure, start_simulated
-from tests.e2e.simworld import (
-    RESOURCE,
-    RESOURCES,
-    SCHEDULED,
-    claim_spec,
-    device_class,
-    gpu,
-    pod,
-    pool_slice,
-    sample_values,
-    samples,
-)
 
 T = TypeVar("T")
 pytestmark = pytest.mark.slow
@@ -80,39 +69,16 @@ APISERVER_ARGS = ("--etcd-count-metric-poll-period=1s", "--show-hidden-metrics-f
 
 
 def _claims(namespace: str) -> str:
-    return f"{RESOURCE}/namespaces/{namespace}/resourceclaims"
+    return f"{world.RESOURCE}/namespaces/{namespace}/resourceclaims"
 
 
 def _pods(namespace: str) -> str:
     return f"/api/v1/namespaces/{namespace}/pods"
 
 
-def _claim(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
 def _admin(spec: dict[str, Any]) -> dict[str, Any]:
     spec["devices"]["requests"][0]["exactly"]["adminAccess"] = True
     return spec
-
-
-def _extended_pod(name: str) -> dict[str, Any]:
-    container = {
-        "name": "c",
-        "image": "registry.k8s.io/pause:3.10",
-        "resources": {"limits": {EXTENDED: "1"}},
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"containers": [container]},
-    }
 
 
 def _phase(simulated: Simulated, namespace: str, name: str) -> str | None:
@@ -146,31 +112,40 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
                     "metadata": {"name": namespace, "labels": labels},
                 },
             )
-        kube.create(f"{RESOURCE}/deviceclasses", device_class("judge-gpu", "gpu"))
-        kube.create(f"{RESOURCE}/deviceclasses", device_class("judge-none", "none"))
-        extended = device_class("judge-ext", "gpu")
+        kube.create(f"{world.RESOURCE}/deviceclasses", world.device_class("judge-gpu", "gpu"))
+        kube.create(f"{world.RESOURCE}/deviceclasses", world.device_class("judge-none", "none"))
+        extended = world.device_class("judge-ext", "gpu")
         extended["spec"]["extendedResourceName"] = EXTENDED
-        kube.create(f"{RESOURCE}/deviceclasses", extended)
+        kube.create(f"{world.RESOURCE}/deviceclasses", extended)
         for name, devices in (("judge-a-0", ["gpu-0", "gpu-1"]), ("judge-a-1", ["gpu-2"])):
             kube.create(
-                f"{RESOURCE}/resourceslices",
-                pool_slice(name, NODE, NODE, 2, devices=[gpu(NODE, d) for d in devices]),
+                f"{world.RESOURCE}/resourceslices",
+                world.pool_slice(
+                    name, NODE, NODE, 2, devices=[world.gpu(NODE, d) for d in devices]
+                ),
             )
-        for template, deviceclass in (("judge-gpu", "judge-gpu"), ("judge-none", "judge-none")):
+        for template, deviceclass in (
+            ("judge-gpu", "judge-gpu"),
+            ("judge-none", "judge-none"),
+        ):
             kube.create(
-                f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates",
+                f"{world.RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates",
                 {
                     "apiVersion": "resource.k8s.io/v1",
                     "kind": "ResourceClaimTemplate",
                     "metadata": {"name": template},
-                    "spec": {"spec": claim_spec(deviceclass)},
+                    "spec": {"spec": world.claim_spec(deviceclass)},
                 },
             )
-        kube.create(_claims(NAMESPACE), _claim("explicit", claim_spec("judge-gpu")))
-        kube.create(_claims(NAMESPACE), _claim("starved", claim_spec("judge-none")))
-        kube.create(_claims(NAMESPACE), _claim("unused", claim_spec("judge-gpu")))
-        kube.create(_claims(ADMIN), _claim("admin", _admin(claim_spec("judge-gpu"))))
-        kube.create(_claims(ADMIN), _claim("admin-idle", _admin(claim_spec("judge-none"))))
+        kube.create(_claims(NAMESPACE), world.claim_of("explicit", **world.claim_spec("judge-gpu")))
+        kube.create(_claims(NAMESPACE), world.claim_of("starved", **world.claim_spec("judge-none")))
+        kube.create(_claims(NAMESPACE), world.claim_of("unused", **world.claim_spec("judge-gpu")))
+        kube.create(
+            _claims(ADMIN), world.claim_of("admin", **_admin(world.claim_spec("judge-gpu")))
+        )
+        kube.create(
+            _claims(ADMIN), world.claim_of("admin-idle", **_admin(world.claim_spec("judge-none")))
+        )
         expected = {
             (NAMESPACE, "from-template"): "bound",
             (NAMESPACE, "explicit"): "bound",
@@ -180,22 +155,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
             (NAMESPACE, "starved-template"): "unschedulable",
         }
         made = {
-            "from-template": pod("from-template", {"resourceClaimTemplateName": "judge-gpu"}),
-            "explicit": pod("explicit", {"resourceClaimName": "explicit"}),
-            "extended": _extended_pod("extended"),
-            "admin": pod("admin", {"resourceClaimName": "admin"}),
-            "starved": pod("starved", {"resourceClaimName": "starved"}),
-            "starved-template": pod(
+            "from-template": world.pod("from-template", {"resourceClaimTemplateName": "judge-gpu"}),
+            "explicit": world.pod("explicit", {"resourceClaimName": "explicit"}),
+            "extended": world.extended_pod("extended", EXTENDED),
+            "admin": world.pod("admin", {"resourceClaimName": "admin"}),
+            "starved": world.pod("starved", {"resourceClaimName": "starved"}),
+            "starved-template": world.pod(
                 "starved-template", {"resourceClaimTemplateName": "judge-none"}
             ),
             # Names a claim that does not exist: the scheduler holds it back (gated).
-            "orphan": pod("orphan", {"resourceClaimName": "nowhere"}),
+            "orphan": world.pod("orphan", {"resourceClaimName": "nowhere"}),
         }
         for name, spec in made.items():
             kube.create(_pods(ADMIN if name == "admin" else NAMESPACE), spec)
         for (namespace, name), phase in expected.items():
             got = wait_until(
-                partial(_phase, simulated, namespace, name), SCHEDULED, f"{name} decided"
+                partial(_phase, simulated, namespace, name), world.SCHEDULED, f"{name} decided"
             )
             assert got == phase, (name, got)
         yield simulated
@@ -207,7 +182,7 @@ def controller_claims(simulated: Simulated) -> Counter[tuple[str, str, str]]:
     """kube-controller-manager's claims by (allocated, admin_access, source)."""
     text = simulated.metrics("kube-controller-manager")
     counts: Counter[tuple[str, str, str]] = Counter()
-    for labels, value in sample_values(text, "dynamic_resource_allocation_resource_claims"):
+    for labels, value in world.sample_values(text, "dynamic_resource_allocation_resource_claims"):
         counts[labels["allocated"], labels["admin_access"], labels["source"]] += int(value)
     return counts
 
@@ -221,16 +196,16 @@ def exporter_claims(body: str) -> Counter[tuple[str, str, str]]:
     """
     allocated = {
         (row["namespace"], row["resourceclaim_name"]): row["state"] in ("reserved", "allocated")
-        for row in samples(body, "kube_resourceclaim_status_state")
+        for row in world.samples(body, "kube_resourceclaim_status_state")
     }
     admin = {
         (row["namespace"], row["resourceclaim_name"])
-        for row in samples(body, "kube_resourceclaim_allocation_result_info")
+        for row in world.samples(body, "kube_resourceclaim_allocation_result_info")
         if row["admin_access"] == "true"
     }
     owned = {
         (row["namespace"], row["resourceclaim_name"])
-        for row in samples(body, "kube_resourceclaim_info")
+        for row in world.samples(body, "kube_resourceclaim_info")
         if row["owner_kind"] == "Pod"
     }
     return Counter(
@@ -257,11 +232,11 @@ def scheduler_counts(simulated: Simulated) -> dict[str, int]:
     text = simulated.metrics("kube-scheduler")
     queues = {
         labels["queue"]: int(value)
-        for labels, value in sample_values(text, "scheduler_pending_pods")
+        for labels, value in world.sample_values(text, "scheduler_pending_pods")
     }
     rejected = sum(
         int(value)
-        for labels, value in sample_values(text, "scheduler_unschedulable_pods")
+        for labels, value in world.sample_values(text, "scheduler_unschedulable_pods")
         if labels["plugin"] == "DynamicResources"
     )
     return {
@@ -272,7 +247,7 @@ def scheduler_counts(simulated: Simulated) -> dict[str, int]:
 
 
 def exporter_pods(body: str) -> dict[str, int]:
-    causes = Counter(row["cause"] for row in samples(body, "kube_pod_dra_unschedulable"))
+    causes = Counter(row["cause"] for row in world.samples(body, "kube_pod_dra_unschedulable"))
     return {
         "pending": sum(causes.values()),
         "gated": causes["claim_missing"],
@@ -292,19 +267,19 @@ def apiserver_counts(simulated: Simulated) -> dict[str, tuple[int, int]]:
     text = simulated.metrics("kube-apiserver")
     new = {
         labels["resource"]: int(value)
-        for labels, value in sample_values(text, "apiserver_resource_objects")
+        for labels, value in world.sample_values(text, "apiserver_resource_objects")
         if labels["group"] == "resource.k8s.io"
     }
     old = {
         labels["resource"]: int(value)
-        for labels, value in sample_values(text, "apiserver_storage_objects")
+        for labels, value in world.sample_values(text, "apiserver_storage_objects")
         if labels["resource"].endswith(".resource.k8s.io")
     }
     return {kind: (new[kind], old[f"{kind}.resource.k8s.io"]) for kind in KINDS}
 
 
 def exporter_objects(body: str) -> dict[str, tuple[int, int]]:
-    return {kind: (len(samples(body, family)),) * 2 for kind, family in KINDS.items()}
+    return {kind: (len(world.samples(body, family)),) * 2 for kind, family in KINDS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -312,7 +287,7 @@ def exporter(cluster: Simulated, tmp_path_factory: pytest.TempPathFactory) -> It
     directory = tmp_path_factory.mktemp("judged")
     config = write_kubeconfig(directory / "kubeconfig", cluster.kube, cluster.kube.token)
     running = Exporter(
-        directory / "run", ["--resources", f"{RESOURCES},pods"], {"KUBECONFIG": str(config)}
+        directory / "run", ["--resources", f"{world.RESOURCES},pods"], {"KUBECONFIG": str(config)}
     )
     yield running
     assert running.stop() == 0

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
+from tests.e2e.harness import Exporter, wait_until, write_kubeconfig
 from tests.e2e.simulated import Simulated, start_simulated
 from tests.e2e.simworld import (
     CLAIMS,

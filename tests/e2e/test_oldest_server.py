@@ -21,8 +21,8 @@ import pytest
 
 from tests import tools
 from tests.e2e import controlplane, dataset, families
-from tests.e2e.conftest import Exporter, ensure_namespace, scrape, wait_until, write_kubeconfig
 from tests.e2e.controlplane import ADMIN_TOKEN, APIError, ControlPlane, Kube
+from tests.e2e.harness import Exporter, ensure_namespace, scrape, wait_until, write_kubeconfig
 from tests.e2e.test_watch import dra_lines, ready
 from tests.helm import render
 

@@ -36,8 +36,8 @@ import yaml
 
 from tests import dashboard, tools
 from tests.e2e import crds, prometheus
-from tests.e2e.conftest import Exporter, ensure_namespace, wait_until, write_kubeconfig
 from tests.e2e.controlplane import APIError, ControlPlane, Kube, start
+from tests.e2e.harness import Exporter, ensure_namespace, wait_until, write_kubeconfig
 from tests.helm import CHART
 from tests.processes import free_port
 

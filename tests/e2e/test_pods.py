@@ -18,51 +18,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
+from tests.e2e import simworld as world
+from tests.e2e.harness import Exporter, wait_until, write_kubeconfig
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.simworld import (
-    CLAIMS,
-    DRIVER,
-    NAMESPACE,
-    PODS,
-    RESOURCE,
-    RESOURCES,
-    SCHEDULED,
-    bound,
-    claim,
-    device_class,
-    ok,
-    pool_slice,
-    remove,
-    samples,
-    settled,
-    unschedulable,
-    values,
-)
+from tests.e2e.simworld import device
 
 pytestmark = pytest.mark.slow
 NODE = "pods-a"
 EXTENDED = "example.com/gpu"
-TEMPLATES = f"{RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates"
-
-
-def gpu(name: str) -> dict[str, Any]:
-    return {"name": name, "attributes": {"type": {"string": "gpu"}}}
-
-
-def extended_pod(name: str) -> dict[str, Any]:
-    """A pod asking for one GPU as an extended resource, as with a device plugin."""
-    container = {
-        "name": "c",
-        "image": "registry.k8s.io/pause:3.10",
-        "resources": {"limits": {EXTENDED: "1"}},
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {"containers": [container]},
-    }
+TEMPLATES = f"{world.RESOURCE}/namespaces/{world.NAMESPACE}/resourceclaimtemplates"
 
 
 def template_pod(name: str, template: str) -> dict[str, Any]:
@@ -99,13 +63,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     kube = simulated.kube
     try:
         simulated.add_node(NODE)
-        simulated.add_namespace(NAMESPACE)
-        serving = device_class("pods-gpu", "gpu")
+        simulated.add_namespace(world.NAMESPACE)
+        serving = world.device_class("pods-gpu", "gpu")
         serving["spec"]["extendedResourceName"] = EXTENDED
-        kube.create(f"{RESOURCE}/deviceclasses", serving)
+        kube.create(f"{world.RESOURCE}/deviceclasses", serving)
         kube.create(
-            f"{RESOURCE}/resourceslices",
-            pool_slice(NODE, NODE, NODE, devices=[gpu("gpu-0"), gpu("gpu-1")]),
+            f"{world.RESOURCE}/resourceslices",
+            world.pool_slice(
+                NODE, NODE, NODE, devices=[device(NODE, "gpu-0"), device(NODE, "gpu-1")]
+            ),
         )
         kube.create(TEMPLATES, template("pods-gpu", "pods-gpu"))
         kube.create(TEMPLATES, template("pods-nope", "pods-nope"))
@@ -119,31 +85,31 @@ def exporter(cluster: Simulated, directory: Path, mode: str) -> Exporter:
     config = write_kubeconfig(directory / "kubeconfig", cluster.kube, cluster.kube.token)
     return Exporter(
         directory / "run",
-        ["--resources", f"{RESOURCES},pods", "--mode", mode],
+        ["--resources", f"{world.RESOURCES},pods", "--mode", mode],
         {"KUBECONFIG": str(config)},
     )
 
 
 def scrape(running: Exporter) -> str:
-    _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
+    _, body = wait_until(lambda: world.ok(running.scrape()), 30, "a scrape")
     return body
 
 
 def waiting(body: str) -> dict[str, tuple[str, str, float]]:
     return {
         row["pod"]: (row["resource"], row["deviceclass_name"], value)
-        for row, value in values(body, "kube_pod_dra_extended_resource_request")
+        for row, value in world.values(body, "kube_pod_dra_extended_resource_request")
     }
 
 
 def causes(body: str) -> dict[str, str]:
-    return {row["pod"]: row["cause"] for row in samples(body, "kube_pod_dra_unschedulable")}
+    return {row["pod"]: row["cause"] for row in world.samples(body, "kube_pod_dra_unschedulable")}
 
 
 def owned_claims(body: str, pod: str) -> list[str]:
     return [
         row["resourceclaim_name"]
-        for row in samples(body, "kube_resourceclaim_info")
+        for row in world.samples(body, "kube_resourceclaim_info")
         if row["owner_kind"] == "Pod" and row["owner_name"] == pod
     ]
 
@@ -155,12 +121,16 @@ def test_extended_demand_waits_then_moves_to_its_claim(cluster: Simulated, tmp_p
     (watch mode) moves it from waiting demand to the claim families.
     """
     for name in ("holder-0", "holder-1"):
-        cluster.kube.create(PODS, extended_pod(name))
-        wait_until(partial(bound, cluster, name), SCHEDULED, f"{name} bound")
-    cluster.kube.create(PODS, extended_pod("waiter"))
-    condition = wait_until(partial(unschedulable, cluster, "waiter"), SCHEDULED, "waiter held")
+        cluster.kube.create(world.PODS, world.extended_pod(name, EXTENDED))
+        wait_until(partial(world.bound, cluster, name), world.SCHEDULED, f"{name} bound")
+    cluster.kube.create(world.PODS, world.extended_pod("waiter", EXTENDED))
+    condition = wait_until(
+        partial(world.unschedulable, cluster, "waiter"), world.SCHEDULED, "waiter held"
+    )
     assert "cannot allocate all claims" in condition["message"], condition
-    assert not [c for c in cluster.kube.get(CLAIMS)["items"] if "waiter" in c["metadata"]["name"]]
+    assert not [
+        c for c in cluster.kube.get(world.CLAIMS)["items"] if "waiter" in c["metadata"]["name"]
+    ]
     running = exporter(cluster, tmp_path / "watch", "watch")
     try:
         body = scrape(running)
@@ -168,8 +138,12 @@ def test_extended_demand_waits_then_moves_to_its_claim(cluster: Simulated, tmp_p
         assert causes(body) == {"waiter": "claims"}
         for holder in ("holder-0", "holder-1"):
             assert len(owned_claims(body, holder)) == 1
-        cluster.delete_pod(NAMESPACE, "holder-0")
-        wait_until(partial(bound, cluster, "waiter"), SCHEDULED, "waiter bound once a GPU is free")
+        cluster.delete_pod(world.NAMESPACE, "holder-0")
+        wait_until(
+            partial(world.bound, cluster, "waiter"),
+            world.SCHEDULED,
+            "waiter bound once a GPU is free",
+        )
 
         def moved() -> str | None:
             now = scrape(running)
@@ -178,11 +152,11 @@ def test_extended_demand_waits_then_moves_to_its_claim(cluster: Simulated, tmp_p
         body = wait_until(moved, 10, "the waiter's demand shown as its claim")
         assert "waiter" not in causes(body)
         (made,) = owned_claims(body, "waiter")
-        results = [r for r in samples(body, "kube_resourceclaim_allocation_result_info")]
+        results = [r for r in world.samples(body, "kube_resourceclaim_allocation_result_info")]
         assert [r["pool"] for r in results if r["resourceclaim_name"] == made] == [NODE]
     finally:
         running.stop()
-        cluster.delete_pods(NAMESPACE, "holder-0", "holder-1", "waiter")
+        cluster.delete_pods(world.NAMESPACE, "holder-0", "holder-1", "waiter")
 
 
 def test_missing_class_and_device_health(cluster: Simulated, tmp_path: Path) -> None:
@@ -191,17 +165,21 @@ def test_missing_class_and_device_health(cluster: Simulated, tmp_path: Path) -> 
     A bound pod's device health, written into its status as the kubelet writes it, shows per
     device.
     """
-    cluster.kube.create(PODS, template_pod("no-class", "pods-nope"))
-    cluster.kube.create(PODS, template_pod("sick", "pods-gpu"))
-    condition = wait_until(partial(unschedulable, cluster, "no-class"), SCHEDULED, "no-class held")
+    cluster.kube.create(world.PODS, template_pod("no-class", "pods-nope"))
+    cluster.kube.create(world.PODS, template_pod("sick", "pods-gpu"))
+    condition = wait_until(
+        partial(world.unschedulable, cluster, "no-class"), world.SCHEDULED, "no-class held"
+    )
     assert "does not exist" in condition["message"], condition
-    wait_until(partial(bound, cluster, "sick"), SCHEDULED, "sick bound")
-    made = cluster.kube.get(f"{PODS}/sick")["status"]["resourceClaimStatuses"][0][
+    wait_until(partial(world.bound, cluster, "sick"), world.SCHEDULED, "sick bound")
+    made = cluster.kube.get(f"{world.PODS}/sick")["status"]["resourceClaimStatuses"][0][
         "resourceClaimName"
     ]
-    (result,) = cluster.kube.get(f"{CLAIMS}/{made}")["status"]["allocation"]["devices"]["results"]
+    (result,) = cluster.kube.get(f"{world.CLAIMS}/{made}")["status"]["allocation"]["devices"][
+        "results"
+    ]
     device = f"{result['driver']}/{result['pool']}/{result['device']}"
-    pod = cluster.kube.get(f"{PODS}/sick")
+    pod = cluster.kube.get(f"{world.PODS}/sick")
     pod["status"]["containerStatuses"] = [
         {
             "name": "c",
@@ -218,12 +196,12 @@ def test_missing_class_and_device_health(cluster: Simulated, tmp_path: Path) -> 
             ],
         }
     ]
-    cluster.kube.put(f"{PODS}/sick/status", pod)
+    cluster.kube.put(f"{world.PODS}/sick/status", pod)
     running = exporter(cluster, tmp_path / "list", "list")
     try:
         body = scrape(running)
         assert causes(body).get("no-class") == "class_missing"
-        health = samples(body, "kube_pod_dra_device_health")
+        health = world.samples(body, "kube_pod_dra_device_health")
         assert [
             (
                 h["pod"],
@@ -236,10 +214,10 @@ def test_missing_class_and_device_health(cluster: Simulated, tmp_path: Path) -> 
                 h["health"],
             )
             for h in health
-        ] == [("sick", "c", made, "", DRIVER, NODE, result["device"], "unhealthy")]
+        ] == [("sick", "c", made, "", world.DRIVER, NODE, result["device"], "unhealthy")]
     finally:
         running.stop()
-        cluster.delete_pods(NAMESPACE, "no-class", "sick")
+        cluster.delete_pods(world.NAMESPACE, "no-class", "sick")
 
 
 STUCK = ("kube_pod_dra_unschedulable", "kube_pod_dra_not_started")
@@ -265,7 +243,9 @@ def explicit_pod(name: str, claim_name: str, **spec: Any) -> dict[str, Any]:
 
 def made_claim(cluster: Simulated, name: str) -> str | None:
     """The claim the controller manager made for pod *name*'s template, once it has."""
-    made = cluster.kube.get(f"{PODS}/{name}").get("status", {}).get("resourceClaimStatuses", [])
+    made = (
+        cluster.kube.get(f"{world.PODS}/{name}").get("status", {}).get("resourceClaimStatuses", [])
+    )
     return str(made[0]["resourceClaimName"]) if made else None
 
 
@@ -286,19 +266,23 @@ def test_every_pod_waiting_unbound_is_named(
     try:
         os.kill(manager.pid, signal.SIGSTOP)
         try:
-            kube.create(PODS, template_pod("unmade", "pods-gpu"))
-            kube.create(CLAIMS, claim("unheard", "pods-gpu", count=1))
-            kube.create(PODS, explicit_pod("unheard", "unheard", schedulerName="no-such-scheduler"))
-            kube.create(CLAIMS, claim("too-many", "pods-gpu", count=3))
-            kube.create(PODS, explicit_pod("too-many", "too-many"))
+            kube.create(world.PODS, template_pod("unmade", "pods-gpu"))
+            kube.create(world.CLAIMS, world.claim("unheard", "pods-gpu", count=1))
+            kube.create(
+                world.PODS, explicit_pod("unheard", "unheard", schedulerName="no-such-scheduler")
+            )
+            kube.create(world.CLAIMS, world.claim("too-many", "pods-gpu", count=3))
+            kube.create(world.PODS, explicit_pod("too-many", "too-many"))
             condition = wait_until(
-                partial(unschedulable, cluster, "too-many"), SCHEDULED, "too-many judged"
+                partial(world.unschedulable, cluster, "too-many"),
+                world.SCHEDULED,
+                "too-many judged",
             )
             assert "cannot allocate all claims" in condition["message"], condition
-            assert unschedulable(cluster, "unheard") is None  # another scheduler's pod
-            assert unschedulable(cluster, "unmade") is None  # held back before scheduling
+            assert world.unschedulable(cluster, "unheard") is None  # another scheduler's pod
+            assert world.unschedulable(cluster, "unmade") is None  # held back before scheduling
             assert made_claim(cluster, "unmade") is None
-            body = settled(exporters, STUCK, "the three named", lambda b: len(causes(b)) == 3)
+            body = world.settled(exporters, STUCK, "the three named", lambda b: len(causes(b)) == 3)
             assert causes(body) == {
                 "unmade": "claim_missing",
                 "unheard": "claim_pending",
@@ -306,11 +290,17 @@ def test_every_pod_waiting_unbound_is_named(
             }
         finally:
             os.kill(manager.pid, signal.SIGCONT)
-        wait_until(partial(bound, cluster, "unmade"), SCHEDULED, "unmade bound, its claim made")
-        body = settled(exporters, STUCK, "the bound pod gone", lambda b: "unmade" not in causes(b))
+        wait_until(
+            partial(world.bound, cluster, "unmade"),
+            world.SCHEDULED,
+            "unmade bound, its claim made",
+        )
+        body = world.settled(
+            exporters, STUCK, "the bound pod gone", lambda b: "unmade" not in causes(b)
+        )
         assert causes(body) == {"unheard": "claim_pending", "too-many": "claims"}
     finally:
-        remove(cluster, ["unmade", "unheard", "too-many"])
+        world.remove(cluster, ["unmade", "unheard", "too-many"])
 
 
 def kubelet_status(
@@ -368,7 +358,7 @@ def kubelet_status(
 def not_started(body: str) -> dict[tuple[str, str], float]:
     return {
         (labels["pod"], labels["node_name"]): value
-        for labels, value in values(body, "kube_pod_dra_not_started")
+        for labels, value in world.values(body, "kube_pod_dra_not_started")
     }
 
 
@@ -383,20 +373,23 @@ def test_bound_pods_whose_devices_are_not_prepared(
     """
     kube = cluster.kube
     for name in ("unprepared", "old-kubelet"):
-        kube.create(PODS, template_pod(name, "pods-gpu"))
+        kube.create(world.PODS, template_pod(name, "pods-gpu"))
     try:
         for name in ("unprepared", "old-kubelet"):
-            assert wait_until(partial(bound, cluster, name), SCHEDULED, f"{name} bound") == NODE
+            assert (
+                wait_until(partial(world.bound, cluster, name), world.SCHEDULED, f"{name} bound")
+                == NODE
+            )
         placed = next(
             c["lastTransitionTime"]
-            for c in kube.get(f"{PODS}/old-kubelet")["status"]["conditions"]
+            for c in kube.get(f"{world.PODS}/old-kubelet")["status"]["conditions"]
             if c["type"] == "PodScheduled"
         )
         since = "2026-12-01T08:00:00Z"
         for name, condition in (("unprepared", True), ("old-kubelet", False)):
-            pod = kube.get(f"{PODS}/{name}")
-            kube.put(f"{PODS}/{name}/status", kubelet_status(pod, False, condition, since))
-        body = settled(
+            pod = kube.get(f"{world.PODS}/{name}")
+            kube.put(f"{world.PODS}/{name}/status", kubelet_status(pod, False, condition, since))
+        body = world.settled(
             exporters,
             STUCK,
             "both written",
@@ -407,16 +400,16 @@ def test_bound_pods_whose_devices_are_not_prepared(
         assert waiting[("old-kubelet", NODE)] == seconds(placed)
         assert not causes(body)
         for name, condition in (("unprepared", True), ("old-kubelet", False)):
-            pod = kube.get(f"{PODS}/{name}")
-            kube.put(f"{PODS}/{name}/status", kubelet_status(pod, True, condition, since))
-        settled(
+            pod = kube.get(f"{world.PODS}/{name}")
+            kube.put(f"{world.PODS}/{name}/status", kubelet_status(pod, True, condition, since))
+        world.settled(
             exporters,
             STUCK,
             "both started",
             lambda b: not {"unprepared", "old-kubelet"} & {pod for pod, _ in not_started(b)},
         )
     finally:
-        cluster.delete_pods(NAMESPACE, "unprepared", "old-kubelet")
+        cluster.delete_pods(world.NAMESPACE, "unprepared", "old-kubelet")
 
 
 def seconds(stamp: str) -> float:

@@ -11,8 +11,8 @@ import pytest
 
 from tests import tools
 from tests.e2e import dataset, prometheus
-from tests.e2e.conftest import Exporter, ensure_namespace, mint_token, wait_until, write_kubeconfig
 from tests.e2e.controlplane import Kube
+from tests.e2e.harness import Exporter, ensure_namespace, mint_token, wait_until, write_kubeconfig
 from tests.e2e.prometheus import query
 
 pytestmark = pytest.mark.slow

@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 
 from tests.e2e import driver_shapes
-from tests.e2e.conftest import Exporter, wait_until, write_kubeconfig
+from tests.e2e.harness import Exporter, wait_until, write_kubeconfig
 from tests.e2e.publisher import Publisher
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.simworld import samples, values
+from tests.e2e.simworld import claim, pod, samples, values
 
 pytestmark = pytest.mark.slow
 RESOURCE = "/apis/resource.k8s.io/v1"
@@ -211,42 +211,9 @@ def test_pools_are_what_the_api_holds(cluster: Simulated, shapes: None, tmp_path
             assert re.fullmatch(rf"[0-9a-f]+-{re.escape(driver)}-{node}-[a-z0-9]{{5}}", name)
 
 
-def claim(name: str, deviceclass: str, *selectors: str, **capacity: str) -> dict[str, Any]:
-    exactly: dict[str, Any] = {"deviceClassName": deviceclass}
-    if selectors:
-        exactly["selectors"] = [{"cel": {"expression": expression}} for expression in selectors]
-    if capacity:
-        exactly["capacity"] = {"requests": capacity}
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name},
-        "spec": {"devices": {"requests": [{"name": "dev", "exactly": exactly}]}},
-    }
-
-
-def pod(name: str, claim_name: str, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"claims": [{"name": "dev"}]},
-                }
-            ],
-            "resourceClaims": [{"name": "dev", "resourceClaimName": claim_name}],
-        },
-    }
-
-
 def run_pod(simulated: Simulated, name: str, made: dict[str, Any], node: str) -> None:
     simulated.kube.create(CLAIMS, made)
-    simulated.kube.create(PODS, pod(name, made["metadata"]["name"], node))
+    simulated.kube.create(PODS, pod(name, {"resourceClaimName": made["metadata"]["name"]}, node))
 
 
 def bound(simulated: Simulated, name: str) -> str | None:
@@ -284,8 +251,14 @@ ASKED = {
         claim("partition", "gpu.example.com", f'"partition" in {INK} && {INK}.partition == 1'),
         "pub-b",
     ),
-    "cores": (claim("cores", "cpu.example.com", **{"cpu.example.com/cpu": "2"}), "pub-a"),
-    "stream": (claim("stream", "net.example.com", bandwidth="10G"), "pub-b"),
+    "cores": (
+        claim("cores", "cpu.example.com", capacity={"requests": {"cpu.example.com/cpu": "2"}}),
+        "pub-a",
+    ),
+    "stream": (
+        claim("stream", "net.example.com", capacity={"requests": {"bandwidth": "10G"}}),
+        "pub-b",
+    ),
     "mig": (
         claim("mig", "mig.nvidia.com", 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'),
         "pub-c",

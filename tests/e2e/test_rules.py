@@ -21,7 +21,9 @@ import yaml
 
 from tests import dashboard, tools
 from tests.e2e import prometheus, stuck
-from tests.e2e.conftest import (
+from tests.e2e.controlplane import Kube
+from tests.e2e.families import V1
+from tests.e2e.harness import (
     CHART_NAMESPACE,
     RESOURCES,
     Exporter,
@@ -30,8 +32,6 @@ from tests.e2e.conftest import (
     wait_until,
     write_kubeconfig,
 )
-from tests.e2e.controlplane import Kube
-from tests.e2e.families import V1
 from tests.helm import render, resource
 from tests.objects import resource_slice
 from tests.processes import free_port

@@ -18,31 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Exporter, wait_until
+from tests.e2e import simworld as world
+from tests.e2e.harness import Exporter, wait_until
 from tests.e2e.simulated import Simulated, start_simulated
-from tests.e2e.simworld import (
-    CLAIMS,
-    DRIVER,
-    NAMESPACE,
-    PODS,
-    RESOURCE,
-    SCHEDULED,
-    bound,
-    claim,
-    class_selecting,
-    exporter,
-    ok,
-    pod,
-    pool_slice,
-    remove,
-    samples,
-    unschedulable,
-    values,
-)
 
 NODE = "forms-a"
-ATTRIBUTES = f'device.attributes["{DRIVER}"]'
-CAPACITY = f'device.capacity["{DRIVER}"]'
+ATTRIBUTES = f'device.attributes["{world.DRIVER}"]'
+CAPACITY = f'device.capacity["{world.DRIVER}"]'
 FORMS = {
     "forms-exists": f'{ATTRIBUTES}.exists(k, k == "type")',
     "forms-all": f'{ATTRIBUTES}.all(k, k != "type")',
@@ -54,25 +36,12 @@ ANY = "forms-any"
 """A class of every device of the driver, for claims that select with their own selectors."""
 
 
-def device(name: str, memory: bool, **attributes: str) -> dict[str, Any]:
-    """A device with a uuid, the string *attributes* and, with *memory*, a memory capacity."""
-    made: dict[str, Any] = {
-        "name": name,
-        "attributes": {
-            "uuid": {"string": f"{NODE}/{name}"},
-            **{key: {"string": value} for key, value in attributes.items()},
-        },
-    }
-    if memory:
-        made["capacity"] = {"memory": {"value": "40Gi"}}
-    return made
-
-
+MODEL_X = {"model": {"string": "x"}}
 DEVICES = [
-    device("d0", True, type="gpu"),
-    device("d1", False, type="gpu", model="x"),
-    device("d2", False, model="x"),
-    device("d3", True),
+    world.device(NODE, "d0", "gpu", memory="40Gi"),
+    world.device(NODE, "d1", "gpu", attributes=MODEL_X),
+    world.device(NODE, "d2", None, attributes=MODEL_X),
+    world.device(NODE, "d3", None, memory="40Gi"),
 ]
 """Each form selects a different two of them (see test_each_form_selects_...)."""
 
@@ -82,11 +51,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     simulated = start_simulated(tmp_path_factory.mktemp("forms"))
     try:
         simulated.add_node(NODE)
-        simulated.add_namespace(NAMESPACE)
-        for name, expression in {**FORMS, ANY: f'device.driver == "{DRIVER}"'}.items():
-            simulated.kube.create(f"{RESOURCE}/deviceclasses", class_selecting(name, expression))
+        simulated.add_namespace(world.NAMESPACE)
+        for name, expression in {**FORMS, ANY: f'device.driver == "{world.DRIVER}"'}.items():
+            simulated.kube.create(
+                f"{world.RESOURCE}/deviceclasses", world.class_selecting(name, expression)
+            )
         simulated.kube.create(
-            f"{RESOURCE}/resourceslices", pool_slice(NODE, NODE, NODE, devices=DEVICES)
+            f"{world.RESOURCE}/resourceslices", world.pool_slice(NODE, NODE, NODE, devices=DEVICES)
         )
         yield simulated
     finally:
@@ -96,9 +67,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
 def scrape(cluster: Simulated, directory: Path) -> tuple[str, str]:
     """One list-mode scrape: (the DRA metrics, the exporter's own)."""
     directory.mkdir()
-    running: Exporter = exporter(cluster, directory, "list")
+    running: Exporter = world.exporter(cluster, directory, "list")
     try:
-        _, body = wait_until(lambda: ok(running.scrape()), 30, "a scrape")
+        _, body = wait_until(lambda: world.ok(running.scrape()), 30, "a scrape")
         return body, running.telemetry()
     finally:
         running.stop()
@@ -107,15 +78,17 @@ def scrape(cluster: Simulated, directory: Path) -> tuple[str, str]:
 def run(cluster: Simulated, made: dict[str, Any]) -> str:
     """The claim and a pod of its name that uses it."""
     name: str = made["metadata"]["name"]
-    cluster.kube.create(CLAIMS, made)
-    cluster.kube.create(PODS, pod(name, {"resourceClaimName": name}))
+    cluster.kube.create(world.CLAIMS, made)
+    cluster.kube.create(world.PODS, world.pod(name, {"resourceClaimName": name}))
     return name
 
 
 def allocated(cluster: Simulated, name: str) -> set[str]:
     """The devices the scheduler gave claim *name*, once its pod is bound."""
-    wait_until(partial(bound, cluster, name), SCHEDULED, f"{name} scheduled")
-    results = cluster.kube.get(f"{CLAIMS}/{name}")["status"]["allocation"]["devices"]["results"]
+    wait_until(partial(world.bound, cluster, name), world.SCHEDULED, f"{name} scheduled")
+    results = cluster.kube.get(f"{world.CLAIMS}/{name}")["status"]["allocation"]["devices"][
+        "results"
+    ]
     assert all(result["pool"] == NODE for result in results), results
     return {result["device"] for result in results}
 
@@ -129,16 +102,16 @@ def test_each_form_selects_what_the_scheduler_allocates(cluster: Simulated, tmp_
     """
     body, telemetry = scrape(cluster, tmp_path / "matched")
     matched: dict[str, set[str]] = {name: set() for name in FORMS}
-    for row in samples(body, "kube_resourceslice_device_class"):
+    for row in world.samples(body, "kube_resourceslice_device_class"):
         if row["deviceclass_name"] in FORMS:
             matched[row["deviceclass_name"]].add(row["device_name"])
     given = {}
     for name in FORMS:
-        claim_name = run(cluster, claim(f"all-{name}", name, allocationMode="All"))
+        claim_name = run(cluster, world.claim(f"all-{name}", name, allocationMode="All"))
         try:
             given[name] = allocated(cluster, claim_name)
         finally:
-            remove(cluster, [claim_name])
+            world.remove(cluster, [claim_name])
     assert matched == given
     assert len({frozenset(devices) for devices in given.values()}) == len(FORMS)
     assert all(len(devices) == 2 for devices in given.values()), given
@@ -154,28 +127,28 @@ def test_claims_own_selectors_of_each_form(cluster: Simulated, tmp_path: Path) -
     ``selector_error`` for both pending claims.
     """
     both = (FORMS["forms-filter"], FORMS["forms-capacity"])
-    fits = run(cluster, claim("own-fits", ANY, *both))
-    many = run(cluster, claim("own-many", ANY, FORMS["forms-all"], count=3))
-    none = run(cluster, claim("own-none", ANY, f'{ATTRIBUTES}.exists(k, k == "serial")'))
+    fits = run(cluster, world.claim("own-fits", ANY, *both))
+    many = run(cluster, world.claim("own-many", ANY, FORMS["forms-all"], count=3))
+    none = run(cluster, world.claim("own-none", ANY, f'{ATTRIBUTES}.exists(k, k == "serial")'))
     try:
         assert allocated(cluster, fits) == {"d0"}
         for name in (many, none):
             condition = wait_until(
-                partial(unschedulable, cluster, name), SCHEDULED, f"{name} left pending"
+                partial(world.unschedulable, cluster, name), world.SCHEDULED, f"{name} left pending"
             )
             assert condition["reason"] == "Unschedulable", condition
-            assert "allocation" not in cluster.kube.get(f"{CLAIMS}/{name}").get("status", {})
+            assert "allocation" not in cluster.kube.get(f"{world.CLAIMS}/{name}").get("status", {})
         body, telemetry = scrape(cluster, tmp_path / "pending")
         reasons = {
             row["resourceclaim_name"]: row["reason"]
-            for row in samples(body, "kube_resourceclaim_pending_reason")
+            for row in world.samples(body, "kube_resourceclaim_pending_reason")
         }
         assert reasons == {many: "exceeds_capacity", none: "no_matching_device"}
         matching = {
             (row["resourceclaim_name"], row["state"]): value
-            for row, value in values(body, "kube_resourceclaim_request_matching_devices")
+            for row, value in world.values(body, "kube_resourceclaim_request_matching_devices")
         }
         assert matching == {(many, "available"): 2}
         assert "kube_dra_exporter_cel_errors_total{" not in telemetry
     finally:
-        remove(cluster, [fits, many, none])
+        world.remove(cluster, [fits, many, none])

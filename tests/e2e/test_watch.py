@@ -22,7 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kdraexp.families import FAMILIES
 from tests.e2e import controlplane, dataset, stuck
-from tests.e2e.conftest import (
+from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Kube
+from tests.e2e.harness import (
     CHART_NAMESPACE,
     RESOURCES,
     Exporter,
@@ -32,7 +33,6 @@ from tests.e2e.conftest import (
     wait_until,
     write_kubeconfig,
 )
-from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, Kube
 from tests.e2e.proxy import Proxy
 
 pytestmark = pytest.mark.slow

@@ -29,8 +29,8 @@ import attrs
 import yaml
 
 from tests import tools
-from tests.e2e.conftest import wait_until, write_kubeconfig
 from tests.e2e.controlplane import APIError, Kube
+from tests.e2e.harness import wait_until, write_kubeconfig
 from tests.e2e.simulated import Simulated, start_simulated
 from tests.helm import CHART
 from tests.node import host

@@ -15,8 +15,8 @@ from typing import Any
 
 import attrs
 
-from tests.e2e.conftest import wait_until
 from tests.e2e.controlplane import APIError, Kube
+from tests.e2e.harness import wait_until
 from tests.node import host
 from tests.node.cluster import NODE, PAUSE, Node
 

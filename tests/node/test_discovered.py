@@ -30,8 +30,8 @@ import yaml
 
 from tests import dashboard, tools
 from tests.e2e import crds, prometheus
-from tests.e2e.conftest import wait_until
 from tests.e2e.controlplane import APIError
+from tests.e2e.harness import wait_until
 from tests.e2e.test_operator import Setup, prometheus_cr
 from tests.helm import CHART
 from tests.node import driver, host

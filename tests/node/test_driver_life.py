@@ -9,6 +9,10 @@ kube-controller-manager and the device is free again. The driver stopped: a pod 
 kubelet's grace (its slices stay 30 s) is bound with its claim allocated and reserved, and never
 starts, as the kubelet cannot prepare it; after the grace the kubelet wipes the slices, the pool
 is gone, and the allocations left behind are orphaned.
+
+The kubelet is a second judge throughout: the claims it counts prepared for the driver
+(``dra_resource_claims_in_use``) are those the exporter shows reserved on the node for the
+driver's devices, less those of pods waiting, not started.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 import attrs
 import pytest
 
-from tests.e2e.conftest import wait_until
+from tests.e2e.harness import wait_until
 from tests.e2e.simworld import sample_values, samples
 from tests.node import driver
 from tests.node.cluster import NODE, Node, http_get
@@ -39,6 +43,8 @@ CLAIMS = f"/apis/resource.k8s.io/v1/namespaces/{WORK}/resourceclaims"
 PODS = f"/api/v1/namespaces/{WORK}/pods"
 WIPE_GRACE = 30
 """Seconds the kubelet keeps the slices of a driver gone (its defaultWipingDelay)."""
+IN_USE = "dra_resource_claims_in_use"
+"""The kubelet's count of the claims it has prepared, by driver: a second judge of the exporter."""
 
 
 @attrs.define
@@ -154,6 +160,52 @@ def agrees(node: Node, view: View) -> tuple[dict[str, Any], str] | None:
     return (expected, body) if exporter_view(body) == expected else None
 
 
+def kubelet_in_use(node: Node) -> float:
+    """The claims the kubelet has prepared through the driver (``dra_resource_claims_in_use``)."""
+    for labels, value in sample_values(node.kubelet_metrics("/metrics"), IN_USE):
+        if labels.get("driver_name") == driver.NAME:
+            return value
+    return 0.0  # written once a claim of the driver was prepared
+
+
+def exporter_in_use(body: str) -> float:
+    """The claims the exporter says the kubelet holds prepared for the driver on the node.
+
+    Those allocated the driver's devices on the node and reserved for a pod, less those reserved
+    for a pod that waits, not started (``kube_pod_dra_not_started``): the kubelet could not
+    prepare them.
+    """
+
+    def claims(family: str, **where: str) -> set[str]:
+        return {
+            s["resourceclaim_name"]
+            for s in samples(body, family)
+            if s["namespace"] == WORK and all(s[k] == v for k, v in where.items())
+        }
+
+    waiting = {
+        s["pod"] for s in samples(body, "kube_pod_dra_not_started") if s["namespace"] == WORK
+    }
+    held = {
+        s["resourceclaim_name"]
+        for s in samples(body, "kube_resourceclaim_status_reserved_for_pod")
+        if s["namespace"] == WORK and s["pod_name"] not in waiting
+    }
+    return float(
+        len(
+            held
+            & claims("kube_resourceclaim_status_state", state="reserved")
+            & claims("kube_resourceclaim_allocation_node_info", node_name=NODE)
+            & claims("kube_resourceclaim_allocation_result_info", driver=driver.NAME)
+        )
+    )
+
+
+def judged_alike(node: Node, view: View, count: float) -> bool:
+    """The kubelet and the exporter both count *count* claims prepared for the driver."""
+    return kubelet_in_use(node) == count and exporter_in_use(view.scrape()) == count
+
+
 def running_pod(node: Node, name: str) -> dict[str, Any] | None:
     pod: dict[str, Any] = node.kube.get(f"{PODS}/{name}")
     statuses = pod["status"].get("containerStatuses") or []
@@ -186,6 +238,7 @@ def test_claim_prepared_then_released(node: Node, view: View, running: Driver) -
         if s["namespace"] == WORK
     }
     assert state == {"first": "reserved"}
+    wait_until(lambda: judged_alike(node, view, 1), 60, "the kubelet and the exporter: 1 in use")
 
     node.kube.delete(f"{PODS}/first")
     wait_until(lambda: not node.kube.get(PODS)["items"], 60, "the pod gone")
@@ -199,6 +252,7 @@ def test_claim_prepared_then_released(node: Node, view: View, running: Driver) -
     expected, body = wait_until(lambda: agrees(node, view), 60, "the exporter as the API")
     assert expected["allocated"] == [] and expected["reserved"] == []
     assert set(device_states(body).values()) == {"available"}
+    wait_until(lambda: judged_alike(node, view, 0), 60, "the kubelet and the exporter: none")
 
 
 def test_driver_stopped(node: Node, view: View, running: Driver) -> None:
@@ -240,6 +294,8 @@ def test_driver_stopped(node: Node, view: View, running: Driver) -> None:
     assert not any("running" in s["state"] for s in pod["status"].get("containerStatuses", []))
     conditions = {c["type"]: c for c in pod["status"]["conditions"]}
     assert conditions["PodReadyToStartContainers"]["status"] == "False", conditions
+    # The kubelet holds the first claim prepared, not the stranded one: nor does the exporter.
+    wait_until(lambda: judged_alike(node, view, 1), 60, "the kubelet and the exporter: 1 in use")
 
     # The kubelet wipes the slices of a driver gone for its grace: the pool is gone.
     wait_until(lambda: not running.slices(), WIPE_GRACE + 60, "the driver's slices wiped")
@@ -271,3 +327,4 @@ def test_driver_stopped(node: Node, view: View, running: Driver) -> None:
         }
     ], waiting
     assert created <= waiting[0][1] <= time.time(), (created, waiting)
+    assert kubelet_in_use(node) == exporter_in_use(body) == 1.0

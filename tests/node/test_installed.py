@@ -24,7 +24,7 @@ import attrs
 import pytest
 import yaml
 
-from tests.e2e.conftest import wait_until
+from tests.e2e.harness import wait_until
 from tests.e2e.simworld import sample_values, samples
 from tests.helm import CHART
 from tests.node.cluster import Node, http_get

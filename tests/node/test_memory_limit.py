@@ -25,7 +25,7 @@ import attrs
 import pytest
 import yaml
 
-from tests.e2e.conftest import wait_until
+from tests.e2e.harness import wait_until
 from tests.node import host
 from tests.node.cluster import Node, http_get, memory_cgroup
 from tests.processes import free_port
