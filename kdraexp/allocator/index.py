@@ -31,7 +31,7 @@ from kdraexp.allocator.facts import (
     SliceFacts,
 )
 from kdraexp.dra.gated import kept
-from kdraexp.dra.nodeselector import LabelSelector
+from kdraexp.dra.nodeselector import LabelSelector, NodeSelector
 from kdraexp.dra.problems import Problems
 from kdraexp.util.labels import GroupValues
 from kdraexp.util.turns import Turns
@@ -250,9 +250,12 @@ class Memo:
 
     states: dict[tuple[str, str], list[str]] = attrs.Factory(dict)
     """Per pool, its devices' states (see :meth:`ClusterIndex.states`)."""
-    fits: dict[tuple[str, str], tuple[tuple[str, str, float], ...]] = attrs.Factory(dict)
-    """Per pool, its first fit per node and class (see :mod:`.headroom`): the headroom family
-    and pending requests' summaries both read it."""
+    fits: dict[tuple[str, str], tuple[tuple[str | NodeSelector | None, str, float], ...]] = (
+        attrs.Factory(dict)
+    )
+    """Per pool, its first fit per class and where its devices serve (a node, a node selector,
+    every node: see :mod:`.headroom`): the headroom family and pending requests' summaries both
+    read it."""
     summaries: dict[tuple[str, str], Any] = attrs.Factory(dict)
     """Per pool, what pending requests read of it (see :mod:`.pending`)."""
     totals: dict[str, Any] = attrs.Factory(dict)
@@ -266,8 +269,8 @@ class Memo:
     waiting: dict[tuple[str, str], list[PodFacts]] | None = None
     """The pods not bound yet by the claims they use: made when first asked (see :mod:`.reach`)."""
     served: dict[Any, Any] = attrs.Factory(dict)
-    """Which Nodes pools and drivers serve (see :mod:`.nodes`): kept while the index is, as
-    neither claims nor a collection change it."""
+    """Which Nodes selectors match and drivers serve (see :mod:`.nodes`): kept while the index
+    is, as neither claims nor a collection change it."""
 
     def consume(self, key: tuple[str, str]) -> None:
         """The pool *key*'s use changed: forget what was kept of it."""
