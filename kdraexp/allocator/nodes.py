@@ -12,7 +12,7 @@ from __future__ import annotations
 import attrs
 
 from kdraexp.allocator.facts import NodeFacts
-from kdraexp.allocator.headroom import where_fits
+from kdraexp.allocator.headroom import allocatable, where_fits
 from kdraexp.allocator.index import ClusterIndex, Pool
 from kdraexp.dra.nodeselector import NodeSelector
 
@@ -25,8 +25,11 @@ def on_nodes(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float], .
     one for a pod's node; devices serving every node keep the node "".  A selector matching no
     Node places its devices nowhere.
     """
+    fits = where_fits(index, pool)
+    if all(type(where) is str for where, _, _ in fits):
+        return allocatable(index, pool)  # every device bound to a node: nothing to place
     found: dict[tuple[str, str], float] = {}
-    for where, deviceclass, count in where_fits(index, pool):
+    for where, deviceclass, count in fits:
         if where is None or isinstance(where, str):
             nodes: tuple[str, ...] = (where or "",)
         else:
