@@ -47,8 +47,8 @@ def allocatable(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float]
     The fit of devices bound to no node is on the node "" (see :func:`where_fits` for where).
     """
     found = where_fits(index, pool)
-    if all(type(where) is str for where, _, _ in found):
-        return cast(tuple[tuple[str, str, float], ...], found)  # node-bound devices only
+    if pool.bound:
+        return cast(tuple[tuple[str, str, float], ...], found)  # each on its node already
     merged: dict[tuple[str, str], float] = {}
     for where, deviceclass, count in found:
         key = (where if type(where) is str else "", deviceclass)

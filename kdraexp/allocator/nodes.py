@@ -25,11 +25,10 @@ def on_nodes(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float], .
     one for a pod's node; devices serving every node keep the node "".  A selector matching no
     Node places its devices nowhere.
     """
-    fits = where_fits(index, pool)
-    if all(type(where) is str for where, _, _ in fits):
-        return allocatable(index, pool)  # every device bound to a node: nothing to place
+    if pool.bound:
+        return allocatable(index, pool)  # every device on its node: nothing to place
     found: dict[tuple[str, str], float] = {}
-    for where, deviceclass, count in fits:
+    for where, deviceclass, count in where_fits(index, pool):
         if where is None or isinstance(where, str):
             nodes: tuple[str, ...] = (where or "",)
         else:
