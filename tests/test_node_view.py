@@ -154,3 +154,107 @@ def test_a_feasible_request_no_node_its_pods_may_use_can_meet_is_unreachable() -
     assert {
         reason for (reason,) in values(plain, "kube_resourceclaim_pending_reason", "reason")
     } == {"feasible"}
+
+
+GB200 = [
+    node("gb-0", gpu="true", clique="gb"),
+    node("gb-1", gpu="true", clique="gb"),
+    node("gb-2", gpu="true", clique="gb"),
+    node("other", gpu="true", clique="b"),
+]
+GB_CLIQUE = {
+    "nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "clique", "operator": "In", "values": ["gb"]}]}
+    ]
+}
+
+
+def gb200() -> dict[str, Any]:
+    """A pool with a GPU bound to each of gb-0 and gb-1 and one device for the whole clique.
+
+    gb-2 is in the clique with no GPU of its own: the clique's device alone serves it.
+    """
+    made = pool_slice(
+        "gb",
+        [
+            gpu("gpu-0", nodeName="gb-0"),
+            gpu("gpu-1", nodeName="gb-1"),
+            gpu("imex", nodeSelector=GB_CLIQUE),
+        ],
+        pool="gb",
+        perDeviceNodeSelection=True,
+    )
+    del made["spec"]["nodeName"]
+    return made
+
+
+def test_a_device_placed_by_its_own_selector_counts_beside_the_nodes_own() -> None:
+    """The clique's device fits on each node it matches, with that node's GPU: 2 on gb-0.
+
+    As the allocator selects devices under ``perDeviceNodeSelection``, one by one: a pod pinned
+    to gb-1 may take gpu-1 and the clique's device.  Without the Node view the clique's device
+    stays on "".
+    """
+    fit = "kube_resourcepool_allocatable_devices"
+    viewed = collect(slices=[gb200()], classes=CLASSES, nodes=GB200, selection=VIEW)
+    assert values(viewed, fit, "node_name") == {("gb-0",): 2.0, ("gb-1",): 2.0, ("gb-2",): 1.0}
+    plain = collect(slices=[gb200()], classes=CLASSES)
+    assert values(plain, fit, "node_name") == {("gb-0",): 1.0, ("gb-1",): 1.0, ("",): 1.0}
+
+
+def test_devices_placed_by_different_selectors_count_where_each_serves() -> None:
+    """Two devices of one pool, each its own clique's: each node counts its clique's only."""
+    other = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "clique", "operator": "In", "values": ["b"]}]}
+        ]
+    }
+    made = gb200()
+    made["spec"]["devices"].append(gpu("imex-b", nodeSelector=other))
+    viewed = collect(slices=[made], classes=CLASSES, nodes=GB200, selection=VIEW)
+    assert values(viewed, "kube_resourcepool_allocatable_devices", "node_name") == {
+        ("gb-0",): 2.0,
+        ("gb-1",): 2.0,
+        ("gb-2",): 1.0,
+        ("other",): 1.0,
+    }
+
+
+def test_a_node_only_a_device_selector_serves_misses_no_pool() -> None:
+    """gb-2 is served by the clique's device alone; other, in no clique of the pool, is not."""
+    viewed = collect(slices=[gb200()], classes=CLASSES, nodes=GB200, selection=VIEW)
+    assert values(viewed, "kube_node_dra_pool_missing", "node_name") == {("other",): 1.0}
+    assert values(viewed, "kube_resourcepool_node_state", "pool", "node_name") == {
+        ("gb", "gb-0"): 1.0,
+        ("gb", "gb-1"): 1.0,
+    }
+
+
+def _pinned(name: str) -> dict[str, Any]:
+    """Required node affinity for the node *name* alone (a pod not bound yet)."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+
+
+def test_a_pod_pinned_to_a_node_may_take_its_gpu_and_the_clique_device() -> None:
+    """Two devices for a pod pinned to gb-1 are feasible: gpu-1 and the clique's device.
+
+    Pinned to other, which the clique's device does not serve, they are unreachable.
+    """
+    from tests.objects import new_claim
+
+    request = [{"name": "dev", "exactly": {"deviceClassName": NVIDIA, "count": 2}}]
+    claims = [new_claim(name, None, requests=request) for name in ("gb-1", "other")]
+    pods = [_pod(name, name, affinity=_pinned(name)) for name in ("gb-1", "other")]
+    both = select(resources="resourceclaims,resourceslices,deviceclasses,nodes,pods")
+    viewed = collect(
+        slices=[gb200()], classes=CLASSES, claims=claims, nodes=GB200, pods=pods, selection=both
+    )
+    assert values(viewed, "kube_resourceclaim_pending_reason", "resourceclaim_name", "reason") == {
+        ("gb-1", "feasible"): 1.0,
+        ("other", "unreachable"): 1.0,
+    }

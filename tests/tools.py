@@ -250,6 +250,7 @@ SCHEDULED = (
     "test_eviction.py",
     "test_idle_cost.py",
     "test_judges.py",
+    "test_node_view.py",
     "test_pods.py",
     "test_publisher.py",
 )

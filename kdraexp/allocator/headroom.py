@@ -24,11 +24,13 @@ import math
 from collections.abc import Iterator, Mapping
 from operator import attrgetter
 from types import MappingProxyType
+from typing import cast
 
 import attrs
 
 from kdraexp.allocator.facts import TOLERANCE, DeviceFacts
 from kdraexp.allocator.index import USABLE, ClusterIndex, Kept, Pool, blocked, take
+from kdraexp.dra.nodeselector import NodeSelector
 
 _NOTHING: Mapping[tuple[str, str], float] = MappingProxyType({})
 _SHAREABLE = attrgetter("shareable")
@@ -36,13 +38,18 @@ _SHAREABLE = attrgetter("shareable")
 _CONSUMES = attrgetter("consumes")
 
 
+Where = str | NodeSelector | None
+"""Where devices serve: the node they are bound to, the node selector placing them (their own
+or their slice's), or None for every node."""
+
+
 @attrs.define
 class HeadroomMemo(Kept):
     """What first fit placed, kept per pool until its use changes."""
 
-    fits: dict[tuple[str, str], tuple[tuple[str, str, float], ...]] = attrs.Factory(dict)
-    """Per pool, its first fit per node and class: the headroom family and pending requests'
-    summaries both read it."""
+    fits: dict[tuple[str, str], tuple[tuple[Where, str, float], ...]] = attrs.Factory(dict)
+    """Per pool, its first fit per class and where its devices serve (a node, a node selector,
+    every node): the headroom family and pending requests' summaries both read it."""
 
     def consume(self, key: tuple[str, str]) -> None:
         """The pool's fit is not what it was."""
@@ -52,9 +59,24 @@ class HeadroomMemo(Kept):
 def allocatable(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float], ...]:
     """(node, class, how many more fit) for each class that selects a device of the pool.
 
-    A pool that is not usable fits none; a pool whose devices sit on several nodes (per-device
-    node selection) is counted per node, its counters shared by all.  Kept in the index until
-    the pool's use changes.
+    The fit of devices bound to no node is on the node "" (see :func:`where_fits` for where).
+    """
+    found = where_fits(index, pool)
+    if pool.bound:
+        return cast(tuple[tuple[str, str, float], ...], found)  # each on its node already
+    merged: dict[tuple[str, str], float] = {}
+    for where, deviceclass, count in found:
+        key = (where if type(where) is str else "", deviceclass)
+        merged[key] = merged.get(key, 0.0) + count
+    return tuple([(node, deviceclass, count) for (node, deviceclass), count in merged.items()])
+
+
+def where_fits(index: ClusterIndex, pool: Pool) -> tuple[tuple[Where, str, float], ...]:
+    """(where, class, how many more fit) for each class that selects a device of the pool.
+
+    A pool that is not usable fits none; a pool whose devices serve different nodes (per-device
+    node selection) is counted per node and per node selector, its counters shared by all.
+    Kept in the index until the pool's use changes.
     """
     fits = index.memo.of(HeadroomMemo).fits
     key = (pool.driver, pool.name)
@@ -64,9 +86,13 @@ def allocatable(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float]
     return found
 
 
-def _first_fit(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, str, float]]:
+def _where(device: DeviceFacts) -> Where:
+    return device.node or device.selector
+
+
+def _first_fit(index: ClusterIndex, pool: Pool) -> Iterator[tuple[Where, str, float]]:
     for deviceclass in dict.fromkeys(c for device in pool.devices for c in device.classes):
-        counts = {device.node: 0.0 for device in pool.devices if deviceclass in device.classes}
+        counts = {_where(d): 0.0 for d in pool.devices if deviceclass in d.classes}
         consumed = dict(pool.consumed)
         for device in pool.devices if pool.state == USABLE else ():
             if deviceclass not in device.classes:
@@ -88,7 +114,7 @@ def _first_fit(index: ClusterIndex, pool: Pool) -> Iterator[tuple[str, str, floa
             else:
                 take(device, consumed)
                 fits = 1.0
-            counts[device.node] += fits
+            counts[_where(device)] += fits
         for node, count in counts.items():
             yield node, deviceclass, count
 

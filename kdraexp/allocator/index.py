@@ -130,6 +130,9 @@ class Pool(msgspec.Struct, gc=False, eq=False):
     most: tuple[tuple[str, str, float], ...] | None = None
     """Per node and class, how many devices fit together with nothing in use (see
     :func:`kdraexp.allocator.headroom.capacity`): kept while the slices do not change."""
+    bound: bool = True
+    """Whether every device is bound to a node: none a node selector places, none serving
+    every node (see :func:`kdraexp.allocator.headroom.where_fits`)."""
 
     def settle(self) -> None:
         """Keep the current generation only; add up its counters."""
@@ -144,6 +147,7 @@ class Pool(msgspec.Struct, gc=False, eq=False):
         self.expected = max(counts) if counts else None
         sets: list[str] = []
         self.devices = tuple(itertools.chain.from_iterable(facts.devices for facts in current))
+        self.bound = all(device.node for device in self.devices)
         for facts in current:
             for counter_set, counters in facts.shared:
                 sets.append(counter_set)

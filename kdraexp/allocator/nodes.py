@@ -2,9 +2,9 @@
 
 A device bound to a node (``nodeName``) serves that node; one with a node selector (its own, or
 its slice's) serves the nodes it matches; one with neither (``allNodes``, a network-attached
-device) serves every node.  What each pool and each driver serve is kept in the index's memo for
-as long as the index lasts: Nodes reading differently make the index again (see
-:mod:`kdraexp.store.clusterrows`).
+device) serves every node.  The Nodes each selector matches and what each driver serves are
+kept in the index's memo for as long as the index lasts: Nodes reading differently make the
+index again (see :mod:`kdraexp.store.clusterrows`).
 """
 
 from __future__ import annotations
@@ -12,45 +12,56 @@ from __future__ import annotations
 import attrs
 
 from kdraexp.allocator.facts import NodeFacts
+from kdraexp.allocator.headroom import allocatable, where_fits
 from kdraexp.allocator.index import ClusterIndex, Kept, Pool
 from kdraexp.dra.nodeselector import NodeSelector
 
 
 @attrs.define
 class NodeMemo(Kept):
-    """Which Nodes pools and drivers serve.
+    """Which Nodes node selectors match and drivers serve.
 
     Kept while the index is, as neither claims nor a collection change it.
     """
 
-    placed: dict[tuple[str, str], tuple[str, ...] | None] = attrs.Factory(dict)
-    """Per pool, what :func:`placed` answered."""
+    matched: dict[NodeSelector, tuple[str, ...]] = attrs.Factory(dict)
+    """Per node selector, what :func:`matched` answered."""
     drivers: dict[str, Served] = attrs.Factory(dict)
     """Per driver, what :func:`served` answered."""
 
 
-def placed(index: ClusterIndex, pool: Pool) -> tuple[str, ...] | None:
-    """The Nodes the pool's devices that are bound to no node serve, by their node selectors.
+def on_nodes(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float], ...]:
+    """(node, class, how many more fit) with the Node view: each node with what serves it.
 
-    None where such devices serve every node (one has no selector), or without the Node view:
-    their fit then stays on the node ``""``.
+    Devices a node selector places count on each node it matches, beside the devices bound to
+    that node (per-device node selection mixes both), as the allocator selects devices one by
+    one for a pod's node; devices serving every node keep the node "".  A selector matching no
+    Node places its devices nowhere.
     """
-    if index.nodes is None:
-        return None
-    kept = index.memo.of(NodeMemo).placed
-    key = (pool.driver, pool.name)
-    if key in kept:
-        return kept[key]
-    selectors = {id(d.selector): d.selector for d in pool.devices if not d.node}
-    found: tuple[str, ...] | None = None
-    if selectors and None not in selectors.values():
-        chosen = [s for s in selectors.values() if s is not None]
-        found = tuple(
+    if pool.bound:
+        return allocatable(index, pool)  # every device on its node: nothing to place
+    found: dict[tuple[str, str], float] = {}
+    for where, deviceclass, count in where_fits(index, pool):
+        if where is None or isinstance(where, str):
+            nodes: tuple[str, ...] = (where or "",)
+        else:
+            nodes = matched(index, where)
+        for node in nodes:
+            key = (node, deviceclass)
+            found[key] = found.get(key, 0.0) + count
+    return tuple([(node, deviceclass, count) for (node, deviceclass), count in found.items()])
+
+
+def matched(index: ClusterIndex, selector: NodeSelector) -> tuple[str, ...]:
+    """The listed Nodes *selector* matches (none without the Node view)."""
+    kept = index.memo.of(NodeMemo).matched
+    found = kept.get(selector)
+    if found is None:
+        found = kept[selector] = tuple(
             name
-            for name, node in index.nodes.items()
-            if any(s.matches(name, node.labels) for s in chosen)
+            for name, node in (index.nodes or {}).items()
+            if selector.matches(name, node.labels)
         )
-    kept[key] = found
     return found
 
 

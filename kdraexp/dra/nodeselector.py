@@ -98,12 +98,13 @@ class Requirement:
         return f"{key} {'>' if self.operator == 'Gt' else '<'} {','.join(self.values)}"
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class NodeSelector:
     """A node selector, read: its terms, each a tuple of requirements.
 
-    Its :attr:`text` and :attr:`node` are worked out once: the same selector (every claim
-    allocated on one node carries it) is read once and shared (:func:`read`).
+    Its :attr:`text`, :attr:`node` and hash are worked out once: the same selector (every claim
+    allocated on one node carries it) is read once and shared (:func:`read`), and the devices it
+    places are counted by it (see :mod:`kdraexp.allocator.headroom`).
     """
 
     terms: tuple[tuple[Requirement, ...], ...]

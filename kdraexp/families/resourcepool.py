@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from kdraexp.allocator.headroom import allocatable
 from kdraexp.allocator.idlecost import idle_costs
 from kdraexp.allocator.index import ClusterIndex
-from kdraexp.allocator.nodes import placed
+from kdraexp.allocator.nodes import on_nodes
 from kdraexp.allocator.scopes import Per
 from kdraexp.dra.listing import DEVICE_CLASSES, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from kdraexp.families.family import CLUSTER, Row, family
@@ -139,13 +139,12 @@ def pool_allocatable(index: ClusterIndex) -> Iterator[Row]:
     """First fit in the allocator's order, counters deducted as it goes (see headroom).
 
     With the Node view on, the fit of devices a node selector places (a multi-host pool's) is
-    written on each node the selector matches, instead of on ``""``.
+    written on each node the selector matches, with that node's own, instead of on ``""``.
     """
+    fit = allocatable if index.nodes is None else on_nodes
     for pool in index.pools.values():
-        nodes = placed(index, pool)
-        for node, deviceclass, count in allocatable(index, pool):
-            for name in (node,) if node or nodes is None else nodes:
-                yield (pool.driver, pool.name, name, deviceclass, count)
+        for node, deviceclass, count in fit(index, pool):
+            yield (pool.driver, pool.name, node, deviceclass, count)
 
 
 @family(
