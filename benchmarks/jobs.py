@@ -44,7 +44,8 @@ class ScaleJob:
     """Fills a cluster, then churns short jobs, each claim's every step a change of *change*.
 
     *change* is ``Pages.change``; *slices* the cluster's ResourceSlices, whose devices the
-    claims take in turn, one node after another, so that the jobs spread over every node.
+    claims take in turn, one node after another, so that the jobs spread over every node;
+    *clock* and *sleep* tell and pass the time.
     """
 
     def __init__(
@@ -53,8 +54,11 @@ class ScaleJob:
         slices: list[dict[str, Any]],
         rate: float,
         churn: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._change = change
+        self._clock, self._sleep = clock, sleep
         self.rate = rate
         self.churn = churn
         width = max(len(s["spec"]["devices"]) for s in slices)
@@ -80,12 +84,12 @@ class ScaleJob:
 
     def run(self) -> None:
         """Fill, then churn until the process ends."""
-        begin = time.monotonic()
+        begin = self._clock()
         queue: list[tuple[float, int, Callable[[], None]]] = []
         order = itertools.count()
 
         def later(delay: float, work: Callable[[], None]) -> None:
-            heapq.heappush(queue, (time.monotonic() + delay, next(order), work))
+            heapq.heappush(queue, (self._clock() + delay, next(order), work))
 
         def long_job(index: int) -> None:
             name = f"long-{index:05d}"
@@ -115,9 +119,9 @@ class ScaleJob:
         heapq.heappush(queue, (begin + self.fill / self.rate + 3 * STEP, next(order), short_job))
         while queue:
             due, _, work = queue[0]
-            wait = due - time.monotonic()
+            wait = due - self._clock()
             if wait > 0:
-                time.sleep(wait)
+                self._sleep(wait)
                 continue
             heapq.heappop(queue)
             work()
