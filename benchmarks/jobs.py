@@ -85,10 +85,10 @@ class ScaleJob:
     def run(self) -> None:
         """Fill, then churn until the process ends."""
         begin = self._clock()
-        queue: list[tuple[float, int, Callable[[], None]]] = []
+        queue: list[tuple[float, int, Callable[[], object]]] = []
         order = itertools.count()
 
-        def later(delay: float, work: Callable[[], None]) -> None:
+        def later(delay: float, work: Callable[[], object]) -> None:
             heapq.heappush(queue, (self._clock() + delay, next(order), work))
 
         def long_job(index: int) -> None:
@@ -113,10 +113,8 @@ class ScaleJob:
             later(3 * STEP + JOB_SECONDS, lambda: self.step(name, "deleted"))
 
         for index in range(self.fill):
-            heapq.heappush(
-                queue, (begin + index / self.rate, next(order), functools.partial(long_job, index))
-            )
-        heapq.heappush(queue, (begin + self.fill / self.rate + 3 * STEP, next(order), short_job))
+            later(begin + index / self.rate - self._clock(), functools.partial(long_job, index))
+        later(begin + self.fill / self.rate + 3 * STEP - self._clock(), short_job)
         while queue:
             due, _, work = queue[0]
             wait = due - self._clock()

@@ -70,10 +70,10 @@ def measure(devices: int, scrapes: int, directory: Path) -> dict[str, Any]:
         "watch_sync_seconds": synced,
         "fill_cpu_cores": fill_cpu,
         "lag_samples": len(lags),
-        "lag_fill_p99": _percentile(fill_lags, 99),
-        "lag_churn_p99": _percentile(churn_lags, 99),
-        "lag_p50": _percentile(lags, 50),
-        "lag_p99": _percentile(lags, 99),
+        "lag_fill_p99": percentile(fill_lags, 99),
+        "lag_churn_p99": percentile(churn_lags, 99),
+        "lag_p50": percentile(lags, 50),
+        "lag_p99": percentile(lags, 99),
         "lag_max": max(lags),
         "watch_churn_median": statistics.median(churn_watch),
         "list_churn_median": statistics.median(churn_list),
@@ -103,10 +103,21 @@ def _probe(run: Run, name: str) -> list[float]:
     lags = []
     for step in STEPS:
         sent = float(json.loads(run.api_get(f"/step?name={name}&step={step}")[1])["sent"])
-        while _state(run.port, name) != STATES[step]:
-            time.sleep(0.01)
-        lags.append(time.time() - sent)
+        lags.append(shown_after(run.port, name, STATES[step], sent))
     return lags
+
+
+SHOWN = 120.0
+"""Seconds a change may take to show before the measurement gives up."""
+
+
+def shown_after(port: int, name: str, state: str | None, sent: float) -> float:
+    """Seconds from *sent* (``time.time()``) until a scrape shows claim *name* in *state*."""
+    while claim_state(port, name) != state:
+        if time.time() - sent > SHOWN:
+            raise RuntimeError(f"claim {name} not {state or 'gone'} after {SHOWN:g} s")
+        time.sleep(0.01)
+    return time.time() - sent
 
 
 def _scrapes(run: Run, count: int) -> list[float]:
@@ -122,7 +133,7 @@ PAST_CLAIMS = b"# HELP kube_resourcepool_"
 """Where the claims' families end in a scrape (families come sorted by name)."""
 
 
-def _state(port: int, name: str) -> str | None:
+def claim_state(port: int, name: str) -> str | None:
     """Claim *name*'s ``kube_resourceclaim_status_state`` in a gzip scrape; None: no sample.
 
     The scrape is inflated as it comes and left once the claims' families are behind.
@@ -149,7 +160,7 @@ def _state(port: int, name: str) -> str | None:
         connection.close()
 
 
-def _percentile(values: list[float], percent: int) -> float:
+def percentile(values: list[float], percent: int) -> float:
     """The *percent* th percentile of *values* (the value itself for one)."""
     if len(values) < 2:
         return values[0]
