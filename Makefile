@@ -69,8 +69,9 @@ operator-e2e: install
 node-e2e: install
 	$(BIN)/python -m pytest tests/node
 
-# The scale benchmark (about ten minutes: watch mode, shards, pending claims, the Pod view and
-# scrapes of objects all new at 64,000 devices included): tables on stdout,
+# The scale benchmark (about twenty-five minutes: watch mode, shards, pending claims, the Pod view
+# and scrapes of objects all new at 64,000 devices, and upstream's DRA scale job at 40,000
+# devices, included): tables on stdout,
 # benchmarks/results.{json,png}.
 bench: install
 	$(BIN)/python -m benchmarks.run --check
