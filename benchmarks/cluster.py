@@ -189,79 +189,91 @@ def resource_claims(nodes: int, shape: Shape = SHAPES["mixed"]) -> list[dict[str
     claims: list[dict[str, Any]] = []
     for n in range(nodes):
         for device in shape.devices(n)[::2]:
-            name = f"job-{n:05d}-{device['name']}"
             claims.append(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceClaim",
-                    "metadata": {
-                        "name": name,
-                        "namespace": f"team-{n % shape.namespaces:02d}",
-                        "uid": str(uuid.UUID(int=2 * 10**9 + len(claims))),
-                        "resourceVersion": str(5000 + len(claims)),
-                        "creationTimestamp": "2026-11-28T16:02:11Z",
-                        "finalizers": ["resource.kubernetes.io/delete-protection"],
-                        "labels": {
-                            "team": f"team-{n % 16:02d}",
-                            "cost-center": f"cc-{n % 5}",
-                            "app.kubernetes.io/name": "trainer",
-                        },
-                        "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
-                    },
-                    "spec": {
-                        "devices": {
-                            "requests": [
-                                {
-                                    "name": "gpu",
-                                    "exactly": {
-                                        "deviceClassName": "gpu.nvidia.com",
-                                        "allocationMode": "ExactCount",
-                                        "count": 1,
-                                    },
-                                }
-                            ]
-                        }
-                    },
-                    "status": {
-                        "allocation": {
-                            "allocationTimestamp": "2026-11-28T16:02:14Z",
-                            "devices": {
-                                "results": [
-                                    {
-                                        "request": "gpu",
-                                        "driver": DRIVER,
-                                        "pool": node_name(n),
-                                        "device": device["name"],
-                                    }
-                                ]
-                            },
-                            "nodeSelector": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchFields": [
-                                            {
-                                                "key": "metadata.name",
-                                                "operator": "In",
-                                                "values": [node_name(n)],
-                                            }
-                                        ]
-                                    }
-                                ]
-                            },
-                        },
-                        "reservedFor": [
-                            {
-                                "resource": "pods",
-                                "name": f"{name}-pod",
-                                "uid": str(uuid.UUID(int=3 * 10**9 + len(claims))),
-                            }
-                        ],
-                    },
-                }
+                gpu_claim(
+                    f"job-{n:05d}-{device['name']}",
+                    f"team-{n % shape.namespaces:02d}",
+                    len(claims),
+                    n,
+                    device["name"],
+                    "reserved",
+                )
             )
             if not shape.dated:
                 del claims[-1]["metadata"]["creationTimestamp"]
     return claims
+
+
+def gpu_claim(
+    name: str, namespace: str, number: int, node: int, device: str, state: str
+) -> dict[str, Any]:
+    """Claim *number* for one GPU, made from a pod's template on *node*, in *state*.
+
+    ``pending`` (no status), ``allocated`` (*device* of *node*'s pool) or ``reserved`` (and
+    reserved by its pod): the states a claim goes through as its pod is scheduled.
+    """
+    made: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": str(uuid.UUID(int=2 * 10**9 + number)),
+            "resourceVersion": str(5000 + number),
+            "creationTimestamp": "2026-11-28T16:02:11Z",
+            "finalizers": ["resource.kubernetes.io/delete-protection"],
+            "labels": {
+                "team": f"team-{node % 16:02d}",
+                "cost-center": f"cc-{node % 5}",
+                "app.kubernetes.io/name": "trainer",
+            },
+            "annotations": {"resource.kubernetes.io/pod-claim-name": "gpu"},
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": "gpu.nvidia.com",
+                            "allocationMode": "ExactCount",
+                            "count": 1,
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    if state == "pending":
+        return made
+    made["status"] = {
+        "allocation": {
+            "allocationTimestamp": "2026-11-28T16:02:14Z",
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": DRIVER, "pool": node_name(node), "device": device}
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [node_name(node)]}
+                        ]
+                    }
+                ]
+            },
+        }
+    }
+    if state == "reserved":
+        made["status"]["reservedFor"] = [
+            {
+                "resource": "pods",
+                "name": f"{name}-pod",
+                "uid": str(uuid.UUID(int=3 * 10**9 + number)),
+            }
+        ]
+    return made
 
 
 def device_classes(
@@ -574,15 +586,18 @@ def cluster(
     renewed: int = 0,
     with_nodes: bool = False,
     shape: str = "mixed",
+    claims: bool = True,
 ) -> dict[str, list[dict[str, Any]]]:
     """The lists of a cluster of *nodes* nodes, *pending* pending claims more, and what is asked.
 
     Its pods *with_pods*, its Nodes *with_nodes*; *renewed* (from 1) makes every object new
-    (see :func:`renew`); *shape* names one of :data:`SHAPES`.
+    (see :func:`renew`); *shape* names one of :data:`SHAPES`; without *claims*, no claim is
+    allocated yet (a cluster before its jobs start).
     """
     made = SHAPES[shape]
     lists = {
-        "resourceclaims": resource_claims(nodes, made) + pending_claims(pending),
+        "resourceclaims": (resource_claims(nodes, made) if claims else [])
+        + pending_claims(pending),
         "resourceslices": resource_slices(nodes, made),
         "deviceclasses": device_classes(made.classes),
     }

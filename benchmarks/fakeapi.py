@@ -1,8 +1,9 @@
 """A fast fake of the three DRA lists and their watches: pages encoded ahead, counted.
 
-Run as ``python -m benchmarks.fakeapi NODES PORT [PENDING [PODS [WITH_NODES [SHAPE]]]]``; it
-prints ``ready`` when it serves (with PODS 1, the cluster's pods too, at ``/api/v1/pods``; with
-WITH_NODES 1, its Nodes at ``/api/v1/nodes``; SHAPE names one of ``cluster.SHAPES``).
+Run as ``python -m benchmarks.fakeapi NODES PORT [PENDING [PODS [WITH_NODES [SHAPE [CLAIMS]]]]]``;
+it prints ``ready`` when it serves (with PODS 1, the cluster's pods too, at ``/api/v1/pods``; with
+WITH_NODES 1, its Nodes at ``/api/v1/nodes``; SHAPE names one of ``cluster.SHAPES``; with CLAIMS
+0, no claim is allocated yet).
 Lists honour ``limit``/``continue``.  Watches (``watch=1``) send the initial events when asked
 (``sendInitialEvents``, ending with the ``k8s.io/initial-events-end`` bookmark), then every
 change, a bookmark every ten seconds, an ERROR 410 to a watch from before the last compaction,
@@ -14,7 +15,10 @@ collection open while a burst of scrapes arrives; ``GET /churn?rate=R`` releases
 R claims a second (0 stops); ``GET /probe?name=N`` adds a claim named N now and answers the
 time it was sent; ``GET /compact`` and ``GET /close`` act on the watches; ``GET /renew?nodes=N``
 serves a cluster of N nodes whose every object is new, for lists (``cluster.renew``; with
-``&shape=h100``, of that shape: ``cluster.SHAPES``).
+``&shape=h100``, of that shape: ``cluster.SHAPES``).  ``GET /job?rate=R&churn=C`` starts
+upstream's DRA scale job (:mod:`benchmarks.jobs`: a fill at R claims a second, then C short jobs
+a second), ``GET /jobstate`` answers how far it got, and ``GET /step?name=N&step=S`` makes claim
+N take step S of its life now and answers the time it was sent.
 
 With ``FAKEAPI_CERT`` (a PEM file: the private key and the certificate chain) it speaks HTTPS, as
 every API server does; with ``FAKEAPI_TOKEN``, a list or watch without that bearer token is
@@ -35,6 +39,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from benchmarks.cluster import cluster
+from benchmarks.jobs import ScaleJob
 
 PREFIX = "/apis/resource.k8s.io/v1/"
 PODS = "/api/v1/pods"
@@ -58,11 +63,14 @@ class Pages:
         with_pods: bool = False,
         with_nodes: bool = False,
         shape: str = "mixed",
+        claims: bool = True,
     ) -> None:
         self.lock = threading.Lock()
         self.version = 10**6
         """The resourceVersion of the last change (the lists' items are older)."""
-        self._load(cluster(nodes, pending, with_pods, with_nodes=with_nodes, shape=shape))
+        self._load(
+            cluster(nodes, pending, with_pods, with_nodes=with_nodes, shape=shape, claims=claims)
+        )
         self.requests: Counter[str] = Counter()
         self.delay = 0.0
         self.compacted = 0
@@ -77,6 +85,8 @@ class Pages:
         """The status of each claim :meth:`churn` released, by its place."""
         self.renewed = 0
         """How many times the cluster was replaced whole (:meth:`renew`)."""
+        self.job: ScaleJob | None = None
+        """Upstream's scale job, once started."""
 
     def _load(self, lists: dict[str, list[dict[str, Any]]]) -> None:
         """Serve *lists* from now on, their pages encoded ahead."""
@@ -148,7 +158,14 @@ class Pages:
             encoded = json.dumps(changed, separators=(",", ":")).encode()
             key = (meta.get("namespace"), meta.get("name"))
             index = self.index[plural].get(key)
-            if index is None:
+            if event == "DELETED":
+                if index is not None:
+                    del self.items[plural][index], self.objects[plural][index]
+                    self.index[plural] = {
+                        (o["metadata"].get("namespace"), o["metadata"].get("name")): i
+                        for i, o in enumerate(self.objects[plural])
+                    }
+            elif index is None:
                 self.index[plural][key] = len(self.items[plural])
                 self.items[plural].append(encoded)
                 self.objects[plural].append(changed)
@@ -200,12 +217,13 @@ def serve(
     with_nodes: bool = False,
     shape: str = "mixed",
     host: str = "127.0.0.1",
+    claims: bool = True,
 ) -> None:
     """Serve a cluster of *nodes* nodes until killed; *pending* and the others, as ``Pages``.
 
     On *host*: loopback, unless pods are to reach it (the node tier's).
     """
-    pages = Pages(nodes, pending, with_pods, with_nodes, shape)
+    pages = Pages(nodes, pending, with_pods, with_nodes, shape, claims)
     token = os.environ.get("FAKEAPI_TOKEN")
     bearer = f"Bearer {token}" if token else None
 
@@ -241,6 +259,25 @@ def serve(
                 name = query["name"][0]
                 meta = {**claim["metadata"], "name": name, "uid": f"probe-{name}"}
                 sent = pages.change("resourceclaims", "ADDED", {**claim, "metadata": meta})
+                self._send(200, json.dumps({"sent": sent}).encode())
+                return
+            if url.path == "/job":
+                slices = pages.objects["resourceslices"]
+                rate, churn = float(query["rate"][0]), float(query["churn"][0])
+                pages.job = ScaleJob(pages.change, slices, rate, churn)
+                threading.Thread(target=pages.job.run, daemon=True).start()
+                self._send(200, b"{}")
+                return
+            if url.path == "/jobstate":
+                job = pages.job
+                assert job is not None, "no job started"
+                state = {"fill": job.fill, "created": job.created, "filled": job.filled}
+                state |= {"short": job.short, "waiting": job.waiting}
+                self._send(200, json.dumps(state).encode())
+                return
+            if url.path == "/step":
+                assert pages.job is not None, "no job started"
+                sent = pages.job.step(query["name"][0], query["step"][0])
                 self._send(200, json.dumps({"sent": sent}).encode())
                 return
             if url.path == "/renew":
@@ -358,4 +395,5 @@ if __name__ == "__main__":
         len(sys.argv) > 4 and sys.argv[4] == "1",
         len(sys.argv) > 5 and sys.argv[5] == "1",
         sys.argv[6] if len(sys.argv) > 6 else "mixed",
+        claims=len(sys.argv) <= 7 or sys.argv[7] == "1",
     )

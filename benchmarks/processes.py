@@ -126,7 +126,7 @@ class Run:
     With *api*, the exporter reads that run's fake API instead of starting one; the API
     started otherwise holds *pending* pending claims more (see benchmarks.cluster.PENDING), the
     cluster's pods *with_pods* and its Nodes *with_nodes*, and serves a cluster of *shape*
-    (benchmarks.cluster.SHAPES).
+    (benchmarks.cluster.SHAPES), its claims allocated unless *claims* is false.
     """
 
     def __init__(
@@ -139,6 +139,7 @@ class Run:
         with_pods: bool = False,
         with_nodes: bool = False,
         shape: str = "mixed",
+        claims: bool = True,
     ) -> None:
         self.devices = devices
         self.nodes = max(1, devices // DEVICES_PER_NODE)
@@ -160,6 +161,7 @@ class Run:
                     "1" if with_pods else "0",
                     "1" if with_nodes else "0",
                     shape,
+                    "1" if claims else "0",
                 ],
                 stdout=subprocess.PIPE,
                 text=True,

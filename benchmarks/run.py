@@ -7,9 +7,9 @@ scrapes making one set of list calls, and adding at most one body's size to the 
 or gzip; /healthz within 100 ms while the collection made at start runs and during scrapes at
 every size; scrapes growing with the cluster as the floor does (linear); from 16k devices the
 first scrape after start (the exporter ready) within 2x a calm one.  Watch mode and shards,
-pending claims, each family's cost, the Pod and Node views, scrapes of objects all new and claims
-without a creation time are measured by the modules named after them (``--*-size`` 0 leaves one
-out).
+upstream's DRA scale job (``scalejob``), pending claims, each family's cost, the Pod and Node
+views, scrapes of objects all new and claims without a creation time are measured by the modules
+named after them (``--*-size`` 0 leaves one out).
 
 Scrapes ask what Prometheus asks: the text format, gzip-compressed.
 """
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import diagnosis, familycost, nodeview, pods, renewal, undated, watching
+from benchmarks import diagnosis, familycost, nodeview, pods, renewal, scalejob, undated, watching
 from benchmarks.cluster import DEVICES_PER_NODE
 from benchmarks.processes import SCRAPE_HEADERS, Run
 
@@ -260,6 +260,12 @@ def main(argv: list[str] | None = None) -> int:
         help="devices at which watch mode and sharding are measured (0: not measured)",
     )
     parser.add_argument(
+        "--scale-job-size",
+        type=int,
+        default=40000,
+        help="devices at which upstream's DRA scale job is replayed (0: not measured)",
+    )
+    parser.add_argument(
         "--diagnosis-size",
         type=int,
         default=64000,
@@ -298,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = []
     watched: dict[str, Any] | None = None
+    scaled: dict[str, Any] | None = None
     diagnosed: dict[str, Any] | None = None
     podded: dict[str, Any] | None = None
     viewed: dict[str, Any] | None = None
@@ -305,12 +312,15 @@ def main(argv: list[str] | None = None) -> int:
     renewed: dict[str, Any] | None = None
     undated_run: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as directory:
-        for size in (int(s) for s in args.sizes.split(",")):
+        for size in (int(s) for s in args.sizes.split(",") if s):
             results.append(measure(size, args.scrapes, Path(directory), args.exporter_args.split()))
             print(f"measured {results[-1]['devices']:,} devices", file=sys.stderr, flush=True)
         if args.watch_size:
             watched = watching.measure(args.watch_size, args.scrapes, Path(directory) / "watch")
             print("measured watch mode and sharding", file=sys.stderr, flush=True)
+        if args.scale_job_size:
+            scaled = scalejob.measure(args.scale_job_size, args.scrapes, Path(directory) / "job")
+            print("measured upstream's DRA scale job", file=sys.stderr, flush=True)
         if args.diagnosis_size:
             diagnosed = diagnosis.measure(
                 args.diagnosis_size, args.scrapes, Path(directory) / "diagnosis"
@@ -332,17 +342,22 @@ def main(argv: list[str] | None = None) -> int:
         if args.undated_size:
             undated_run = undated.measure(args.undated_size, Path(directory) / "undated")
             print("measured claims without creationTimestamp", file=sys.stderr, flush=True)
-    print(table(results))
-    print()
-    print(memory_table(results))
-    print()
-    print(series_table(results))
-    print()
+    if results:
+        print(table(results))
+        print()
+        print(memory_table(results))
+        print()
+        print(series_table(results))
+        print()
     checks = targets(results)
     if watched is not None:
         print(watching.table(watched))
         print()
         checks += watching.targets(watched)
+    if scaled is not None:
+        print(scalejob.table(scaled))
+        print()
+        checks += scalejob.targets(scaled)
     if diagnosed is not None:
         print(diagnosis.table(diagnosed))
         print()
@@ -375,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "results": results,
                 "watch": watched,
+                "scale_job": scaled,
                 "diagnosis": diagnosed,
                 "pods": podded,
                 "nodes": viewed,
@@ -387,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         + "\n"
     )
-    plot(results, args.plot)
+    if results:
+        plot(results, args.plot)
     return 1 if args.check and not all(ok for _, ok in checks) else 0
 
 

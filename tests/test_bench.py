@@ -18,7 +18,8 @@ ROOT = Path(__file__).parent.parent
 def test_benchmark_smoke(tmp_path: Path) -> None:
     """1,000 devices: the table, the JSON and the plot are written; list counts add up.
 
-    Watch mode and four shards, pending claims and the Pod view are measured at that size too.
+    Watch mode and four shards, pending claims and the Pod view are measured at that size too;
+    upstream's DRA scale job at 800 devices (100 nodes, as upstream's smallest job).
     """
     result = subprocess.run(
         [
@@ -31,6 +32,8 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
             "2",
             "--watch-size",
             "1000",
+            "--scale-job-size",
+            "800",
             "--diagnosis-size",
             "1000",
             "--pods-size",
@@ -67,6 +70,11 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert watched["watch_differences"] == [], "after churn, watch mode wrote other samples"
     assert len(watched["shard_peak_rss_bytes"]) == 4
     assert "At 1,000 devices (median scrape, seconds):" in result.stdout
+    scaled = json.loads((tmp_path / "results.json").read_text())["scale_job"]
+    assert (scaled["devices"], scaled["claims"]) == (800, 720)
+    assert scaled["lag_samples"] > 0 and scaled["short_jobs"] > 0
+    assert 0 < scaled["lag_p50"] <= scaled["lag_p99"] <= scaled["lag_max"]
+    assert "Upstream's DRA scale job at 800 devices: 720 claims" in result.stdout
     judged = json.loads((tmp_path / "results.json").read_text())["diagnosis"]
     assert judged["pending_reason_series"] > 0
     assert 0 < judged["list_first_cpu_fastest"] <= judged["list_first_cpu"]
