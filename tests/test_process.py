@@ -231,6 +231,8 @@ async def test_32000_claims_without_creation_time_log_one_line_and_hold_no_turn(
             f"127.0.0.1:{telemetry}",
             "--source",
             f"file:{dump}",
+            "--max-response-bytes",
+            "256Mi",  # a file is one response: an object per 4 KiB of it
             "--log-format",
             "json",
         ],

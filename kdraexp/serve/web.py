@@ -16,7 +16,6 @@ from klein import Klein
 from prometheus_client.registry import CollectorRegistry
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IConsumer, IDelayedCall, IPushProducer, IReactorTime
-from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
 from zope.interface import implementer
 
@@ -167,9 +166,15 @@ class ExporterApp:
         try:
             collection = await self._gatherer.gather()
         except CancelledError:  # the exporter is stopping: not an error
-            # Answered here: Klein cancels the route itself when its client goes, and a handler
-            # of CancelledError would answer a request that has no one to answer.
             return _text(request, b"the exporter is stopping\n", 503)
+        except NotSynced as waiting:
+            return _text(request, _waiting(waiting.waiting), 503)
+        except CollectionFailed as failure:
+            # Answered here, not by Klein's handle_errors: its Failure keeps the traceback, whose
+            # frames hold what the failed list read (a refused page of 58 MB) until a collector
+            # pass; an exception caught here goes when the route returns.
+            lines = dict.fromkeys(failure_line(error) for error in failure.errors)
+            return _text(request, "".join(line + "\n" for line in lines).encode(), 500)
         segments = await self._renderer.segments(collection)
         tail, content_type = exposition.tail(request.getHeader("Accept"))
         pieces: Iterable[bytes]
@@ -183,21 +188,6 @@ class ExporterApp:
         request.setHeader("Content-Length", str(length))
         await _BodyProducer(request, pieces, rendering.PIECE).done
         return b""
-
-    @app.handle_errors(NotSynced)
-    def not_synced(self, request: IRequest, failure: Failure) -> bytes:
-        """Watch mode not synchronised yet: 503, naming what each resource waits on."""
-        waiting = failure.value
-        assert isinstance(waiting, NotSynced)
-        return _text(request, _waiting(waiting.waiting), 503)
-
-    @app.handle_errors(CollectionFailed)
-    def failed(self, request: IRequest, failure: Failure) -> bytes:
-        """A list failed: 500, one line per failure, and no samples at all."""
-        collection = failure.value
-        assert isinstance(collection, CollectionFailed)
-        lines = dict.fromkeys(failure_line(error) for error in collection.errors)
-        return _text(request, "".join(line + "\n" for line in lines).encode(), 500)
 
 
 class TelemetryApp:
