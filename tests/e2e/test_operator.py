@@ -403,7 +403,8 @@ def exporter_args(kube: Kube, setup: Setup, directory: Path) -> list[str]:
     """The Deployment's TLS and filter arguments, on its Secret volumes written in *directory*.
 
     What the pod would mount under /etc/kdraexp (the chart's web configuration, the serving
-    certificate) is written under *directory* and the arguments point there.
+    certificate) is written under *directory*, and the arguments and the web configuration's
+    paths point there.
     """
     deployment = kube.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{setup.fullname}")
     pod = deployment["spec"]["template"]["spec"]
@@ -417,7 +418,7 @@ def exporter_args(kube: Kube, setup: Setup, directory: Path) -> list[str]:
             where = directory / mount["mountPath"].removeprefix(mounted)
             where.mkdir(parents=True)
             for key, value in files.items():
-                (where / key).write_bytes(value)
+                (where / key).write_bytes(value.replace(mounted.encode(), f"{directory}/".encode()))
     found = [
         argument.replace(mounted, f"{directory}/")
         for argument in container["args"]
