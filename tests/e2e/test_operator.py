@@ -176,6 +176,20 @@ def _spec(name: str, select: dict[str, Any], version: str) -> dict[str, Any]:
     }
 
 
+def prometheus_binaries(version: str) -> Path:
+    """Prometheus *version*'s directory; the test skipped, loudly, on a host that cannot build it.
+
+    Prometheus 2.42 is built with the node tier's tools, for hosts that can run a node; in CI
+    every version must be there.
+    """
+    try:
+        return PROMETHEUS[version]()
+    except tools.ToolUnavailable as error:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"Prometheus {version} not run: {error}")
+
+
 def prometheus_rbac(kube: Kube, setup: Setup) -> None:
     """Prometheus' ServiceAccount and ClusterRole, bound, as kube-prometheus-stack renders them.
 
@@ -544,7 +558,7 @@ def test_the_operator_scrapes_the_chart(
     first review after the removal is the one that must deny.
     """
     kube, setup = plane.kube, installed
-    binaries = PROMETHEUS[setup.version]()
+    binaries = prometheus_binaries(setup.version)
     text = wait_until(partial(_generated, kube, setup), 60, "the operator's configuration")
     files = wait_until(partial(_rule_files, kube, setup), 60, "the operator's rule files")
     assets = wait_until(
