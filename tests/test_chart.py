@@ -1012,6 +1012,35 @@ def test_kube_prometheus_stack_in_one_step() -> None:
     assert resource(docs, "ConfigMap")["metadata"]["labels"]["grafana_dashboard"] == "1"
 
 
+def test_kube_prometheus_stack_values_serve_tls_behind_the_filter() -> None:
+    """The shipped values serve over TLS behind the filter, scraped with Prometheus' token.
+
+    The serving Secret and the token Secret of Prometheus' ServiceAccount (the README's two
+    objects) are named; kube-prometheus-stack's Prometheus may already get /metrics, so no
+    binding is made.
+    """
+    docs = render(extra=("-f", str(CHART / "kube-prometheus-stack-values.yaml")))
+    args = resource(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--auth-filter" in args
+    assert any(a.startswith("--tls-config=") for a in args), args
+    volumes = resource(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "kube-dra-exporter-tls"}} in volumes
+    for endpoint in resource(docs, "ServiceMonitor")["spec"]["endpoints"]:
+        assert endpoint["scheme"] == "https"
+        assert endpoint["tlsConfig"]["ca"] == {
+            "secret": {"name": "kube-dra-exporter-tls", "key": "ca.crt"}
+        }
+        assert endpoint["authorization"] == {
+            "type": "Bearer",
+            "credentials": {"name": "kube-prometheus-stack-prometheus-token", "key": "token"},
+        }
+    assert not [
+        doc
+        for doc in docs
+        if doc["kind"] == "ClusterRoleBinding" and "reader" in doc["metadata"]["name"]
+    ]
+
+
 def test_the_schema_takes_every_kind_listed() -> None:
     """``exporter.resources`` takes exactly the kinds the exporter lists, in their order."""
     import json

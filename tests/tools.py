@@ -271,7 +271,7 @@ NEEDS = {
     "tests/e2e/": (helm, control_plane),
     "tests/e2e/test_prometheus.py": (prometheus, prometheus3),
     "tests/e2e/test_rules.py": (prometheus, prometheus3),
-    "tests/e2e/test_operator.py": (prometheus3, prometheus_operator),
+    "tests/e2e/test_operator.py": (prometheus3, prometheus_operator, prometheus2),
     "tests/e2e/test_oldest_server.py": (oldest_server,),
     **{f"tests/e2e/{name}": (scheduler_plane,) for name in SCHEDULED},
     "tests/node/": (node_host, helm, control_plane, scheduler_plane, node_binaries, node_images),

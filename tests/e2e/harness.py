@@ -93,11 +93,25 @@ def write_kubeconfig(path: Path, kube: Kube, token: str) -> Path:
 
 
 class Exporter:
-    """The installed ``kdraexp`` as a child process, its two listeners on free ports."""
+    """The installed ``kdraexp`` as a child process, its two listeners on free ports.
 
-    def __init__(self, directory: Path, args: list[str], env: dict[str, str]) -> None:
+    *ports* (listener, telemetry) takes over a stopped exporter's, for a scraper that already
+    knows them. With *probes*, ``/healthz`` is asked on a ``--probe-listen`` port of its own,
+    as the chart probes an exporter whose listeners speak TLS.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        args: list[str],
+        env: dict[str, str],
+        *,
+        ports: tuple[int, int] | None = None,
+        probes: bool = False,
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self.port, self.telemetry_port = free_port(), free_port()
+        self.port, self.telemetry_port = ports or (free_port(), free_port())
+        self.probe_port = free_port() if probes else self.port
         self.directory = directory
         listeners = [
             "--listen",
@@ -105,13 +119,15 @@ class Exporter:
             "--telemetry-listen",
             f"127.0.0.1:{self.telemetry_port}",
         ]
+        if probes:
+            listeners += ["--probe-listen", f"127.0.0.1:{self.probe_port}"]
         self.process = start_exporter([*listeners, *args], directory, env)
         wait_until(lambda: self._up(), 60, "the exporter answering /healthz")
 
     def _up(self) -> bool:
         assert self.process.poll() is None, self.log()
         try:
-            return scrape(self.port, "/healthz") == (200, "ok\n")
+            return scrape(self.probe_port, "/healthz") == (200, "ok\n")
         except OSError:
             return False
 

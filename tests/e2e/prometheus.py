@@ -69,16 +69,21 @@ def query(port: int, promql: str) -> list[dict[str, Any]]:
     return result
 
 
-def operator_generated(text: str, name: str, kubeconfig: Path, rules: Path) -> dict[str, Any]:
+def operator_generated(
+    text: str, name: str, kubeconfig: Path, rules: Path, certs: Path
+) -> dict[str, Any]:
     """The Prometheus Operator's generated configuration, as a Prometheus outside a pod runs it.
 
     *text* is what the operator wrote for the Prometheus resource *name*: ``$(SHARD)`` and
     ``$(POD_NAME)`` filled in (shard 0, the StatefulSet's first pod), the rule files where they
-    were written (*rules*), the cluster found through *kubeconfig* (the generated one assumes
+    were written (*rules*), its TLS assets too (*certs*, where the pod mounts
+    /etc/prometheus/certs), the cluster found through *kubeconfig* (the generated one assumes
     in-cluster), no Alertmanager (none runs).
     """
     config: dict[str, Any] = yaml.safe_load(
-        text.replace("$(SHARD)", "0").replace("$(POD_NAME)", f"prometheus-{name}-0")
+        text.replace("$(SHARD)", "0")
+        .replace("$(POD_NAME)", f"prometheus-{name}-0")
+        .replace("/etc/prometheus/certs/", f"{certs}/")
     )
     config["rule_files"] = [str(rules / "*.yaml")]
     config.pop("alerting", None)

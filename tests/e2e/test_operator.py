@@ -6,17 +6,21 @@ the last of the slow builds (tests/tools.py); ``make operator-e2e`` runs this mo
 A control plane of its own (kube-apiserver and etcd, no kubelet, no controller manager) with the
 operator's CRDs; the operator runs against it with the admin's kubeconfig. The chart is
 installed by helm with ``kube-prometheus-stack-values.yaml`` beside a Prometheus resource shaped
-as kube-prometheus-stack renders it (selectors on ``release``): as shipped, and again with
-``nameOverride`` and kube-prometheus-stack's release named otherwise (:data:`SETUPS`). The
-operator's generated configuration (the Secret ``prometheus-<name>``) and rule files (the
-ConfigMaps ``prometheus-<name>-rulefiles-<n>``) are then run by a real Prometheus 3, as its
-config reloader would, with what only a pod would give filled in: ``$(SHARD)``, ``$(POD_NAME)``,
-a kubeconfig for service discovery. The exporter runs here, not in a pod: a Pod object of the
-Deployment's labels names its ports, and the Endpoints and EndpointSlice of its Service (as a
-cluster's controllers would publish both; the operator's default discovery role,
-kube-prometheus-stack's too, reads Endpoints) publish a documentation-range address (Kubernetes
-refuses loopback there) that an appended relabeling rewrites to 127.0.0.1, keeping loopback
-targets only, so nothing else is ever dialled.
+as kube-prometheus-stack renders it (selectors on ``release``, its ServiceAccount and the
+ClusterRole that lets it get ``/metrics``), and the two Secrets the README has its users make:
+the serving certificate, and a token Secret of Prometheus' ServiceAccount. As shipped with
+Prometheus 3.16, and again with ``nameOverride``, kube-prometheus-stack's release named
+otherwise and Prometheus 2.42 (:data:`SETUPS`). The operator's generated configuration (the
+Secret ``prometheus-<name>``), TLS assets (``prometheus-<name>-tls-assets-0``) and rule files
+(the ConfigMaps ``prometheus-<name>-rulefiles-<n>``) are then run by that real Prometheus, as
+its config reloader would, with what only a pod would give filled in: ``$(SHARD)``,
+``$(POD_NAME)``, the TLS assets where the pod mounts them, a kubeconfig for service discovery.
+The exporter runs here, not in a pod, on the Deployment's TLS and filter arguments and the
+files of its Secret volumes: a Pod object of the Deployment's labels names its ports, and the
+Endpoints and EndpointSlice of its Service (as a cluster's controllers would publish both; the
+operator's default discovery role, kube-prometheus-stack's too, reads Endpoints) publish a
+documentation-range address (Kubernetes refuses loopback there) that an appended relabeling
+rewrites to 127.0.0.1, keeping loopback targets only, so nothing else is ever dialled.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ import base64
 import gzip
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
+import trustme
 import yaml
 
 from tests import dashboard, tools
@@ -48,6 +53,15 @@ VALUES = CHART / "kube-prometheus-stack-values.yaml"
 PUBLISHED = "192.0.2.10"
 """The address the exporter's endpoints publish: TEST-NET-1, rewritten to 127.0.0.1."""
 MONITORING = "/apis/monitoring.coreos.com/v1"
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+SHIPPED = yaml.safe_load(VALUES.read_text())
+TLS_SECRET: str = SHIPPED["tls"]["existingSecret"]
+"""The serving certificate's Secret the values file names, which its users make."""
+PROMETHEUS: dict[str, Callable[[], Path]] = {
+    "v3.16.0": tools.prometheus3,
+    "v2.42.0": tools.prometheus2,
+}
+"""Prometheus' versions, each built by the project's scripts."""
 
 
 @attrs.frozen
@@ -58,11 +72,23 @@ class Setup:
     """kube-prometheus-stack's release: its Prometheus selects monitors and rules labelled so."""
     helm_release: str = EXPORTER
     name_override: str = ""
+    version: str = "v3.16.0"
+    """The Prometheus resource's version, which the operator writes its configuration for."""
 
     @property
     def prometheus(self) -> str:
         """The Prometheus resource kube-prometheus-stack names after its release."""
         return f"{self.release}-prometheus"
+
+    @property
+    def token_secret(self) -> str:
+        """The token Secret of Prometheus' ServiceAccount: the values file's, for this release."""
+        return f"{self.prometheus}-token"
+
+    @property
+    def tls_secret(self) -> str:
+        """The serving certificate's Secret: the values file's, or this install's own."""
+        return TLS_SECRET if self.fullname == EXPORTER else f"{self.fullname}-tls"
 
     @property
     def job(self) -> str:
@@ -82,14 +108,17 @@ class Setup:
         if self.release != "kube-prometheus-stack":
             for where in ("prometheus.servicemonitor", "prometheusRule", "dashboards"):
                 found += ["--set", f"{where}.labels.release={self.release}"]
+            found += ["--set", f"authFilter.scrapeCredentials.name={self.token_secret}"]
         if self.name_override:
             found += ["--set", f"nameOverride={self.name_override}"]
+        if self.tls_secret != TLS_SECRET:
+            found += ["--set", f"tls.existingSecret={self.tls_secret}"]
         return found
 
 
 SETUPS = [
     Setup("kube-prometheus-stack"),
-    Setup("monitoring", helm_release="dra", name_override="gpu-exporter"),
+    Setup("monitoring", helm_release="dra", name_override="gpu-exporter", version="v2.42.0"),
 ]
 """As shipped; and with nameOverride, a release of kube-prometheus-stack's named otherwise."""
 
@@ -108,14 +137,14 @@ def prometheus_cr(setup: Setup) -> dict[str, Any]:
         },
         # With kube-prometheus-stack's defaults (its *SelectorNilUsesHelmValues: true):
         # monitors and rules of its release, from every namespace.
-        "spec": _spec(name, select),
+        "spec": _spec(name, select, setup.version),
     }
 
 
-def _spec(name: str, select: dict[str, Any]) -> dict[str, Any]:
+def _spec(name: str, select: dict[str, Any], version: str) -> dict[str, Any]:
     return {
-        "version": "v3.16.0",
-        "image": "quay.io/prometheus/prometheus:v3.16.0",
+        "version": version,
+        "image": f"quay.io/prometheus/prometheus:{version}",
         "replicas": 1,
         "shards": 1,
         "serviceAccountName": name,
@@ -145,6 +174,132 @@ def _spec(name: str, select: dict[str, Any]) -> dict[str, Any]:
             ]
         },
     }
+
+
+def prometheus_binaries(version: str) -> Path:
+    """Prometheus *version*'s directory; the test skipped, loudly, on a host that cannot build it.
+
+    Prometheus 2.42 is built with the node tier's tools, for hosts that can run a node; in CI
+    every version must be there.
+    """
+    try:
+        return PROMETHEUS[version]()
+    except tools.ToolUnavailable as error:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"Prometheus {version} not run: {error}")
+
+
+def prometheus_rbac(kube: Kube, setup: Setup) -> None:
+    """Prometheus' ServiceAccount and ClusterRole, bound, as kube-prometheus-stack renders them.
+
+    Its rules include ``get`` on ``/metrics``: what the auth filter asks for.
+    """
+    name = setup.prometheus
+    kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+    )
+    watched = ["get", "list", "watch"]
+    kube.create(
+        f"{RBAC}/clusterroles",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["nodes", "nodes/metrics", "services", "endpoints", "pods"],
+                    "verbs": watched,
+                },
+                {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": watched},
+                {
+                    "apiGroups": ["discovery.k8s.io"],
+                    "resources": ["endpointslices"],
+                    "verbs": watched,
+                },
+                {"nonResourceURLs": ["/metrics", "/metrics/cadvisor"], "verbs": ["get"]},
+            ],
+        },
+    )
+    kube.create(
+        f"{RBAC}/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+        },
+    )
+
+
+def _encoded(files: dict[str, bytes]) -> dict[str, str]:
+    return {key: base64.b64encode(value).decode() for key, value in files.items()}
+
+
+def users_secrets(kube: Kube, setup: Setup) -> None:
+    """The two Secrets the README has a kube-prometheus-stack user make before the install.
+
+    The serving certificate for the Service's name, with the CA Prometheus verifies it by; and
+    a token Secret of Prometheus' ServiceAccount, filled as Kubernetes' token controller (which
+    this control plane does not run) would: with a token of that account, bound to the Secret.
+    """
+    authority = trustme.CA()
+    leaf = authority.issue_cert(f"{setup.fullname}.{NAMESPACE}.svc")
+    secrets = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+    kube.create(
+        secrets,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": setup.tls_secret},
+            "type": "kubernetes.io/tls",
+            "data": _encoded(
+                {
+                    "tls.crt": leaf.cert_chain_pems[0].bytes(),
+                    "tls.key": leaf.private_key_pem.bytes(),
+                    "ca.crt": authority.cert_pem.bytes(),
+                }
+            ),
+        },
+    )
+    bound = kube.create(
+        secrets,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": setup.token_secret,
+                "annotations": {"kubernetes.io/service-account.name": setup.prometheus},
+            },
+            "type": "kubernetes.io/service-account-token",
+        },
+    )
+    token = kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{setup.prometheus}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "name": setup.token_secret,
+                    "uid": bound["metadata"]["uid"],
+                }
+            },
+        },
+    )["status"]["token"]
+    kube.patch(
+        f"{secrets}/{setup.token_secret}",
+        {"data": _encoded({"token": token.encode(), "namespace": NAMESPACE.encode()})},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +342,8 @@ def operator(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> I
 def installed(plane: ControlPlane, operator: Path, request: pytest.FixtureRequest) -> Setup:
     """The chart installed by helm for kube-prometheus-stack, and the Prometheus resource."""
     setup: Setup = request.param
+    prometheus_rbac(plane.kube, setup)
+    users_secrets(plane.kube, setup)
     subprocess.run(
         [
             tools.helm(),
@@ -237,6 +394,52 @@ def _bindings(kube: Kube, kind: str, setup: Setup) -> list[dict[str, Any]] | Non
     got = kube.get(f"{MONITORING}/namespaces/{NAMESPACE}/{kind}/{setup.fullname}")
     bindings: list[dict[str, Any]] = (got.get("status") or {}).get("bindings") or []
     return bindings or None
+
+
+def _secret_files(kube: Kube, name: str) -> dict[str, bytes] | None:
+    """A Secret of the namespace as the files of its volume; None while it does not exist."""
+    try:
+        secret = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}")
+    except APIError as error:
+        if error.code == 404:
+            return None
+        raise
+    return {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
+
+
+def tls_assets(kube: Kube, name: str, tls_secret: str) -> dict[str, bytes] | None:
+    """The operator's files for Prometheus *name*'s pod, once they hold *tls_secret*'s CA."""
+    files = _secret_files(kube, f"prometheus-{name}-tls-assets-0") or {}
+    return files if any(tls_secret in key for key in files) else None
+
+
+def exporter_args(kube: Kube, setup: Setup, directory: Path) -> list[str]:
+    """The Deployment's TLS and filter arguments, on its Secret volumes written in *directory*.
+
+    What the pod would mount under /etc/kdraexp (the chart's web configuration, the serving
+    certificate) is written under *directory*, and the arguments and the web configuration's
+    paths point there.
+    """
+    deployment = kube.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{setup.fullname}")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+    mounted = "/etc/kdraexp/"
+    for mount in container["volumeMounts"]:
+        if mount["mountPath"].startswith(mounted):
+            files = _secret_files(kube, secrets[mount["name"]])
+            assert files, f"the Secret of the volume {mount['name']}"
+            where = directory / mount["mountPath"].removeprefix(mounted)
+            where.mkdir(parents=True)
+            for key, value in files.items():
+                (where / key).write_bytes(value.replace(mounted.encode(), f"{directory}/".encode()))
+    found = [
+        argument.replace(mounted, f"{directory}/")
+        for argument in container["args"]
+        if argument.startswith(("--tls-config", "--auth-"))
+    ]
+    assert any(a.startswith("--tls-config") for a in found) and "--auth-filter" in found, found
+    return found
 
 
 def _publish(kube: Kube, exporter: Exporter, setup: Setup) -> None:
@@ -309,13 +512,13 @@ def _publish(kube: Kube, exporter: Exporter, setup: Setup) -> None:
     )
 
 
-def runnable(text: str, kubeconfig: Path, rules: Path, setup: Setup) -> dict[str, Any]:
+def runnable(text: str, kubeconfig: Path, rules: Path, certs: Path, setup: Setup) -> dict[str, Any]:
     """The operator's configuration as a Prometheus outside a pod can run it.
 
     As :func:`~tests.e2e.prometheus.operator_generated` makes it, and at the end of every scrape
     configuration the relabeling to loopback that keeps loopback targets only.
     """
-    config = prometheus.operator_generated(text, setup.prometheus, kubeconfig, rules)
+    config = prometheus.operator_generated(text, setup.prometheus, kubeconfig, rules, certs)
     for scrape in config["scrape_configs"]:
         scrape.setdefault("relabel_configs", []).extend(
             [
@@ -338,17 +541,29 @@ def runnable(text: str, kubeconfig: Path, rules: Path, setup: Setup) -> dict[str
 def test_the_operator_scrapes_the_chart(
     plane: ControlPlane, operator: Path, installed: Setup, tmp_path: Path
 ) -> None:
-    """The chart's monitor and rules are accepted; Prometheus 3 scrapes and evaluates them.
+    """The chart's monitor and rules are accepted; Prometheus scrapes over TLS with its token.
 
-    Both objects are bound to the Prometheus resource and Accepted; Prometheus 3 on the
-    operator's configuration scrapes both of the exporter's endpoints with the job the alerts
-    and the dashboard use, and loads every rule the operator wrote.  As shipped, and with
-    nameOverride and kube-prometheus-stack's release named otherwise (the job is then the name,
-    which the alerts select and the dashboard's job variable offers).
+    Both objects are bound to the Prometheus resource and Accepted; Prometheus on the
+    operator's configuration scrapes both of the exporter's endpoints over HTTPS (the Service's
+    name verified against the CA of the serving Secret) with its ServiceAccount's token, which
+    the exporter's filter has the real API server review, with the job the alerts and the
+    dashboard use, and loads every rule the operator wrote.  As shipped, and with nameOverride,
+    kube-prometheus-stack's release named otherwise and Prometheus 2.42 (the job is then the
+    name, which the alerts select and the dashboard's job variable offers).
+
+    Then the binding that lets Prometheus get /metrics is removed and both scrapes fail, 403.
+    A running exporter keeps an allowed answer five minutes (controller-runtime's window), so
+    a removed binding takes effect within that; waiting it out would be a five-minute sleep.
+    The exporter is restarted instead, as a rollout would (same ports, an empty cache): the
+    first review after the removal is the one that must deny.
     """
     kube, setup = plane.kube, installed
+    binaries = prometheus_binaries(setup.version)
     text = wait_until(partial(_generated, kube, setup), 60, "the operator's configuration")
     files = wait_until(partial(_rule_files, kube, setup), 60, "the operator's rule files")
+    assets = wait_until(
+        partial(tls_assets, kube, setup.prometheus, setup.tls_secret), 60, "the TLS assets"
+    )
     for kind in ("servicemonitors", "prometheusrules"):
         bindings = wait_until(partial(_bindings, kube, kind, setup), 60, f"{kind} bound")
         bound = [(b["resource"], b["name"]) for b in bindings]
@@ -359,6 +574,10 @@ def test_the_operator_scrapes_the_chart(
     rules_dir.mkdir()
     for key, value in files.items():
         (rules_dir / key).write_text(value)
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    for key, content in assets.items():
+        (certs / key).write_bytes(content)
 
     kube.create(
         "/apis/resource.k8s.io/v1/deviceclasses",
@@ -374,15 +593,23 @@ def test_the_operator_scrapes_the_chart(
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     )["status"]["token"]
     exporter_config = write_kubeconfig(tmp_path / "exporter.kubeconfig", kube, token)
-    exporter = Exporter(tmp_path / "exporter", [], {"KUBECONFIG": str(exporter_config)})
+    env = {"KUBECONFIG": str(exporter_config)}
+    args = exporter_args(kube, setup, tmp_path / "mounted")
+    exporter = Exporter(tmp_path / "exporter", args, env, probes=True)
     try:
         _publish(kube, exporter, setup)
-        config = runnable(text, operator, rules_dir, setup)
+        config = runnable(text, operator, rules_dir, certs, setup)
+        chart = f"serviceMonitor/{NAMESPACE}/{setup.fullname}/"
+        scrapes = [c for c in config["scrape_configs"] if c["job_name"].startswith(chart)]
+        assert len(scrapes) == 2, scrapes
+        for scrape in scrapes:
+            assert scrape["scheme"] == "https", scrape
+            assert scrape["authorization"]["type"] == "Bearer", scrape
         server = tmp_path / "prometheus"
         server.mkdir()
         (server / "check.yml").write_text(yaml.safe_dump(config))
         checked = subprocess.run(
-            [str(tools.prometheus3() / "promtool"), "check", "config", str(server / "check.yml")],
+            [str(binaries / "promtool"), "check", "config", str(server / "check.yml")],
             capture_output=True,
             text=True,
             timeout=60,
@@ -395,16 +622,16 @@ def test_the_operator_scrapes_the_chart(
         job = setup.job
         chart_rules = "".join(v for k, v in files.items() if setup.fullname in k)
         assert f'job="{job}"' in chart_rules
-        with prometheus.serve(tools.prometheus3(), config, server) as port:
+        with prometheus.serve(binaries, config, server) as port:
 
-            def up() -> list[dict[str, Any]] | None:
+            def up(value: int) -> list[dict[str, Any]] | None:
                 try:
-                    found = prometheus.query(port, f'up{{job="{job}"}} == 1')
+                    found = prometheus.query(port, f'up{{job="{job}"}} == {value}')
                 except OSError:
                     return None
                 return found if len(found) == 2 else None
 
-            targets = wait_until(up, 120, "both of the exporter's endpoints up")
+            targets = wait_until(partial(up, 1), 120, "both of the exporter's endpoints up")
             assert {t["metric"]["endpoint"] for t in targets} == {"http", "telemetry"}
             classes = prometheus.query(port, f'kube_deviceclass_info{{job="{job}"}}')
             names = {c["metric"]["deviceclass_name"] for c in classes}
@@ -424,5 +651,18 @@ def test_the_operator_scrapes_the_chart(
                 return len(rules) or None
 
             assert wait_until(loaded, 60, "the rules loaded") == expected
+
+            kube.delete(f"{RBAC}/clusterrolebindings/{setup.prometheus}")
+            ports = (exporter.port, exporter.telemetry_port)
+            assert exporter.stop() == 0, exporter.log()
+            exporter = Exporter(tmp_path / "restarted", args, env, ports=ports, probes=True)
+
+            def refused() -> list[str] | None:
+                found = prometheus.api(port, "targets", state="active")["activeTargets"]
+                errors = [t["lastError"] for t in found if t["labels"].get("job") == job]
+                return errors if len(errors) == 2 and all("403" in e for e in errors) else None
+
+            wait_until(refused, 120, "both scrapes refused 403")
+            assert wait_until(partial(up, 0), 60, "both of the exporter's endpoints down")
     finally:
         exporter.stop()

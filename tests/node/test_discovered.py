@@ -32,7 +32,13 @@ from tests import dashboard, tools
 from tests.e2e import crds, prometheus
 from tests.e2e.controlplane import APIError
 from tests.e2e.harness import wait_until
-from tests.e2e.test_operator import Setup, prometheus_cr
+from tests.e2e.test_operator import (
+    Setup,
+    prometheus_cr,
+    prometheus_rbac,
+    tls_assets,
+    users_secrets,
+)
 from tests.helm import CHART
 from tests.node import driver, host
 from tests.node.cluster import Node
@@ -103,7 +109,11 @@ def installed(node: Node, operator: subprocess.Popen[bytes]) -> Iterator[None]:
     The alert fires as soon as its condition holds (``for: 0m``); the exporter is scraped and
     the rules evaluated every :data:`INTERVAL` (30 s by default), the exporter's timeout below
     the scrape's, as the chart requires: values of the chart and of kube-prometheus-stack.
+    Prometheus' ServiceAccount and ClusterRole as kube-prometheus-stack makes them, and the two
+    Secrets the file's users make: the exporter serves over TLS behind the auth filter.
     """
+    prometheus_rbac(node.kube, SETUP)
+    users_secrets(node.kube, SETUP)
     node.install(
         EXPORTER,
         NAMESPACE,
@@ -215,13 +225,20 @@ def test_prometheus_finds_scrapes_and_alerts(
             rules.mkdir(parents=True)
             for key, value in files.items():
                 (rules / key).write_text(value)
+            assets = wait_until(
+                partial(tls_assets, node.kube, name, SETUP.tls_secret), 60, f"{name}'s TLS"
+            )
+            certs = tmp_path / release / "certs"
+            certs.mkdir()
+            for key, content in assets.items():
+                (certs / key).write_bytes(content)
             expected_rules[release] = sum(
                 len(group["rules"])
                 for key, value in files.items()
                 if EXPORTER in key
                 for group in yaml.safe_load(value)["groups"]
             )
-            config = prometheus.operator_generated(text, name, node.kubeconfig, rules)
+            config = prometheus.operator_generated(text, name, node.kubeconfig, rules, certs)
             ports[release] = running.enter_context(
                 prometheus.serve(binaries(), config, tmp_path / release)
             )
