@@ -203,7 +203,9 @@ def exporter_in_use(body: str) -> float:
 
 def judged_alike(node: Node, view: View, count: float) -> bool:
     """The kubelet and the exporter both count *count* claims prepared for the driver."""
-    return kubelet_in_use(node) == count and exporter_in_use(view.scrape()) == count
+    kubelet, exporter = kubelet_in_use(node), exporter_in_use(view.scrape())
+    print(f"in use: the kubelet {kubelet:g}, the exporter {exporter:g}, asked {count:g}")
+    return kubelet == count and exporter == count
 
 
 def running_pod(node: Node, name: str) -> dict[str, Any] | None:
