@@ -256,6 +256,10 @@ class Matcher:
         """A collection is complete: :attr:`costly` says whether its matching was."""
         self.costly, self._slow = self._slow, False
 
+    def compiled(self, expressions: tuple[str, ...]) -> CompiledClass | None:
+        """The class as compiled already, or None: never compiles, nor waits for the lock."""
+        return self._compiled.get(expressions)
+
     @serialised
     def compile(self, expressions: tuple[str, ...]) -> CompiledClass:
         """Compile a class's selector expressions (cached by their text)."""
