@@ -218,6 +218,11 @@ class Matcher:
         self._slow = False
         self._lock = threading.RLock()
         """Lists are read in threads; a cancelled one may still be matching."""
+        self._budget = threading.Lock()
+        """Held for the collection's counts alone: the reactor, starting a collection, never
+        waits for a match in a thread (see :attr:`_lock`)."""
+        self._kept_classes: set[tuple[str, ...]] | None = None
+        """The classes :meth:`forget` keeps, until the next compile drops the rest."""
         self.evaluations = 0
         """Evaluations asked for, over the matcher's life."""
 
@@ -239,22 +244,22 @@ class Matcher:
         """End the evaluation process if idle for *after* seconds (started again on demand)."""
         return self.evaluator.idle(after)
 
-    @serialised
     def new_collection(self) -> None:
         """A new collection (a new list; in watch mode, a new object): a new budget."""
-        self._left = EVALUATIONS
-        self.spent = {}
-        self.collection += 1
+        with self._budget:
+            self._left = EVALUATIONS
+            self.spent = {}
+            self.collection += 1
 
-    @serialised
     def devices_read(self, count: int) -> None:
         """*count* more devices are matched in this collection: :data:`PER_DEVICE` more each."""
-        self._left += PER_DEVICE * count
+        with self._budget:
+            self._left += PER_DEVICE * count
 
-    @serialised
     def collected(self) -> None:
         """A collection is complete: :attr:`costly` says whether its matching was."""
-        self.costly, self._slow = self._slow, False
+        with self._budget:
+            self.costly, self._slow = self._slow, False
 
     def compiled(self, expressions: tuple[str, ...]) -> CompiledClass | None:
         """The class as compiled already, or None: never compiles, nor waits for the lock."""
@@ -272,6 +277,7 @@ class Matcher:
         An expression :mod:`.native` evaluates needs no compiling: a class of those alone is
         made without the process, whether it can start or not.
         """
+        self._drop_forgotten()
         new = [e for e in dict.fromkeys(classes) if e not in self._compiled]
         refusals: dict[str, str | OverBudget | None] = {}
         failed = None
@@ -324,10 +330,17 @@ class Matcher:
             )
         )
 
-    @serialised
     def forget(self, keep: Iterable[tuple[str, ...]]) -> None:
-        """Drop what was cached for classes that no longer exist."""
-        kept = set(keep)
+        """Drop what was cached for classes that no longer exist, at the next compile.
+
+        Never waits for a match in a thread, which reads what it would drop.
+        """
+        self._kept_classes = set(keep)
+
+    def _drop_forgotten(self) -> None:
+        kept, self._kept_classes = self._kept_classes, None
+        if kept is None:
+            return
         for expressions in [key for key in self._compiled if key not in kept]:
             del self._compiled[expressions]
         texts = {text for expressions in kept for text in expressions}
@@ -351,7 +364,8 @@ class Matcher:
         finally:
             # The wait for a process to start is no measure of what matching costs.
             if time.monotonic() - began - (self._waited() - waited) > COSTLY:
-                self._slow = self.costly = True
+                with self._budget:
+                    self._slow = self.costly = True
 
     def _waited(self) -> float:
         return self.evaluator.waited
@@ -423,11 +437,12 @@ class Matcher:
                 asked: dict[str, int] = {}
                 for expression, _ in wanted:
                     asked[expression] = asked.get(expression, 0) + 1
-                if len(wanted) > self._left:
-                    raise TooManyEvaluations(asked)
-                self._left -= len(wanted)
-                for expression, count in asked.items():
-                    self.spent[expression] = self.spent.get(expression, 0) + count
+                with self._budget:
+                    if len(wanted) > self._left:
+                        raise TooManyEvaluations(asked)
+                    self._left -= len(wanted)
+                    for expression, count in asked.items():
+                        self.spent[expression] = self.spent.get(expression, 0) + count
             self._ask(list(expressions), devices, wanted)
         answers = [
             answer if answer is not None else self._known(key)
