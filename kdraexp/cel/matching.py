@@ -121,14 +121,17 @@ Path = tuple[str, ...]
 """``("driver",)``, ``("attributes", domain)`` or ``("attributes", domain, name)`` (or capacity)."""
 
 
-def device_paths(expression: str) -> tuple[Path, ...] | None:
+def device_paths(
+    expression: str, found: list[tuple[str, str]] | None = None
+) -> tuple[Path, ...] | None:
     """The device fields *expression* reads, or None when it reads the device some other way.
 
     Every use of the variable ``device`` must be one of ``device.driver``,
     ``device.allowMultipleAllocations``, ``device.attributes['<domain>']`` or
     ``device.capacity['<domain>']``, optionally followed by ``.<name>`` or ``['<name>']``.
+    *found*: its tokens, where they were read already.
     """
-    found = tokens(expression)
+    found = tokens(expression) if found is None else found
     paths: list[Path] = []
     for index, token in enumerate(found):
         if token != ("ident", "device") or (index and found[index - 1][1] == "."):
@@ -154,9 +157,21 @@ def device_paths(expression: str) -> tuple[Path, ...] | None:
     return tuple(dict.fromkeys(paths))
 
 
-def string_literals(expression: str) -> list[str]:
+def string_literals(expression: str, found: list[tuple[str, str]] | None = None) -> list[str]:
     """Every plain string literal (domains looked up in a device the scan cannot follow)."""
-    return [text for text in map(literal, tokens(expression)) if text is not None]
+    found = tokens(expression) if found is None else found
+    return [text for text in map(literal, found) if text is not None]
+
+
+def read_selector(expression: str) -> Selector:
+    """The expression and what it reads, its tokens read once (10 Ki characters take a while)."""
+    found = tokens(expression)
+    return Selector(
+        expression,
+        device_paths(expression, found),
+        tuple(string_literals(expression, found)),
+        native(expression, found),
+    )
 
 
 # --- Matching --------------------------------------------------------------------------------
@@ -281,16 +296,18 @@ class Matcher:
         new = [e for e in dict.fromkeys(classes) if e not in self._compiled]
         refusals: dict[str, str | OverBudget | None] = {}
         failed = None
-        texts = list(dict.fromkeys(text for expressions in new for text in expressions))
-        simple = {text: found for text in texts if (found := native(text)) is not None}
-        texts = [text for text in texts if text not in simple]
+        read = {
+            text: read_selector(text)
+            for text in dict.fromkeys(text for expressions in new for text in expressions)
+        }
+        texts = [text for text, one in read.items() if one.native is None]
         if texts and AVAILABLE:
             try:
                 refusals = dict(zip(texts, self.evaluator.compile(texts), strict=True))
             except EvaluationError as error:
                 failed = f"{UNEVALUATED}{error}"
         made = {
-            expressions: self._compiled_class(expressions, refusals, failed, simple)
+            expressions: self._compiled_class(expressions, refusals, failed, read)
             for expressions in new
         }
         for expressions, compiled in made.items():
@@ -303,13 +320,13 @@ class Matcher:
         expressions: tuple[str, ...],
         refusals: dict[str, str | OverBudget | None],
         failed: str | None,
-        simple: dict[str, Native],
+        read: dict[str, Selector],
     ) -> CompiledClass:
         if not AVAILABLE:
             return CompiledClass(error="CEL is not available on this platform")
         if not expressions:
             return CompiledClass()
-        if failed is not None and any(expression not in simple for expression in expressions):
+        if failed is not None and any(read[text].native is None for text in expressions):
             return CompiledClass(error=failed)
         for index, expression in enumerate(expressions):
             refused = refusals.get(expression)
@@ -318,17 +335,7 @@ class Matcher:
                 return CompiledClass(error=f"selector {index}: {refused.reason}")
             if refused is not None:
                 return CompiledClass(error=f"selector {index}: {refused}")
-        return CompiledClass(
-            tuple(
-                Selector(
-                    expression,
-                    device_paths(expression),
-                    tuple(string_literals(expression)),
-                    simple.get(expression),
-                )
-                for expression in expressions
-            )
-        )
+        return CompiledClass(tuple(read[expression] for expression in expressions))
 
     def forget(self, keep: Iterable[tuple[str, ...]]) -> None:
         """Drop what was cached for classes that no longer exist, at the next compile.
