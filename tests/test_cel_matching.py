@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from kdraexp.cel import matching
@@ -201,3 +203,42 @@ def test_a_device_has_its_fields(expression: str, selected: set[str]) -> None:
     ``!has(device.allowMultipleAllocations)`` must not read the field's value (false).
     """
     assert matches(expression, gpu("a"), gpu("b", "mig")) == selected
+
+
+def test_a_new_collection_never_waits_for_a_match_in_a_thread() -> None:
+    """The next collection, begun on the reactor, counts and forgets without waiting for it.
+
+    A list its scrape abandoned may match in a thread for minutes.  What is forgotten goes at
+    the next compile, which waits its turn.
+    """
+    matcher = matching.Matcher(EVALUATOR)
+    old = matcher.compile(("device.driver == 'old'",))
+    matching_now, done = threading.Event(), threading.Event()
+
+    def match() -> None:
+        with matcher._lock:  # as match_all holds it
+            matching_now.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=match)
+    thread.start()
+    try:
+        assert matching_now.wait(30)
+        began = threading.Event()
+
+        def begin() -> None:
+            matcher.collected()
+            matcher.new_collection()
+            matcher.devices_read(128)
+            matcher.forget([("device.driver == 'new'",)])
+            began.set()
+
+        threading.Thread(target=begin, daemon=True).start()
+        assert began.wait(10), "a new collection waited for the match"
+        assert matcher.left == matching.EVALUATIONS + matching.PER_DEVICE * 128
+        assert matcher.compiled(("device.driver == 'old'",)) is old  # until the next compile
+    finally:
+        done.set()
+        thread.join()
+    matcher.compile(("device.driver == 'new'",))
+    assert matcher.compiled(("device.driver == 'old'",)) is None

@@ -213,7 +213,7 @@ def test_costly_matching_sends_lists_off_the_reactor(evaluator: Evaluator) -> No
 
     A calm collection, which matches nothing, makes them plain again: a thread's hand-offs of
     the interpreter lock cost a calm scrape more than they spare.  Past MANY_CLASSES classes,
-    matching is costly from the start.
+    matching is costly from the start; so it is until the classes are compiled.
     """
     square = "[" + ",".join(map(str, range(40))) + "]"
     uuid = "device.attributes['gpu.nvidia.com'].uuid"
@@ -235,7 +235,32 @@ def test_costly_matching_sends_lists_off_the_reactor(evaluator: Evaluator) -> No
     many = ClassIndex(
         [ClassEntry(f"c{i}", (FINE,), None) for i in range(MANY_CLASSES + 1)], matcher
     )
-    assert many.costly and not ClassIndex([ClassEntry("c", (FINE,), None)], matcher).costly
+    assert many.costly
+    fine = ClassIndex([ClassEntry("c", (FINE,), None)], matcher)
+    assert fine.costly  # not compiled yet: compiling reads every expression
+    matcher.compile((FINE,))
+    assert not fine.costly and not ClassIndex([ClassEntry("c", (FINE,), None)], matcher).costly
+
+
+def test_a_class_only_the_process_answers_is_read_off_the_reactor_at_once(
+    evaluator: Evaluator,
+) -> None:
+    """Before any match is measured: one evaluation may take its whole CPU budget.
+
+    And before the classes are compiled, whatever their selectors: compiling asks the process.
+    """
+    uuid = "device.attributes['gpu.nvidia.com'].uuid"
+    matcher = matching.Matcher(evaluator)
+    classes = ClassIndex(
+        [ClassEntry("fine", (FINE,), None), ClassEntry("other", (f"{uuid}.size() > 0",), None)],
+        matcher,
+    )
+    reader = CollectionBuilder(select(), matcher, Store()).reader(RESOURCE_SLICES)
+    reader.reconfigure(classes, ())
+    assert not matcher.costly
+    assert classes.costly and reader.off_reactor
+    assert matcher.compile_all([(FINE,), (f"{uuid}.size() > 0",)])[1].error is None
+    assert classes.costly and reader.off_reactor  # compiled: still the process's to answer
 
 
 def test_an_int_beyond_int64_reads_as_absent(evaluator: Evaluator) -> None:

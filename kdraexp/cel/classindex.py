@@ -79,6 +79,8 @@ class ClassIndex:
         why: the costliest, when its evaluations ran out."""
         self._unmatched_in = -1
         self._live_made: tuple[int, list[tuple[ClassEntry, CompiledClass]]] | None = None
+        self._asks: bool | None = None
+        """Whether matching may ask the evaluation process, once every class is compiled."""
 
     @property
     def _compiled(self) -> list[tuple[ClassEntry, CompiledClass]]:
@@ -103,11 +105,28 @@ class ClassIndex:
         """Whether matching devices is costly.
 
         It was of late (see ``Matcher.costly``), or the classes are so many that each slice's
-        devices make thousands of matches.
+        devices make thousands of matches, or matching may ask the evaluation process (see
+        :meth:`_asks_process`): one evaluation may take its whole CPU budget, and a slice's
+        devices make hundreds of them.
         """
         if self._matcher is None:
             return False
-        return self._matcher.costly or len(self.entries) > MANY_CLASSES
+        return self._matcher.costly or len(self.entries) > MANY_CLASSES or self._asks_process()
+
+    def _asks_process(self) -> bool:
+        """Whether a class has a selector only the evaluation process answers, or is not compiled.
+
+        Compiling reads every expression and asks the process.  Looks in what the matcher
+        compiled without waiting for it (a list abandoned by its scrape may still be matching
+        in a thread).
+        """
+        if self._asks is None:
+            assert self._matcher is not None
+            found = [self._matcher.compiled(e.expressions) for e in self.entries.values()]
+            if any(one is None for one in found):
+                return True
+            self._asks = not all(one is not None and one.evaluated_here for one in found)
+        return self._asks
 
     @property
     def matcher(self) -> Matcher | None:

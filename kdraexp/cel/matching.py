@@ -121,14 +121,17 @@ Path = tuple[str, ...]
 """``("driver",)``, ``("attributes", domain)`` or ``("attributes", domain, name)`` (or capacity)."""
 
 
-def device_paths(expression: str) -> tuple[Path, ...] | None:
+def device_paths(
+    expression: str, found: list[tuple[str, str]] | None = None
+) -> tuple[Path, ...] | None:
     """The device fields *expression* reads, or None when it reads the device some other way.
 
     Every use of the variable ``device`` must be one of ``device.driver``,
     ``device.allowMultipleAllocations``, ``device.attributes['<domain>']`` or
     ``device.capacity['<domain>']``, optionally followed by ``.<name>`` or ``['<name>']``.
+    *found*: its tokens, where they were read already.
     """
-    found = tokens(expression)
+    found = tokens(expression) if found is None else found
     paths: list[Path] = []
     for index, token in enumerate(found):
         if token != ("ident", "device") or (index and found[index - 1][1] == "."):
@@ -154,9 +157,21 @@ def device_paths(expression: str) -> tuple[Path, ...] | None:
     return tuple(dict.fromkeys(paths))
 
 
-def string_literals(expression: str) -> list[str]:
+def string_literals(expression: str, found: list[tuple[str, str]] | None = None) -> list[str]:
     """Every plain string literal (domains looked up in a device the scan cannot follow)."""
-    return [text for text in map(literal, tokens(expression)) if text is not None]
+    found = tokens(expression) if found is None else found
+    return [text for text in map(literal, found) if text is not None]
+
+
+def read_selector(expression: str) -> Selector:
+    """The expression and what it reads, its tokens read once (10 Ki characters take a while)."""
+    found = tokens(expression)
+    return Selector(
+        expression,
+        device_paths(expression, found),
+        tuple(string_literals(expression, found)),
+        native(expression, found),
+    )
 
 
 # --- Matching --------------------------------------------------------------------------------
@@ -218,6 +233,11 @@ class Matcher:
         self._slow = False
         self._lock = threading.RLock()
         """Lists are read in threads; a cancelled one may still be matching."""
+        self._budget = threading.Lock()
+        """Held for the collection's counts alone: the reactor, starting a collection, never
+        waits for a match in a thread (see :attr:`_lock`)."""
+        self._kept_classes: set[tuple[str, ...]] | None = None
+        """The classes :meth:`forget` keeps, until the next compile drops the rest."""
         self.evaluations = 0
         """Evaluations asked for, over the matcher's life."""
 
@@ -239,22 +259,26 @@ class Matcher:
         """End the evaluation process if idle for *after* seconds (started again on demand)."""
         return self.evaluator.idle(after)
 
-    @serialised
     def new_collection(self) -> None:
         """A new collection (a new list; in watch mode, a new object): a new budget."""
-        self._left = EVALUATIONS
-        self.spent = {}
-        self.collection += 1
+        with self._budget:
+            self._left = EVALUATIONS
+            self.spent = {}
+            self.collection += 1
 
-    @serialised
     def devices_read(self, count: int) -> None:
         """*count* more devices are matched in this collection: :data:`PER_DEVICE` more each."""
-        self._left += PER_DEVICE * count
+        with self._budget:
+            self._left += PER_DEVICE * count
 
-    @serialised
     def collected(self) -> None:
         """A collection is complete: :attr:`costly` says whether its matching was."""
-        self.costly, self._slow = self._slow, False
+        with self._budget:
+            self.costly, self._slow = self._slow, False
+
+    def compiled(self, expressions: tuple[str, ...]) -> CompiledClass | None:
+        """The class as compiled already, or None: never compiles, nor waits for the lock."""
+        return self._compiled.get(expressions)
 
     @serialised
     def compile(self, expressions: tuple[str, ...]) -> CompiledClass:
@@ -268,19 +292,22 @@ class Matcher:
         An expression :mod:`.native` evaluates needs no compiling: a class of those alone is
         made without the process, whether it can start or not.
         """
+        self._drop_forgotten()
         new = [e for e in dict.fromkeys(classes) if e not in self._compiled]
         refusals: dict[str, str | OverBudget | None] = {}
         failed = None
-        texts = list(dict.fromkeys(text for expressions in new for text in expressions))
-        simple = {text: found for text in texts if (found := native(text)) is not None}
-        texts = [text for text in texts if text not in simple]
+        read = {
+            text: read_selector(text)
+            for text in dict.fromkeys(text for expressions in new for text in expressions)
+        }
+        texts = [text for text, one in read.items() if one.native is None]
         if texts and AVAILABLE:
             try:
                 refusals = dict(zip(texts, self.evaluator.compile(texts), strict=True))
             except EvaluationError as error:
                 failed = f"{UNEVALUATED}{error}"
         made = {
-            expressions: self._compiled_class(expressions, refusals, failed, simple)
+            expressions: self._compiled_class(expressions, refusals, failed, read)
             for expressions in new
         }
         for expressions, compiled in made.items():
@@ -293,13 +320,13 @@ class Matcher:
         expressions: tuple[str, ...],
         refusals: dict[str, str | OverBudget | None],
         failed: str | None,
-        simple: dict[str, Native],
+        read: dict[str, Selector],
     ) -> CompiledClass:
         if not AVAILABLE:
             return CompiledClass(error="CEL is not available on this platform")
         if not expressions:
             return CompiledClass()
-        if failed is not None and any(expression not in simple for expression in expressions):
+        if failed is not None and any(read[text].native is None for text in expressions):
             return CompiledClass(error=failed)
         for index, expression in enumerate(expressions):
             refused = refusals.get(expression)
@@ -308,22 +335,19 @@ class Matcher:
                 return CompiledClass(error=f"selector {index}: {refused.reason}")
             if refused is not None:
                 return CompiledClass(error=f"selector {index}: {refused}")
-        return CompiledClass(
-            tuple(
-                Selector(
-                    expression,
-                    device_paths(expression),
-                    tuple(string_literals(expression)),
-                    simple.get(expression),
-                )
-                for expression in expressions
-            )
-        )
+        return CompiledClass(tuple(read[expression] for expression in expressions))
 
-    @serialised
     def forget(self, keep: Iterable[tuple[str, ...]]) -> None:
-        """Drop what was cached for classes that no longer exist."""
-        kept = set(keep)
+        """Drop what was cached for classes that no longer exist, at the next compile.
+
+        Never waits for a match in a thread, which reads what it would drop.
+        """
+        self._kept_classes = set(keep)
+
+    def _drop_forgotten(self) -> None:
+        kept, self._kept_classes = self._kept_classes, None
+        if kept is None:
+            return
         for expressions in [key for key in self._compiled if key not in kept]:
             del self._compiled[expressions]
         texts = {text for expressions in kept for text in expressions}
@@ -347,7 +371,8 @@ class Matcher:
         finally:
             # The wait for a process to start is no measure of what matching costs.
             if time.monotonic() - began - (self._waited() - waited) > COSTLY:
-                self._slow = self.costly = True
+                with self._budget:
+                    self._slow = self.costly = True
 
     def _waited(self) -> float:
         return self.evaluator.waited
@@ -419,11 +444,12 @@ class Matcher:
                 asked: dict[str, int] = {}
                 for expression, _ in wanted:
                     asked[expression] = asked.get(expression, 0) + 1
-                if len(wanted) > self._left:
-                    raise TooManyEvaluations(asked)
-                self._left -= len(wanted)
-                for expression, count in asked.items():
-                    self.spent[expression] = self.spent.get(expression, 0) + count
+                with self._budget:
+                    if len(wanted) > self._left:
+                        raise TooManyEvaluations(asked)
+                    self._left -= len(wanted)
+                    for expression, count in asked.items():
+                        self.spent[expression] = self.spent.get(expression, 0) + count
             self._ask(list(expressions), devices, wanted)
         answers = [
             answer if answer is not None else self._known(key)

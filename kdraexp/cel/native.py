@@ -76,9 +76,12 @@ class Native:
         return True if certain else None
 
 
-def native(expression: str) -> Native | None:
-    """The expression as :class:`Native` clauses; None when it is not of that form."""
-    found = tokens(expression)
+def native(expression: str, found: list[tuple[str, str]] | None = None) -> Native | None:
+    """The expression as :class:`Native` clauses; None when it is not of that form.
+
+    *found*: its tokens, where they were read already (a long expression takes a while).
+    """
+    found = tokens(expression) if found is None else found
     clauses: list[Clause] = []
     at = 0
     while True:

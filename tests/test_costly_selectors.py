@@ -1,0 +1,109 @@
+"""Costly DeviceClass selectors never hold the reactor: they are matched and compiled off it.
+
+Each test runs the exporter with a call due every 10 ms on its reactor (:mod:`tests.turnwatch`)
+and asks how late that call ran at worst while the exporter read such classes: the longest turn
+the reactor took, which ``/healthz`` and every scrape wait behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+
+from kdraexp.cel import matching
+from tests.objects import classy, gpu, pool_slice
+from tests.processes import free_port, get, ready, stop, wait_for
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not matching.AVAILABLE, reason="no CEL runtime on this platform"),
+]
+
+V1 = {"apiVersion": "resource.k8s.io/v1"}
+TURN = 0.1
+"""The longest turn the reactor may take, whatever the input."""
+SLOW = "'a'" + ".replace('a', 'aaaaaaaaaa')" * 6 + ".size() > 0"
+"""Builds a string of a million characters: about 40 ms a device, inside the CPU budget."""
+MAX_LENGTH = 10 * 1024
+"""The longest selector expression the API accepts (CELSelectorExpressionMaxLength)."""
+MAX_SELECTORS = 32
+"""The most selectors a DeviceClass may hold (DeviceSelectorsMaxSize)."""
+
+
+def long_selector(number: int) -> str:
+    """An expression of :data:`MAX_LENGTH` characters that reads an attribute many times."""
+    clause = "device.attributes['gpu.nvidia.com'].uuid != 'GPU-x{}'"
+    clauses = [f"device.driver == 'gpu.nvidia.com' || '{number}' == ''"]
+    while len(" && ".join(clauses)) + len(clause) + 12 < MAX_LENGTH:
+        clauses.append(clause.format(len(clauses)))
+    return " && ".join(clauses)
+
+
+def cluster(tmp_path: Path, classes: list[dict[str, Any]], devices: int) -> Path:
+    """A file of one slice of *devices* GPUs and *classes*."""
+    path = tmp_path / "cluster.json"
+    items = [
+        {**V1, "kind": "ResourceSlice", **pool_slice("s", [gpu(f"g{i}") for i in range(devices)])},
+        *({**V1, "kind": "DeviceClass", **one} for one in classes),
+    ]
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return path
+
+
+async def longest_turn(tmp_path: Path, file: Path) -> tuple[float, bytes]:
+    """Start the exporter on *file*, scrape it once, stop it: its longest turn, the scrape."""
+    port, out = free_port(), tmp_path / "longest"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    environment["KUBECONFIG"] = "/nonexistent"
+    command = [sys.executable, "-m", "tests.turnwatch", str(out)]
+    args = ["--listen", f"tcp:{port}:interface=127.0.0.1", "--source", f"file:{file}"]
+    args += ["--telemetry-listen", "tcp:0:interface=127.0.0.1"]
+    root = Path(__file__).parent.parent
+    with (tmp_path / "output.log").open("wb") as log:
+        process = subprocess.Popen(
+            [*command, *args], cwd=root, env=environment, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        await wait_for(lambda: ready(port), limit=120)
+        answer = await get(f"http://127.0.0.1:{port}/metrics")
+        assert answer is not None and answer[0] == 200
+    finally:
+        assert await stop(process) == 0
+    return float(out.read_text()), answer[1]
+
+
+@pytest_twisted.ensureDeferred
+async def test_selectors_of_40_ms_a_device_are_matched_off_the_reactor(tmp_path: Path) -> None:
+    """Four classes over 16 devices that each read differently: 64 evaluations of 40 ms."""
+    reads = "device.attributes['gpu.nvidia.com'].uuid.startsWith('GPU-') && {} >= 0 && "
+    classes = [classy(f"slow{n}", reads.format(n) + SLOW) for n in range(4)]
+    turn, body = await longest_turn(tmp_path, cluster(tmp_path, classes, 16))
+    assert turn < TURN, (tmp_path / "output.log").read_text()
+    for n in range(4):  # every device matches: the answers are the selectors'
+        assert body.count(f'node_name="pool",deviceclass_name="slow{n}"}} 1\n'.encode()) == 16
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_longest_selectors_a_class_may_hold_are_compiled_off_the_reactor(
+    tmp_path: Path,
+) -> None:
+    """Two classes of 32 selectors of 10 Ki characters each: 640 KiB of CEL to read."""
+    classes = []
+    for name in ("long0", "long1"):
+        made = classy(name)
+        made["spec"]["selectors"] = [
+            {"cel": {"expression": long_selector(n)}} for n in range(MAX_SELECTORS)
+        ]
+        assert all(len(s["cel"]["expression"]) <= MAX_LENGTH for s in made["spec"]["selectors"])
+        classes.append(made)
+    turn, body = await longest_turn(tmp_path, cluster(tmp_path, classes, 4))
+    assert turn < TURN, (tmp_path / "output.log").read_text()
+    for name in ("long0", "long1"):
+        assert body.count(f'node_name="pool",deviceclass_name="{name}"}} 1\n'.encode()) == 4
