@@ -19,7 +19,7 @@ import pytest_twisted
 
 from kdraexp.cel import matching
 from tests.objects import classy, gpu, pool_slice
-from tests.processes import free_port, get, ready, stop, wait_for
+from tests.processes import TURN_BOUND, free_port, get, ready, stop, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -27,8 +27,6 @@ pytestmark = [
 ]
 
 V1 = {"apiVersion": "resource.k8s.io/v1"}
-TURN = 0.1
-"""The longest turn the reactor may take, whatever the input."""
 SLOW = "'a'" + ".replace('a', 'aaaaaaaaaa')" * 6 + ".size() > 0"
 """Builds a string of a million characters: about 40 ms a device, inside the CPU budget."""
 MAX_LENGTH = 10 * 1024
@@ -81,13 +79,18 @@ async def longest_turn(tmp_path: Path, file: Path) -> tuple[float, bytes]:
 
 @pytest_twisted.ensureDeferred
 async def test_selectors_of_40_ms_a_device_are_matched_off_the_reactor(tmp_path: Path) -> None:
-    """Four classes over 16 devices that each read differently: 64 evaluations of 40 ms."""
+    """Four classes over 32 devices that each read differently: 128 evaluations of 40 ms.
+
+    On the reactor, one turn took them all (1.7 s); off it, each turn is short.  Held to the
+    tests' bound on a turn (:data:`~tests.processes.TURN_BOUND`), as every exporter a test
+    starts is, not to the 100 ms a loaded machine cannot promise.
+    """
     reads = "device.attributes['gpu.nvidia.com'].uuid.startsWith('GPU-') && {} >= 0 && "
     classes = [classy(f"slow{n}", reads.format(n) + SLOW) for n in range(4)]
-    turn, body = await longest_turn(tmp_path, cluster(tmp_path, classes, 16))
-    assert turn < TURN, (tmp_path / "output.log").read_text()
+    turn, body = await longest_turn(tmp_path, cluster(tmp_path, classes, 32))
+    assert turn < TURN_BOUND, (tmp_path / "output.log").read_text()
     for n in range(4):  # every device matches: the answers are the selectors'
-        assert body.count(f'node_name="pool",deviceclass_name="slow{n}"}} 1\n'.encode()) == 16
+        assert body.count(f'node_name="pool",deviceclass_name="slow{n}"}} 1\n'.encode()) == 32
 
 
 @pytest_twisted.ensureDeferred
@@ -104,6 +107,6 @@ async def test_the_longest_selectors_a_class_may_hold_are_compiled_off_the_react
         assert all(len(s["cel"]["expression"]) <= MAX_LENGTH for s in made["spec"]["selectors"])
         classes.append(made)
     turn, body = await longest_turn(tmp_path, cluster(tmp_path, classes, 4))
-    assert turn < TURN, (tmp_path / "output.log").read_text()
+    assert turn < TURN_BOUND, (tmp_path / "output.log").read_text()
     for name in ("long0", "long1"):
         assert body.count(f'node_name="pool",deviceclass_name="{name}"}} 1\n'.encode()) == 4
