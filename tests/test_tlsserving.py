@@ -443,3 +443,24 @@ async def test_silent_handshakes_do_not_hold_the_listener(secret: Secret) -> Non
             sock.close()
         await wait_for(lambda: not site._open, limit=10)  # closed before the port stops
         await port.stopListening()
+
+
+def _send(port: int, request: bytes) -> bytes:
+    """What the server answers *request* over TLS before it closes (bounded by the timeout)."""
+    with client().wrap_socket(
+        socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="127.0.0.1"
+    ) as tls:
+        tls.sendall(request)
+        answer = b""
+        while chunk := tls.recv(4096):
+            answer += chunk
+        return answer
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_header_line_too_long_is_answered_and_closed(served: Served) -> None:
+    """Past Twisted's 16 KiB line: 431 and closed at once, not held silent until the deadline."""
+    request = b"GET /healthz HTTP/1.1\r\nAuthorization: Bearer " + b"a" * 65536 + b"\r\n\r\n"
+    answer: bytes = await deferToThread(_send, served.number, request)
+    assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), answer[:80]
+    assert served.requests._requests == {("main", "other", "431"): 1}

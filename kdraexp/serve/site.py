@@ -11,9 +11,10 @@ answered.  When none can be shed the listener stops accepting until one can or o
 clients wait in the kernel's queue instead of being turned away, so a flood of slow clients
 cannot keep a probe of ``/healthz`` out and a burst of quick ones is answered in full.
 A request with a body is answered 413 as soon as its headers are read: no route takes a body,
-and Twisted would otherwise spool it to a temporary file.  Each finished request is counted
-by handler and code (:mod:`kdraexp.telemetry.http`) and logged at debug level, not info: a scrape
-every fifteen seconds is not news.
+and Twisted would otherwise spool it to a temporary file.  A header line longer than Twisted's
+16 KiB is answered 431 and the connection closed at once, over TLS too.  Each finished request
+is counted by handler and code (:mod:`kdraexp.telemetry.http`) and logged at debug level, not
+info: a scrape every fifteen seconds is not news.
 """
 
 from __future__ import annotations
@@ -49,12 +50,21 @@ GRACE = 1.0
 MAX_CONNECTIONS = 256
 """Open connections per listener: well under the usual limit of 1,024 open files, with room for
 forty Prometheus replicas and their retries."""
-_TOO_LARGE = (
-    b"HTTP/1.1 413 Content Too Large\r\n"
-    b"Content-Type: text/plain; charset=utf-8\r\n"
-    b"Content-Length: 32\r\n"
-    b"Connection: close\r\n\r\n"
-    b"request bodies are not accepted\n"
+
+
+def _refusal(status: bytes, body: bytes) -> bytes:
+    """A whole answer that closes the connection."""
+    return (
+        b"HTTP/1.1 " + status + b"\r\n"
+        b"Content-Type: text/plain; charset=utf-8\r\n"
+        b"Content-Length: %d\r\n"
+        b"Connection: close\r\n\r\n" % len(body)
+    ) + body
+
+
+_TOO_LARGE = _refusal(b"413 Content Too Large", b"request bodies are not accepted\n")
+_LINE_TOO_LONG = _refusal(
+    b"431 Request Header Fields Too Large", b"a header line is longer than 16 KiB\n"
 )
 
 
@@ -108,12 +118,25 @@ class BoundedChannel(HTTPChannel):
         self._cancel_deadline()
         self._in_request = True
         if self.length != 0:  # a Content-Length, or None for chunked
-            self._refused = True
-            self.site.refused(self)
-            self.transport.write(_TOO_LARGE)
-            self.transport.loseConnection()
+            self._refuse(413, _TOO_LARGE)
             return
         super().allHeadersReceived()
+
+    def lineLengthExceeded(self, line: bytes) -> None:  # noqa: N802 - LineReceiver
+        """A line past ``MAX_LENGTH``: answered 431 and closed.
+
+        LineReceiver's own closes the transport with the channel still registered as its
+        producer, which TLS waits for: the connection stayed open, silent, until the deadline.
+        """
+        self._refuse(431, _LINE_TOO_LONG)
+
+    def _refuse(self, code: int, answer: bytes) -> None:
+        """Answer *answer*, counted as *code*, read nothing more and close."""
+        self._refused = True
+        self._cancel_deadline()
+        self.site.refused(code)
+        self.transport.write(answer)
+        self.loseConnection()  # HTTPChannel's: unregisters itself as the producer first
 
     def requestDone(self, request: Request) -> None:
         """The answer is written: the connection may read its next request."""
@@ -303,9 +326,9 @@ class BoundedSite(Site):
             self._paused = None
         self._port.startReading()
 
-    def refused(self, channel: BoundedChannel) -> None:
-        """A request came with a body."""
-        self._stats.answered(self.listener, "other", 413, 0.0)
+    def refused(self, code: int) -> None:
+        """A request refused before it was read: with a body (413), a line too long (431)."""
+        self._stats.answered(self.listener, "other", code, 0.0)
 
     def log(self, request: http.Request) -> None:
         """Count the finished request, and log it at debug level."""
