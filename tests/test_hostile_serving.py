@@ -29,6 +29,7 @@ from twisted.internet.threads import deferToThread
 
 from kdraexp.serve.authfilter import MAX_IN_FLIGHT, REVIEW_TIMEOUT
 from tests.fakeapi import Fault
+from tests.kubeconfigs import write_kubeconfig
 from tests.processes import (
     MemoryCgroup,
     free_port,
@@ -40,7 +41,6 @@ from tests.processes import (
     wait_for,
 )
 from tests.test_authfilter import READER, READER_NAME
-from tests.test_process import kubeconfig
 from tests.test_tlsserving import client, pair
 from tests.tlsapi import TLSAPI, serve
 
@@ -77,7 +77,9 @@ async def exporter(tmp_path: Path, cgroup: MemoryCgroup) -> AsyncIterator[Export
         api.fake.tokens = {"exporter-token"}
         api.fake.users = {"reader-token": READER}
         api.fake.grants = {(READER_NAME, "get", "/metrics")}
-        config = kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, "exporter-token")
+        config = write_kubeconfig(
+            tmp_path / "kubeconfig", api.server, api.ca_pem, {"token": "exporter-token"}
+        )
         for name, content in pair("127.0.0.1").items():
             (tmp_path / name).write_bytes(content)
         (tmp_path / "web.yml").write_text(
