@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -68,3 +69,15 @@ def resource(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 
 def kinds(docs: list[dict[str, Any]]) -> list[str]:
     return [doc["kind"] for doc in docs]
+
+
+def notes_chart(tmp_path: Path) -> Path:
+    """A copy of the chart that renders NOTES.txt in a ConfigMap (helm template skips it)."""
+    chart = tmp_path / "kube-dra-exporter"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
+    (chart / "templates" / "notes-probe.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
+    )
+    return chart

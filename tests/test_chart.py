@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from kdraexp import __version__
-from tests.helm import CHART, RenderError, helm, kinds, render, resource
+from tests.helm import CHART, RenderError, helm, kinds, notes_chart, render, resource
 
 pytestmark = pytest.mark.slow
 
@@ -590,21 +590,9 @@ def test_kubernetes_version() -> None:
     render(extra=("--kube-version", "1.34.0"))
 
 
-def _notes_chart(tmp_path: Path) -> Path:
-    """A copy of the chart that renders NOTES.txt in a ConfigMap (helm template skips it)."""
-    chart = tmp_path / "kube-dra-exporter"
-    shutil.copytree(CHART, chart)
-    shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
-    (chart / "templates" / "notes-probe.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
-        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
-    )
-    return chart
-
-
 def test_notes(tmp_path: Path) -> None:
     """NOTES.txt tells how to reach /metrics."""
-    chart = _notes_chart(tmp_path)
+    chart = notes_chart(tmp_path)
     notes = resource(render(chart=chart), "ConfigMap")["data"]["notes"]
     assert notes.startswith(
         "kube-dra-exporter 0.2.0 is listing ResourceClaims, ResourceSlices and DeviceClasses\n"
@@ -706,7 +694,7 @@ def test_notes_say_the_memory_limit_and_what_it_is_sized_for(
     """
     limits = {"memory": memory} if memory else None
     notes = resource(
-        render({"resources": {"limits": limits}}, chart=_notes_chart(tmp_path)), "ConfigMap"
+        render({"resources": {"limits": limits}}, chart=notes_chart(tmp_path)), "ConfigMap"
     )["data"]["notes"]
     flat = " ".join(notes.split())
     if memory:
@@ -1235,13 +1223,7 @@ def test_auth_filter_with_a_monitor_needs_its_token(kind: str) -> None:
 
 def test_auth_filter_notes(tmp_path: Path) -> None:
     """NOTES.txt's curl carries a token with the filter, and says annotations send none."""
-    chart = tmp_path / "kube-dra-exporter"
-    shutil.copytree(CHART, chart)
-    shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
-    (chart / "templates" / "notes-probe.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
-        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
-    )
+    chart = notes_chart(tmp_path)
     notes = resource(render({"authFilter": {"enabled": True}}, chart=chart), "ConfigMap")
     text = notes["data"]["notes"]
     assert (

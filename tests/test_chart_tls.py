@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import trustme
 import yaml
 
 from kdraexp.serve import tlscontext, webconfig
-from tests.helm import CHART, RenderError, render, resource
+from tests.helm import RenderError, notes_chart, render, resource
 
 pytestmark = pytest.mark.slow
 CERT_MANAGER = ("--api-versions=cert-manager.io/v1/Certificate",)
@@ -177,13 +176,7 @@ def test_cert_manager_needs_its_crd() -> None:
 
 def test_notes_say_https(tmp_path: Path) -> None:
     """NOTES.txt's curl and scrape address follow tls (rendered in a ConfigMap, as test_chart's)."""
-    chart = tmp_path / "kube-dra-exporter"
-    shutil.copytree(CHART, chart)
-    shutil.copy(chart / "templates" / "NOTES.txt", chart / "notes.txt")
-    (chart / "templates" / "notes-probe.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
-        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
-    )
+    chart = notes_chart(tmp_path)
     docs = render(MUTUAL, chart=chart, extra=CERT_MANAGER)
     notes = [doc for doc in docs if doc["kind"] == "ConfigMap"][-1]["data"]["notes"]
     assert (
