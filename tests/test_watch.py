@@ -290,6 +290,21 @@ def test_class_changes_rederive_slices_without_a_list(watched: Watched) -> None:
     assert watched.metric("kube_dra_exporter_watch_relists_total", relisted) is None
 
 
+def stale_until_a_bookmark_of_now(
+    watched: Watched, watch: Any, version: str | None, fake: FakeKubeAPI
+) -> None:
+    """The watch kept at *version*: stale past the staleness, current again by a bookmark of now."""
+    assert watch._version == version
+    failed = watched.gatherer.gather()
+    watched.settle()
+    error = failure_of(failed).value
+    assert isinstance(error, CollectionFailed)
+    assert {(e.resource, e.reason) for e in error.errors} >= {("resourceclaims", "Timeout")}
+    fake.bookmark()  # one of the version now: current again
+    watched.settle()
+    assert "kube_resourceclaim_info{" in watched.text()
+
+
 def test_stale_past_the_bound_fails(fake: FakeKubeAPI, clock: Clock) -> None:
     """A watch failing for longer than --max-staleness fails scrapes; before that they go on."""
     seed(fake)
@@ -343,15 +358,7 @@ def test_bookmarks_of_an_older_version_keep_nothing_fresh(fake: FakeKubeAPI, clo
         clock.advance(30)
         fake.bookmark(int(version) - 1)
         watched.settle()
-    assert watch._version == version
-    failed = watched.gatherer.gather()
-    watched.settle()
-    error = failure_of(failed).value
-    assert isinstance(error, CollectionFailed)
-    assert {(e.resource, e.reason) for e in error.errors} >= {("resourceclaims", "Timeout")}
-    fake.bookmark()  # one of the version now: current again
-    watched.settle()
-    assert "kube_resourceclaim_info{" in watched.text()
+    stale_until_a_bookmark_of_now(watched, watch, version, fake)
 
 
 def test_accepted_then_broken_at_once_goes_stale(fake: FakeKubeAPI, clock: Clock) -> None:
@@ -679,15 +686,7 @@ def test_bookmarks_of_no_version_keep_nothing_fresh(fake: FakeKubeAPI, clock: Cl
             bookmark = {"kind": "ResourceClaim", "metadata": {"resourceVersion": f"v{count}"}}
             open_watch.send("BOOKMARK", bookmark)
         watched.settle()
-    assert watch._version == version
-    failed = watched.gatherer.gather()
-    watched.settle()
-    error = failure_of(failed).value
-    assert isinstance(error, CollectionFailed)
-    assert {(e.resource, e.reason) for e in error.errors} >= {("resourceclaims", "Timeout")}
-    fake.bookmark()  # one of a real version: current again
-    watched.settle()
-    assert "kube_resourceclaim_info{" in watched.text()
+    stale_until_a_bookmark_of_now(watched, watch, version, fake)
 
 
 def test_a_watch_dropped_mid_stream_counts_as_restarted(watched: Watched) -> None:
