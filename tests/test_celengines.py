@@ -71,9 +71,8 @@ def test_the_engine_is_chosen_at_import(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64", "ppc64le", "s390x", "riscv64"])
-def test_every_image_platform_installs_one_engine(machine: str) -> None:
-    """The package's requirements give each platform of the image exactly one CEL engine."""
-    engines = {"cel-expr-python", "common-expression-language"}
+def test_every_image_platform_installs_the_engines_it_needs(machine: str) -> None:
+    """Google's where it has a wheel, the Rust one everywhere (it evaluates what Google's stops)."""
     parser = configparser.ConfigParser()
     parser.read(ROOT / "setup.cfg")
     required = [
@@ -82,12 +81,14 @@ def test_every_image_platform_installs_one_engine(machine: str) -> None:
         if line.strip() and not line.strip().startswith("#")
     ]
     environment = {"platform_machine": machine}
-    chosen = [
+    chosen = {
         r.name
         for r in required
-        if r.name in engines and r.marker and r.marker.evaluate(environment)
-    ]
-    assert len(chosen) == 1, chosen
+        if r.name in {"cel-expr-python", "common-expression-language"}
+        and (r.marker is None or r.marker.evaluate(environment))
+    }
+    google = {"cel-expr-python"} if machine in {"x86_64", "aarch64"} else set()
+    assert chosen == google | {"common-expression-language"}
 
 
 @pytest.mark.skipif(not _installed("cel-expr-python"), reason="Google's runtime is not installed")

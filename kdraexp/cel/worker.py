@@ -43,6 +43,13 @@ MAX_FRAME = 64 * 2**20
 
 FLUSH = 4096
 """Answers written in one frame at most (all of them at the end of a request)."""
+ITERATIONS = "Iteration budget exceeded"
+"""What Google's runtime answers past 10,000 iterations of comprehensions, a limit of its own.
+
+Kubernetes bounds a selector by its cost instead (checked when the object is written), which
+allows hundreds of thousands: such an evaluation is made again by the Rust engine, which has no
+such limit; the evaluation's CPU budget (:data:`kdraexp.cel.process.DEADLINE`) still bounds it.
+"""
 
 _HEADER = struct.Struct(">I")
 _PROGRESS = struct.Struct("=I")
@@ -139,6 +146,8 @@ class Programs:
         self.runtime = runtime
         """The engine's module (see :func:`engine`)."""
         self._known: dict[str, Any] = {}
+        self._longer: Programs | None = None
+        """The Rust engine's, for what Google's stops at :data:`ITERATIONS` (loaded when needed)."""
 
     def get(self, expression: str) -> Any:
         """The program, or a string saying why there is none."""
@@ -154,6 +163,31 @@ class Programs:
                 found = one_line(error)
             self._known[expression] = found
         return found
+
+    def evaluate(self, expression: str, device: dict[str, Any]) -> Any:
+        """Whether *device* satisfies *expression*, or why that cannot be said."""
+        program = self.get(expression)
+        if isinstance(program, str):
+            return program
+        answer = self.runtime.evaluate(program, device)
+        if (
+            isinstance(answer, str)
+            and ITERATIONS in answer
+            and self.runtime.NAME != "common-expression-language"
+        ):
+            longer = self._longer_engine()
+            if longer is not None:
+                return longer.evaluate(expression, device)
+        return answer
+
+    def _longer_engine(self) -> Programs | None:
+        if self._longer is None:
+            try:
+                from kdraexp.cel import rust
+            except ImportError:  # not installed: Google's answer stands
+                return None
+            self._longer = Programs(rust)
+        return self._longer
 
 
 def serve(progress: Progress, runtime: Any) -> None:
@@ -183,11 +217,7 @@ def serve(progress: Progress, runtime: Any) -> None:
         for index, (expression, device) in enumerate(items):
             progress.mark(index)
             try:
-                program = programs.get(expressions[expression])
-                if isinstance(program, str):
-                    answer: Any = program
-                else:
-                    answer = programs.runtime.evaluate(program, devices[device])
+                answer: Any = programs.evaluate(expressions[expression], devices[device])
             except MemoryError:
                 answer = ["memory"]
             pending.append(answer)
