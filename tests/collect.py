@@ -72,6 +72,10 @@ def fetch(source: Source, kind: Kind, read: bool = False) -> Deferred[Recorder]:
     return Deferred.fromCoroutine(run())
 
 
+PAGE = 500
+"""Objects a page, as ``--page-size``'s default lists them."""
+
+
 def collect(
     claims: Iterable[dict[str, Any]] = (),
     slices: Iterable[dict[str, Any]] = (),
@@ -102,7 +106,10 @@ def collect(
             if listed_first(kind) != first:
                 continue
             items = [msgspec.Raw(msgspec.json.encode(o)) for o in objects.get(kind.plural, ())]
-            builder.reader(kind).page(items)
+            reader = builder.reader(kind)
+            for start in range(0, max(len(items), 1), PAGE):
+                reader.response()
+                reader.page(items[start : start + PAGE])
         if first:
             builder.classes_listed()
     return result_of(Deferred.fromCoroutine(builder.finish()))
