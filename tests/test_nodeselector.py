@@ -6,9 +6,11 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kdraexp.dra.gated import Unreadable
-from kdraexp.dra.nodeselector import read
+from kdraexp.dra.nodeselector import NAME_FIELD, NodeLabels, NodeSelector, Requirement, read
 from tests.collect import collect, values
 from tests.objects import gpu, new_claim, pool_slice, result
 
@@ -179,3 +181,41 @@ def test_one_selector_read_once() -> None:
     for _ in range(2):  # refused each time it is read, never kept as something read
         with pytest.raises(Unreadable):
             _read(unreadable)
+
+
+_KEYS = st.sampled_from(["rack", "gpu", "cores", "zone"])
+_VALUES = st.sampled_from(["r1", "r2", "7", "64", "65", "-1", "1_0", ""])
+_REQUIREMENT = st.one_of(
+    st.builds(
+        Requirement,
+        _KEYS,
+        st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]),
+        st.lists(_VALUES, max_size=3).map(tuple),
+    ),
+    st.builds(
+        Requirement,
+        st.just(NAME_FIELD),
+        st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]),
+        st.lists(st.sampled_from(["n0", "n1", "n5", "9"]), max_size=3).map(tuple),
+        st.just(True),
+    ),
+)
+_NODES = st.dictionaries(
+    st.sampled_from([f"n{i}" for i in range(8)] + ["9", "12"]),
+    st.dictionaries(_KEYS, _VALUES, max_size=4),
+    max_size=10,
+)
+
+
+@given(
+    st.lists(st.lists(_REQUIREMENT, max_size=3).map(tuple), max_size=3).map(tuple),
+    _NODES,
+)
+@settings(max_examples=400, deadline=None)
+def test_nodes_selected_by_set_are_the_nodes_it_matches(
+    terms: tuple[tuple[Requirement, ...], ...], nodes: dict[str, dict[str, str]]
+) -> None:
+    """Answered for every node at once, a selector selects what it matches node by node."""
+    selector = NodeSelector(terms)
+    expected = {name for name, labels in nodes.items() if selector.matches(name, labels)}
+    assert selector.selected(NodeLabels(nodes.items())) == expected

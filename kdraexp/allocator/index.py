@@ -351,6 +351,8 @@ class ClusterIndex:
         """Extended resource name -> the DeviceClass that serves it."""
         self.nodes: Mapping[str, NodeFacts] | None = None
         """Every Node by name; None when Nodes are not listed (the Node view is off)."""
+        self.every_node: Mapping[str, NodeFacts] | None = None
+        """:attr:`nodes`, whatever the view (:meth:`node_alone`'s narrows :attr:`nodes`)."""
         self.expected: tuple[tuple[str, LabelSelector], ...] = ()
         """``--expect-pools``: (driver, the nodes a pool of it should serve)."""
 
@@ -361,7 +363,7 @@ class ClusterIndex:
         self.owns = round_.owns
         self.pods = round_.pods
         self.extended = round_.extended
-        self.nodes = round_.nodes
+        self.nodes = self.every_node = round_.nodes
         self.expected = round_.expected
         self.memo.begin()
 

@@ -14,7 +14,7 @@ import attrs
 from kdraexp.allocator.facts import NodeFacts
 from kdraexp.allocator.headroom import allocatable, where_fits
 from kdraexp.allocator.index import ClusterIndex, Kept, Pool
-from kdraexp.dra.nodeselector import NodeSelector
+from kdraexp.dra.nodeselector import NodeLabels, NodeSelector
 
 
 @attrs.define
@@ -24,6 +24,10 @@ class NodeMemo(Kept):
     Kept while the index is, as neither claims nor a collection change it.
     """
 
+    labels: NodeLabels | None = None
+    """Every Node by its labels, to answer selectors by set."""
+    order: dict[str, int] = attrs.Factory(dict)
+    """Every Node's place in the list: matches are written in it."""
     matched: dict[NodeSelector, tuple[str, ...]] = attrs.Factory(dict)
     """Per node selector, what :func:`matched` answered."""
     drivers: dict[str, Served] = attrs.Factory(dict)
@@ -53,16 +57,22 @@ def on_nodes(index: ClusterIndex, pool: Pool) -> tuple[tuple[str, str, float], .
 
 
 def matched(index: ClusterIndex, selector: NodeSelector) -> tuple[str, ...]:
-    """The listed Nodes *selector* matches (none without the Node view)."""
-    kept = index.memo.of(NodeMemo).matched
-    found = kept.get(selector)
+    """The listed Nodes *selector* matches, in the list's order (none without the Node view)."""
+    memo = index.memo.of(NodeMemo)
+    found = memo.matched.get(selector)
     if found is None:
-        found = kept[selector] = tuple(
-            name
-            for name, node in (index.nodes or {}).items()
-            if selector.matches(name, node.labels)
-        )
+        selected = selector.selected(_labels(index))
+        found = memo.matched[selector] = tuple(sorted(selected, key=memo.order.__getitem__))
     return found
+
+
+def _labels(index: ClusterIndex) -> NodeLabels:
+    memo = index.memo.of(NodeMemo)
+    if memo.labels is None:
+        nodes = index.every_node or {}
+        memo.labels = NodeLabels((name, node.labels) for name, node in nodes.items())
+        memo.order = {name: place for place, name in enumerate(nodes)}
+    return memo.labels
 
 
 @attrs.frozen
@@ -70,19 +80,13 @@ class Served:
     """What the current devices of one driver serve."""
 
     named: frozenset[str]
-    """The nodes its node-bound devices are on."""
-    selectors: tuple[NodeSelector, ...]
-    """The node selectors of its devices bound to no node."""
+    """The nodes its node-bound devices are on, or its node selectors match."""
     everywhere: bool
     """Whether a device of it serves every node (no node, no selector)."""
 
     def serves(self, node: NodeFacts) -> bool:
         """Whether some device of the driver serves *node*."""
-        return (
-            self.everywhere
-            or node.name in self.named
-            or any(s.matches(node.name, node.labels) for s in self.selectors)
-        )
+        return self.everywhere or node.name in self.named
 
 
 def served(index: ClusterIndex, driver: str) -> Served:
@@ -102,7 +106,9 @@ def served(index: ClusterIndex, driver: str) -> Served:
                 selectors[id(device.selector)] = device.selector
             else:
                 everywhere = True
-        found = drivers[driver] = Served(frozenset(named), tuple(selectors.values()), everywhere)
+        for selector in selectors.values():
+            named.update(matched(index, selector))
+        found = drivers[driver] = Served(frozenset(named), everywhere)
     return found
 
 

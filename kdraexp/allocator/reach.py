@@ -16,6 +16,8 @@ import attrs
 from kdraexp.allocator.candidates import free_devices
 from kdraexp.allocator.facts import ClaimFacts, NodeFacts, PodFacts, RequestFacts
 from kdraexp.allocator.index import ClusterIndex, Kept
+from kdraexp.allocator.nodes import matched
+from kdraexp.dra.nodeselector import NodeSelector
 
 
 @attrs.define
@@ -62,14 +64,17 @@ def reachable(index: ClusterIndex, request: RequestFacts, nodes: list[NodeFacts]
     """
     counts = dict.fromkeys((node.name for node in nodes), 0)
     everywhere = 0
+    placed: dict[NodeSelector, int] = {}
     for _, device in free_devices(index, request):
         if device.node:
             if device.node in counts:
                 counts[device.node] += 1
         elif device.selector is not None:
-            for node in nodes:
-                if device.selector.matches(node.name, node.labels):
-                    counts[node.name] += 1
+            placed[device.selector] = placed.get(device.selector, 0) + 1
         else:
             everywhere += 1
+    for selector, count in placed.items():
+        for name in matched(index, selector):
+            if name in counts:
+                counts[name] += count
     return any(count + everywhere >= request.count for count in counts.values())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 import msgspec
@@ -83,6 +83,31 @@ class Requirement:
             return False
         return number > bound if self.operator == "Gt" else number < bound
 
+    def selected(self, nodes: NodeLabels) -> set[str]:
+        """The names of the *nodes* that meet it: what :meth:`holds` says of each, by set."""
+        if self.field:
+            if self.operator == "Exists":
+                return set(nodes.names)
+            if self.operator == "NotIn":
+                return nodes.names - set(self.values)
+            if self.operator == "In":
+                return nodes.names & set(self.values)
+            if self.operator == "DoesNotExist":
+                return set()
+            return {name for name in nodes.names if self.holds(name, {})}
+        by_value = nodes.by_key.get(self.key, {})
+        if self.operator in ("In", "NotIn"):
+            found = set().union(*(by_value.get(value, ()) for value in set(self.values)))
+            return found if self.operator == "In" else nodes.names - found
+        labelled = set().union(*by_value.values())
+        if self.operator == "Exists":
+            return labelled
+        if self.operator == "DoesNotExist":
+            return nodes.names - labelled
+        return set().union(
+            *(named for value, named in by_value.items() if self.holds("", {self.key: value}))
+        )
+
     @property
     def text(self) -> str:
         """``key in (a,b)``, ``key notin (a)``, ``key``, ``!key``, ``key > 5``, ``name=n``."""
@@ -124,6 +149,32 @@ class NodeSelector:
             term and all(requirement.holds(name, labels) for requirement in term)
             for term in self.terms
         )
+
+    def selected(self, nodes: NodeLabels) -> set[str]:
+        """The names of the *nodes* it selects: what :meth:`matches` says of each, by set."""
+        found: set[str] = set()
+        for term in self.terms:
+            if term:
+                found |= set.intersection(*(requirement.selected(nodes) for requirement in term))
+        return found
+
+
+class NodeLabels:
+    """Nodes by label key and value, so a selector is answered for all of them by set.
+
+    Matching each node against each selector costs a call per node and selector: seconds for 64
+    multi-host pools over 50,000 Nodes.  By set it costs what the selectors name.
+    """
+
+    def __init__(self, nodes: Iterable[tuple[str, Mapping[str, str]]]) -> None:
+        self.names: set[str] = set()
+        """Every node's name."""
+        self.by_key: dict[str, dict[str, list[str]]] = {}
+        """Per label key, per value, the nodes carrying it."""
+        for name, labels in nodes:
+            self.names.add(name)
+            for key, value in labels.items():
+                self.by_key.setdefault(key, {}).setdefault(value, []).append(name)
 
 
 def _one_node(terms: tuple[tuple[Requirement, ...], ...]) -> str:
