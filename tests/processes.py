@@ -259,3 +259,25 @@ def zombies_of(pid: int) -> list[int]:
             if state(int(child)) == "Z":
                 found.append(int(child))
     return found
+
+
+async def longest_turn(tmp_path: Path, file: Path, *options: str) -> tuple[float, bytes]:
+    """Run the exporter on *file* with *options*, scrape, stop: its longest turn, the scrape."""
+    port, out = free_port(), tmp_path / "longest"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    environment["KUBECONFIG"] = "/nonexistent"
+    command = [sys.executable, "-m", "tests.turnwatch", str(out)]
+    args = ["--listen", f"tcp:{port}:interface=127.0.0.1", "--source", f"file:{file}"]
+    args += ["--telemetry-listen", "tcp:0:interface=127.0.0.1", *options]
+    root = Path(__file__).parent.parent
+    with (tmp_path / "output.log").open("wb") as log:
+        process = subprocess.Popen(
+            [*command, *args], cwd=root, env=environment, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        await wait_for(lambda: ready(port), limit=120)
+        answer = await get(f"http://127.0.0.1:{port}/metrics")
+        assert answer is not None and answer[0] == 200
+    finally:
+        assert await stop(process) == 0
+    return float(out.read_text()), answer[1]

@@ -8,9 +8,6 @@ the reactor took, which ``/healthz`` and every scrape wait behind.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +16,7 @@ import pytest_twisted
 
 from kdraexp.cel import matching
 from tests.objects import classy, gpu, pool_slice
-from tests.processes import TURN_BOUND, free_port, get, ready, stop, wait_for
+from tests.processes import TURN_BOUND, longest_turn
 
 pytestmark = [
     pytest.mark.slow,
@@ -53,28 +50,6 @@ def cluster(tmp_path: Path, classes: list[dict[str, Any]], devices: int) -> Path
     ]
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     return path
-
-
-async def longest_turn(tmp_path: Path, file: Path, *options: str) -> tuple[float, bytes]:
-    """Run the exporter on *file* with *options*, scrape, stop: its longest turn, the scrape."""
-    port, out = free_port(), tmp_path / "longest"
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
-    environment["KUBECONFIG"] = "/nonexistent"
-    command = [sys.executable, "-m", "tests.turnwatch", str(out)]
-    args = ["--listen", f"tcp:{port}:interface=127.0.0.1", "--source", f"file:{file}"]
-    args += ["--telemetry-listen", "tcp:0:interface=127.0.0.1", *options]
-    root = Path(__file__).parent.parent
-    with (tmp_path / "output.log").open("wb") as log:
-        process = subprocess.Popen(
-            [*command, *args], cwd=root, env=environment, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
-        await wait_for(lambda: ready(port), limit=120)
-        answer = await get(f"http://127.0.0.1:{port}/metrics")
-        assert answer is not None and answer[0] == 200
-    finally:
-        assert await stop(process) == 0
-    return float(out.read_text()), answer[1]
 
 
 @pytest_twisted.ensureDeferred

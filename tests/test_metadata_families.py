@@ -27,10 +27,12 @@ from __future__ import annotations
 import json
 import re
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+import pytest_twisted
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -40,6 +42,7 @@ from kdraexp.families.allowlist import (
     CUT_MARK,
     LABELS,
     LAST_APPLIED,
+    MAX_MATCHED_KEYS,
     MAX_VALUE_LENGTH,
     AllowlistError,
     KeyFilter,
@@ -50,6 +53,7 @@ from kdraexp.families.selection import select
 from kdraexp.util.labels import kube_label_name, kube_label_names
 from tests.collect import collect, text
 from tests.objects import classy, gpu, new_claim, pool_slice, result
+from tests.processes import TURN_BOUND, longest_turn
 
 EVERY_KIND = "resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods"
 
@@ -481,6 +485,63 @@ def test_long_values_are_cut_and_counted() -> None:
         f"ResourceClaim annotations notes: values longer than {MAX_VALUE_LENGTH} characters are "
         "written cut short, ending in ..."
     )
+
+
+def test_a_star_writes_at_most_its_bound_of_keys_an_object() -> None:
+    """Past the bound, the first keys in order are written, the rest counted as cut short.
+
+    Keys named outright are written besides; another object's keys are its own.
+    """
+    many = {f"k{n:05d}": "v" for n in range(MAX_MATCHED_KEYS + 50)}
+    claims = [
+        new_claim("many", labels={**many, "team": "ml"}),
+        new_claim("few", labels={"a": "1", "team": "ml"}),
+    ]
+    made = collect(
+        claims=claims,
+        selection=select(
+            options=FamilyOptions.from_flags({"metric-labels-allowlist": "resourceclaims=[*,team]"})
+        ),
+    )
+    written = {
+        line.split('resourceclaim_name="')[1].split('"')[0]: line
+        for line in series(text(made), "_labels")
+    }
+    first = sorted(many)[:MAX_MATCHED_KEYS]
+    assert re.findall(r"label_(\w+)=", written["many"]) == [*first, "team"]
+    assert re.findall(r"label_(\w+)=", written["few"]) == ["a", "team"]
+    assert [(p.field, p.cut_short, p.count) for p in made.problems] == [
+        ("metadata.labels", True, 50)
+    ]
+
+
+@pytest.mark.slow
+@pytest_twisted.ensureDeferred
+async def test_objects_of_ten_thousand_labels_under_a_star_hold_no_turn(tmp_path: Path) -> None:
+    """300 claims of 10,000 labels each, every key published: 3 million labels.
+
+    Written whole, the collection held the reactor for seconds (1.6-1.8 s as measured from
+    outside, 850 MiB); with 128 keys an object, within the tests' bound.
+    """
+    items = [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            **new_claim(f"c{n}", labels={f"example.com/k{k}": f"v{n}-{k}" for k in range(10_000)}),
+        }
+        for n in range(300)
+    ]
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"kind": "List", "items": items}))
+    turn, body = await longest_turn(
+        tmp_path, path, "--metric-labels-allowlist=resourceclaims=[*]", "--max-response-bytes=256Mi"
+    )
+    assert turn < TURN_BOUND, (tmp_path / "output.log").read_text()
+    rows = [
+        line for line in body.decode().splitlines() if line.startswith("kube_resourceclaim_labels{")
+    ]
+    assert len(rows) == 300
+    assert all(row.count("label_") == MAX_MATCHED_KEYS for row in rows)
 
 
 def test_maps_read_keep_no_copy_of_their_json() -> None:

@@ -24,6 +24,8 @@ class Problem:
     """Names the object and the value; no API server text, so it is safe to log."""
     cut_short: bool = False
     """Written, but cut short: not a value left out."""
+    count: int = 1
+    """The values it stands for (an object's labels past the most written are one problem)."""
 
 
 class Problems:
@@ -38,6 +40,6 @@ class Problems:
         """Record one value left out."""
         self.found.append(Problem(resource, field, message))
 
-    def add_cut_short(self, resource: str, field: str, message: str) -> None:
-        """Record one value written cut short."""
-        self.found.append(Problem(resource, field, message, cut_short=True))
+    def add_cut_short(self, resource: str, field: str, message: str, count: int = 1) -> None:
+        """Record one value written cut short (or *count* of them, for one message)."""
+        self.found.append(Problem(resource, field, message, cut_short=True, count=count))

@@ -47,6 +47,11 @@ MAX_VALUE_LENGTH = 256
 be 256 KiB: every scraper would read it, and every collection hold it, in full."""
 CUT_MARK = "..."
 """What ends a value cut to :data:`MAX_VALUE_LENGTH`: its first characters, then this."""
+MAX_MATCHED_KEYS = 128
+"""The most keys of one object ``*`` or a key with a ``*`` writes, the first in key order; keys
+named outright are written besides.  An object may carry thousands (labels have no bound of
+their own): each is a label of one series, which no query reads, and costs memory and time at
+every collection."""
 _ANY_MAP = msgspec.json.Decoder(dict[str, str | None] | None)
 WRITTEN_KEPT = 4096
 """Distinct maps whose labels a :class:`KeyFilter` keeps made, to give them again: claims made
@@ -58,6 +63,8 @@ class Written(msgspec.Struct, frozen=True, gc=False):
 
     values: KeyedValues
     cut: tuple[str, ...]
+    left_out: int = 0
+    """Keys past :data:`MAX_MATCHED_KEYS` not written."""
 
 
 def cut(value: str) -> str:
@@ -119,7 +126,8 @@ class KeyFilter:
         """The labels *keyed* makes of the keys wanted of *raw*, made once for equal maps.
 
         A value longer than :data:`MAX_VALUE_LENGTH` is :func:`cut`, its key named in
-        :attr:`Written.cut`.
+        :attr:`Written.cut`; keys a ``*`` takes past :data:`MAX_MATCHED_KEYS` are left out,
+        counted in :attr:`Written.left_out`.
 
         :raises msgspec.DecodeError: when *raw* is not a map of strings.
         """
@@ -127,10 +135,14 @@ class KeyFilter:
         found = self._written.get(key)
         if found is None:
             picked = self.pick(raw)
+            matched = sorted(key for key in picked if key not in self.exact)
+            for name in matched[MAX_MATCHED_KEYS:]:
+                del picked[name]
             long = tuple(name for name, value in picked.items() if len(value) > MAX_VALUE_LENGTH)
             for name in long:
                 picked[name] = cut(picked[name])
-            found = Written(keyed.values(picked), tuple(sorted(long)))
+            left_out = max(len(matched) - MAX_MATCHED_KEYS, 0)
+            found = Written(keyed.values(picked), tuple(sorted(long)), left_out)
             if len(self._written) >= WRITTEN_KEPT:
                 self._written.clear()
             self._written[key] = found

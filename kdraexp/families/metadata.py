@@ -17,7 +17,13 @@ import msgspec
 
 from kdraexp.dra import wire
 from kdraexp.dra.listing import Kind
-from kdraexp.families.allowlist import ANNOTATIONS, CUT_MARK, LABELS, MAX_VALUE_LENGTH
+from kdraexp.families.allowlist import (
+    ANNOTATIONS,
+    CUT_MARK,
+    LABELS,
+    MAX_MATCHED_KEYS,
+    MAX_VALUE_LENGTH,
+)
 from kdraexp.families.family import Family, LabelSpec, Row, family
 from kdraexp.util.labels import KeyedLabels
 
@@ -57,6 +63,14 @@ def metadata_families(
                     f"metadata.{field}",
                     f"{kind.kind} {field} {key}: values longer than {MAX_VALUE_LENGTH} characters"
                     f" are written cut short, ending in {CUT_MARK}",
+                )
+            if written.left_out:
+                view.context.problems.add_cut_short(
+                    kind.plural,
+                    f"metadata.{field}",
+                    f"{kind.kind} {field}: an object's keys past the first {MAX_MATCHED_KEYS}"
+                    " a * takes are left out",
+                    written.left_out,
                 )
             yield (*values, written.values, 1.0)
 

@@ -64,7 +64,7 @@ class ProblemLog:
         for problem in problems:
             kind = (problem.resource, problem.field)
             counted = cut if problem.cut_short else counts
-            counted[kind] = counted.get(kind, 0) + 1
+            counted[kind] = counted.get(kind, 0) + problem.count
             now[problem.message] = problem
         for (resource, field), count in counts.items():
             self._stats.invalid(resource, field, count)

@@ -141,7 +141,7 @@ class CollectionStats(Collector):
             CounterMetricFamily(
                 "kube_dra_exporter_truncated_values",
                 "Label and annotation values written cut short to the most characters a value"
-                " may have, by field.",
+                " may have, or left out past the most keys a * takes of an object, by field.",
                 labels=["resource", "field"],
             ),
             CounterMetricFamily(

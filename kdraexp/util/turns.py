@@ -23,6 +23,9 @@ CHUNK = 64
 """Objects read between two looks at the clock, unless the reader says fewer (``chunk``): a
 look and a page call cost a few microseconds, a fifth of a calm scrape's time with one look per
 object."""
+CHUNK_BYTES = 1 << 20
+"""Bytes of JSON read between two looks at the clock, whatever their objects' number: 64 claims
+of 10,000 labels each took 1.2-1.9 s to read."""
 
 
 class Turns:
@@ -60,9 +63,15 @@ async def feed(reader: Any, items: Sequence[Any], clock: IReactorTime) -> None:
     turns = Turns(clock)
     chunk = getattr(reader, "chunk", CHUNK)
     getattr(reader, "response", _nothing)()  # what the items become is bounded per response
-    for start in range(0, len(items), chunk):
+    start = 0
+    while start < len(items):
         if pool is not None and getattr(reader, "off_reactor", False):
             await deferToThreadPool(clock, pool(), reader.page, list(items[start:]))  # type: ignore[arg-type]
             return
-        reader.page(items[start : start + chunk])
+        end, size = start, 0
+        while end < len(items) and end - start < chunk and size < CHUNK_BYTES:
+            size += len(items[end])
+            end += 1
+        reader.page(items[start:end])
+        start = end
         await turns.take()
