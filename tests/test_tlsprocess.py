@@ -10,7 +10,7 @@ import trustme
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.processes import free_port, get, start, stop, wait_for
+from tests.processes import free_port, get, ready, start, stop, wait_for
 from tests.test_tlsserving import client, pair, refused
 from tests.test_tlsserving import get as get_tls
 
@@ -57,7 +57,7 @@ async def test_twistd_serves_https_with_client_certificates(tmp_path: Path) -> N
         via_twistd=True,
     )
     try:
-        await wait_for(lambda: get(f"http://127.0.0.1:{probes}/readyz"))
+        await wait_for(lambda: ready(probes), 60)  # 503 while the collection at start runs
         assert await get(f"http://127.0.0.1:{probes}/readyz") == (200, b"ok\n")
         assert (await get(f"http://127.0.0.1:{probes}/metrics"))[0] == 404  # type: ignore[index]
         scraper = client(certificate=scrapers.issue_cert("prometheus"))
