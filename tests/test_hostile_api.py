@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -19,7 +18,16 @@ import pytest
 
 from tests.hostile import Hostile, slices
 from tests.kubeconfigs import write_kubeconfig
-from tests.processes import MemoryCgroup, free_port, memory_cgroup, start
+from tests.processes import (
+    CHART_LIMIT,
+    MemoryCgroup,
+    free_port,
+    memory,
+    memory_cgroup,
+    reset_peak,
+    scrape_blocking,
+    start,
+)
 
 pytestmark = pytest.mark.slow
 LIMIT = 16 * 2**20
@@ -29,27 +37,6 @@ CGROUP_LIMIT = 128 * 2**20
 BOUND = 2 * LIMIT + 24 * 2**20
 """What a hostile answer may add to the exporter's peak memory: the two lists read in parallel
 (slices and claims) may each hold up to the limit, and some room."""
-
-
-def reset_peak(pid: int) -> None:
-    """Start VmHWM over from the current RSS (Linux: 5 to clear_refs)."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-
-
-def memory(pid: int) -> dict[str, int]:
-    found = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("VmHWM", "VmRSS")):
-            found[line.split(":")[0]] = int(line.split()[1]) * 1024
-    return found
-
-
-def scrape(port: int) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +87,7 @@ def _exporter(
     try:
         while True:
             try:
-                if ready and scrape(port)[0] == 200:
+                if ready and scrape_blocking(port)[0] == 200:
                     break
                 if not ready:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=60):
@@ -143,21 +130,17 @@ def test_bounded_and_still_serving(
     reset_peak(pid)
     before = memory(pid)
     hostile.behaviour = behaviour
-    code, body = scrape(port)
+    code, body = scrape_blocking(port)
     assert code == 500 and body.startswith(line), body
     time.sleep(1.5)  # an endless body would keep arriving meanwhile
     after = memory(pid)
     assert after["VmHWM"] - before["VmRSS"] < BOUND, (before, after)
     assert after["VmRSS"] - before["VmRSS"] < BOUND, (before, after)
     hostile.behaviour = "ok"
-    assert scrape(port)[0] == 200
+    assert scrape_blocking(port)[0] == 200
     assert cgroup.oom_kills() == 0
     peak = cgroup.peak()
     assert peak is None or peak <= CGROUP_LIMIT
-
-
-CHART_LIMIT = 192 * 2**20
-"""The chart's default memory limit."""
 
 
 @pytest.fixture(scope="module")
@@ -183,11 +166,11 @@ def test_default_cap_fits_the_chart_memory_limit(
     """
     port, _ = defaulted
     hostile.behaviour = behaviour
-    code, body = scrape(port)
+    code, body = scrape_blocking(port)
     hostile.behaviour = "ok"
     assert code == 500, body
     assert b"TooLarge: the response is larger than --max-response-bytes=67108864" in body, body
-    assert scrape(port)[0] == 200
+    assert scrape_blocking(port)[0] == 200
     assert chart_cgroup.oom_kills() == 0
 
 
@@ -226,13 +209,13 @@ def test_what_a_response_becomes_fits_the_chart_memory_limit(
     hostile.behaviour = behaviour
     try:
         for _ in range(4):
-            code, body = scrape(port)
+            code, body = scrape_blocking(port)
             assert code == 500, body
             assert said in body, body
     finally:
         hostile.behaviour = "ok"
     assert memory(pid)["VmHWM"] - before["VmRSS"] < 64 * 2**20
-    assert scrape(port)[0] == 200
+    assert scrape_blocking(port)[0] == 200
     assert chart_cgroup.oom_kills() == 0
 
 
@@ -265,7 +248,7 @@ def test_a_list_that_keeps_failing_keeps_memory_flat(
     try:
         sizes = []
         for _ in range(30):
-            code, body = scrape(port)
+            code, body = scrape_blocking(port)
             assert code == 500 and b"list pods failed: 403 Forbidden" in body, body
             sizes.append(memory(pid)["VmRSS"])
     finally:
@@ -273,7 +256,7 @@ def test_a_list_that_keeps_failing_keeps_memory_flat(
     assert hostile.lists >= 30
     grown = max(sizes[4:]) - sizes[4]  # not only in the end: the collector's rare full pass
     assert grown < 8 * 2**20, [size // 2**20 for size in sizes]
-    assert scrape(port)[0] == 200
+    assert scrape_blocking(port)[0] == 200
     assert chart_cgroup.oom_kills() == 0
 
 
@@ -316,7 +299,7 @@ def test_a_huge_object_in_a_file_is_refused_before_it_is_read(
         deadline = time.monotonic() + 120
         while True:
             try:
-                code, body = scrape(port)
+                code, body = scrape_blocking(port)
                 break
             except OSError:
                 assert process.poll() is None and time.monotonic() < deadline
@@ -357,10 +340,10 @@ def test_pages_of_large_pods_fit_the_chart_memory_limit(
     try:
         port, pid = next(running)
         if answered == 200:
-            code, body = scrape(port)
+            code, body = scrape_blocking(port)
             assert code == 200, body
         elif mode == "list":
-            code, body = scrape(port)
+            code, body = scrape_blocking(port)
             assert code == 500 and b"TooLarge: Pod p0 is " in body, body
         else:  # refused twice: what the first refusal read would sit beside the second's
             deadline = time.monotonic() + 30
