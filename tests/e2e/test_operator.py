@@ -42,7 +42,13 @@ import yaml
 from tests import dashboard, tools
 from tests.e2e import crds, prometheus
 from tests.e2e.controlplane import APIError, ControlPlane, Kube, start
-from tests.e2e.harness import Exporter, ensure_namespace, wait_until, write_kubeconfig
+from tests.e2e.harness import (
+    Exporter,
+    bound_account,
+    ensure_namespace,
+    wait_until,
+    write_kubeconfig,
+)
 from tests.helm import CHART
 from tests.processes import free_port
 
@@ -195,48 +201,18 @@ def prometheus_rbac(kube: Kube, setup: Setup) -> None:
 
     Its rules include ``get`` on ``/metrics``: what the auth filter asks for.
     """
-    name = setup.prometheus
-    kube.create(
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
-    )
     watched = ["get", "list", "watch"]
-    kube.create(
-        f"{RBAC}/clusterroles",
+    rules = [
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["nodes", "nodes/metrics", "services", "endpoints", "pods"],
-                    "verbs": watched,
-                },
-                {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": watched},
-                {
-                    "apiGroups": ["discovery.k8s.io"],
-                    "resources": ["endpointslices"],
-                    "verbs": watched,
-                },
-                {"nonResourceURLs": ["/metrics", "/metrics/cadvisor"], "verbs": ["get"]},
-            ],
+            "apiGroups": [""],
+            "resources": ["nodes", "nodes/metrics", "services", "endpoints", "pods"],
+            "verbs": watched,
         },
-    )
-    kube.create(
-        f"{RBAC}/clusterrolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": name,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
-        },
-    )
+        {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": watched},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": watched},
+        {"nonResourceURLs": ["/metrics", "/metrics/cadvisor"], "verbs": ["get"]},
+    ]
+    bound_account(kube, setup.prometheus, NAMESPACE, rules)
 
 
 def _encoded(files: dict[str, bytes]) -> dict[str, str]:

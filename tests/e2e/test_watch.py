@@ -27,6 +27,7 @@ from tests.e2e.harness import (
     CHART_NAMESPACE,
     RESOURCES,
     Exporter,
+    bound_account,
     ensure_namespace,
     mint_token,
     scrape,
@@ -444,35 +445,8 @@ def test_identity_without_watch(plane: ControlPlane, tmp_path: Path) -> None:
     """An identity that may list but not watch: 503 saying watch is refused, and the log too."""
     kube = plane.kube
     ensure_namespace(kube, CHART_NAMESPACE)
-    kube.create(
-        f"/api/v1/namespaces/{CHART_NAMESPACE}/serviceaccounts",
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "list-only"}},
-    )
-    kube.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": "list-only"},
-            "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["list"]}],
-        },
-    )
-    kube.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "list-only"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "list-only",
-            },
-            "subjects": [
-                {"kind": "ServiceAccount", "name": "list-only", "namespace": CHART_NAMESPACE}
-            ],
-        },
-    )
+    listing = {"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["list"]}
+    bound_account(kube, "list-only", CHART_NAMESPACE, [listing])
     watching = start(tmp_path, kube, mint_token(kube, "list-only"), "--mode", "watch")
     try:
 
