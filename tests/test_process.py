@@ -300,7 +300,11 @@ async def test_telemetry_while_lists_fail_and_quiet_logs(tmp_path: Path) -> None
         )
         port, telemetry = free_port(), free_port()
         process = start(
-            [*listeners(port, telemetry), "--log-format", "json"],
+            [
+                *("--listen", f"127.0.0.1:{port}"),
+                *("--telemetry-listen", f"127.0.0.1:{telemetry}"),
+                *("--log-format", "json"),
+            ],
             tmp_path,
             {"KUBECONFIG": str(config)},
         )
