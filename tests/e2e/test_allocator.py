@@ -122,28 +122,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
             kube.create(f"{world.RESOURCE}/resourceslices", made)
         kube.create(
             f"{world.RESOURCE}/devicetaintrules",
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceTaintRule",
-                "metadata": {"name": "maintenance"},
-                "spec": {
-                    "deviceSelector": {
-                        "driver": world.DRIVER,
-                        "pool": TAINTED[0],
-                        "device": TAINTED[1],
-                    },
-                    "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
-                },
-            },
+            world.taint_rule(
+                "maintenance",
+                "example.com/maintenance",
+                "NoSchedule",
+                pool=TAINTED[0],
+                device=TAINTED[1],
+            ),
         )
         kube.create(
             f"{world.RESOURCE}/namespaces/{world.NAMESPACE}/resourceclaimtemplates",
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaimTemplate",
-                "metadata": {"name": "one-gpu"},
-                "spec": {"spec": world.claim_spec("sim-gpu")},
-            },
+            world.claim_template("one-gpu", "sim-gpu"),
         )
         kube.create(
             world.CLAIMS,
@@ -369,19 +358,9 @@ def test_watch_follows_the_lifecycle(cluster: Simulated, tmp_path: Path) -> None
         ]["results"]
         cluster.kube.create(
             f"{world.RESOURCE}/devicetaintrules",
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceTaintRule",
-                "metadata": {"name": "evict"},
-                "spec": {
-                    "deviceSelector": {
-                        "driver": world.DRIVER,
-                        "pool": used["pool"],
-                        "device": used["device"],
-                    },
-                    "taint": {"key": "example.com/xid", "effect": "NoExecute"},
-                },
-            },
+            world.taint_rule(
+                "evict", "example.com/xid", "NoExecute", pool=used["pool"], device=used["device"]
+            ),
         )
 
         def evicted() -> bool:
