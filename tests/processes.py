@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
@@ -286,6 +287,19 @@ def pid_1_of(unshare_pid: int) -> int:
     children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
     assert len(children) == 1
     return int(children[0])
+
+
+async def reaped(unshared: subprocess.Popen[bytes]) -> None:
+    """Wait until the exporter, PID 1 of *unshared*'s namespace, has no zombie left."""
+    exporter = pid_1_of(unshared.pid)
+    await wait_for(lambda: zombies_of(exporter) == [], 20, 0.5)
+
+
+async def stop_pid_1(unshared: subprocess.Popen[bytes]) -> int:
+    """SIGTERM the exporter, PID 1 of *unshared*'s namespace; unshare's exit status."""
+    with contextlib.suppress(OSError, AssertionError):
+        os.kill(pid_1_of(unshared.pid), signal.SIGTERM)  # unshare ignores SIGTERM itself
+    return await stop(unshared)
 
 
 def zombies_of(pid: int) -> list[int]:
