@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from tests.e2e import simworld as world
-from tests.e2e.controlplane import APIError
 from tests.e2e.harness import wait_until
 from tests.e2e.simulated import Simulated, start_simulated
 
@@ -331,11 +330,7 @@ def test_watch_follows_the_lifecycle(cluster: Simulated, tmp_path: Path) -> None
         cluster.delete_pod(world.NAMESPACE, "trainer")
 
         def gone() -> bool:
-            try:
-                cluster.kube.get(f"{world.CLAIMS}/{claim_name}")
-            except APIError as error:
-                return error.code == 404
-            return False
+            return cluster.kube.find(f"{world.CLAIMS}/{claim_name}") is None
 
         wait_until(gone, world.SCHEDULED, "the garbage collector deleting the generated claim")
 

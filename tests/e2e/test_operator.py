@@ -41,7 +41,7 @@ import yaml
 
 from tests import dashboard, tools
 from tests.e2e import crds, prometheus
-from tests.e2e.controlplane import APIError, ControlPlane, Kube, start
+from tests.e2e.controlplane import ControlPlane, Kube, start
 from tests.e2e.harness import (
     Exporter,
     bound_account,
@@ -340,30 +340,29 @@ def installed(plane: ControlPlane, operator: Path, request: pytest.FixtureReques
     return setup
 
 
-def _generated(kube: Kube, setup: Setup) -> str | None:
-    """The operator's configuration once it scrapes the chart's ServiceMonitor."""
-    try:
-        secret = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/prometheus-{setup.prometheus}")
-    except APIError as error:
-        if error.code == 404:  # not written yet
-            return None
-        raise
-    packed = (secret.get("data") or {}).get("prometheus.yaml.gz")
+def operator_configuration(kube: Kube, prometheus: str, monitored: str) -> str | None:
+    """The operator's configuration of Prometheus *prometheus*, once it scrapes *monitored*.
+
+    *monitored* is the chart's ServiceMonitor; None while the configuration is not written.
+    """
+    secret = kube.find(f"/api/v1/namespaces/{NAMESPACE}/secrets/prometheus-{prometheus}")
+    packed = ((secret or {}).get("data") or {}).get("prometheus.yaml.gz")
     if not packed:
         return None
     text = gzip.decompress(base64.b64decode(packed)).decode()
-    return text if f"serviceMonitor/{NAMESPACE}/{setup.fullname}/" in text else None
+    return text if f"serviceMonitor/{NAMESPACE}/{monitored}/" in text else None
 
 
-def _rule_files(kube: Kube, setup: Setup) -> dict[str, str] | None:
+def operator_rule_files(kube: Kube, prometheus: str, monitored: str) -> dict[str, str] | None:
+    """The operator's rule files of Prometheus *prometheus*, once they hold *monitored*'s."""
     maps = kube.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps")["items"]
     files = {
         key: value
         for config_map in maps
-        if config_map["metadata"]["name"].startswith(f"prometheus-{setup.prometheus}-rulefiles-")
+        if config_map["metadata"]["name"].startswith(f"prometheus-{prometheus}-rulefiles-")
         for key, value in (config_map.get("data") or {}).items()
     }
-    return files if any(setup.fullname in key for key in files) else None
+    return files if any(monitored in key for key in files) else None
 
 
 def _bindings(kube: Kube, kind: str, setup: Setup) -> list[dict[str, Any]] | None:
@@ -374,12 +373,9 @@ def _bindings(kube: Kube, kind: str, setup: Setup) -> list[dict[str, Any]] | Non
 
 def _secret_files(kube: Kube, name: str) -> dict[str, bytes] | None:
     """A Secret of the namespace as the files of its volume; None while it does not exist."""
-    try:
-        secret = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}")
-    except APIError as error:
-        if error.code == 404:
-            return None
-        raise
+    secret = kube.find(f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}")
+    if secret is None:
+        return None
     return {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
 
 
@@ -535,8 +531,9 @@ def test_the_operator_scrapes_the_chart(
     """
     kube, setup = plane.kube, installed
     binaries = prometheus_binaries(setup.version)
-    text = wait_until(partial(_generated, kube, setup), 60, "the operator's configuration")
-    files = wait_until(partial(_rule_files, kube, setup), 60, "the operator's rule files")
+    written = (kube, setup.prometheus, setup.fullname)
+    text = wait_until(partial(operator_configuration, *written), 60, "the operator's configuration")
+    files = wait_until(partial(operator_rule_files, *written), 60, "the operator's rule files")
     assets = wait_until(
         partial(tls_assets, kube, setup.prometheus, setup.tls_secret), 60, "the TLS assets"
     )
