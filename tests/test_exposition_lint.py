@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import yaml
 
 from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import select
+from tests import tools
 from tests.collect import collect, text
 from tests.test_file import EXAMPLE
 
@@ -36,15 +36,7 @@ def test_demo_exposition_lints_clean_but_for_the_original(prometheus_release: Pa
     )
     assert "kube_resourceclaim_pending_reason{" in exposition
     assert "kube_pod_dra_device_health{" in exposition
-    linted = subprocess.run(
-        [str(prometheus_release / "promtool"), "check", "metrics"],
-        input=exposition,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    found = [line for line in (linted.stdout + linted.stderr).splitlines() if line.strip()]
+    found = tools.lint(prometheus_release, exposition)
     assert found == [
         'kube_resourceclaim_status_reserved_total non-counter metrics should not have "_total" '
         "suffix"
