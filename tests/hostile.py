@@ -111,11 +111,10 @@ FAT = slices(
 
 
 class Hostile:
-    """Answers each request by the current behaviour; counts bytes it managed to send."""
+    """Answers each request by the current *behaviour*: the name of one of its methods."""
 
     def __init__(self) -> None:
         self.behaviour = "ok"
-        self.sent_after_abort = 0
         self.lists = 0
         """Lists of new claims answered."""
         self._lock = threading.Lock()
