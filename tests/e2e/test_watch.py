@@ -278,45 +278,22 @@ def test_watch_counts_and_logs_what_list_does(
         assert _logged(watching, f"DeviceClass {ERRING}: ") == 1  # it lasted: not logged again
 
         # list_objects follows the watch: the objects held now.
-        claims = _own(
-            watching.telemetry(), "kube_dra_exporter_list_objects", resource="resourceclaims"
-        )
+        def claims_held(exporter: Exporter) -> float | None:
+            telemetry = exporter.telemetry()
+            return _own(telemetry, "kube_dra_exporter_list_objects", resource="resourceclaims")
+
+        claims = claims_held(watching)
         assert claims is not None
         ensure_namespace(kube, "held")
         dataset.create_claim(kube, "held", "held", [], [])
         try:
-            wait_until(
-                lambda: (
-                    _own(
-                        watching.telemetry(),
-                        "kube_dra_exporter_list_objects",
-                        resource="resourceclaims",
-                    )
-                    == claims + 1
-                ),
-                30,
-                "the new claim counted",
-            )
+            wait_until(lambda: claims_held(watching) == claims + 1, 30, "the new claim counted")
             assert listing.scrape()[0] == 200
-            assert (
-                _own(
-                    listing.telemetry(), "kube_dra_exporter_list_objects", resource="resourceclaims"
-                )
-                == claims + 1
-            )
+            assert claims_held(listing) == claims + 1
         finally:
             kube.delete(f"{dataset.V1}/namespaces/held/resourceclaims/held")
         wait_until(
-            lambda: (
-                _own(
-                    watching.telemetry(),
-                    "kube_dra_exporter_list_objects",
-                    resource="resourceclaims",
-                )
-                == claims
-            ),
-            30,
-            "the deleted claim no longer counted",
+            lambda: claims_held(watching) == claims, 30, "the deleted claim no longer counted"
         )
     finally:
         kube.delete(f"{dataset.V1}/deviceclasses/{ERRING}")
