@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet.defer import Deferred
 
@@ -113,6 +115,27 @@ def collect(
         if first:
             builder.classes_listed()
     return result_of(Deferred.fromCoroutine(builder.finish()))
+
+
+def by_kind(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """The objects of a YAML ``List`` (as examples/cluster.yaml), by their kind."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for item in yaml.safe_load(path.read_text())["items"]:
+        found.setdefault(str(item["kind"]), []).append(item)
+    return found
+
+
+def collect_kinds(objects: dict[str, list[dict[str, Any]]], selection: Selection) -> Collection:
+    """The collection of *objects* by kind (as :func:`by_kind` gives them) by *selection*."""
+    return collect(
+        claims=objects.get("ResourceClaim", ()),
+        slices=objects.get("ResourceSlice", ()),
+        classes=objects.get("DeviceClass", ()),
+        rules=objects.get("DeviceTaintRule", ()),
+        pods=objects.get("Pod", ()),
+        nodes=objects.get("Node", ()),
+        selection=selection,
+    )
 
 
 def text(collection: Collection) -> str:

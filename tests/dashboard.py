@@ -10,6 +10,8 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests import tools
+
 DASHBOARD = (
     Path(__file__).parent.parent / "chart" / "kube-dra-exporter" / "dashboards" / "kdraexp.json"
 )
@@ -110,11 +112,4 @@ def promtool(
 ) -> subprocess.CompletedProcess[str]:
     """Run ``promtool test rules`` of *binaries* on *tests*, a rule-test file with no rules."""
     (directory / "panel.test.yaml").write_text(yaml.safe_dump(tests))
-    return subprocess.run(
-        [str(binaries / "promtool"), "test", "rules", "panel.test.yaml"],
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return tools.promtool(binaries, "test", "rules", "panel.test.yaml", directory=directory)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
@@ -9,6 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,14 @@ def kdraexp(*args: str, via_twistd: bool = False) -> list[str]:
     path = BIN / "kdraexp"
     assert path.exists(), f"{path} is missing: install the project (pip install -e .)"
     return [str(path), *args]
+
+
+def listeners(port: int, telemetry: int) -> list[str]:
+    """Arguments that serve the metrics on *port* and the exporter's own on *telemetry*."""
+    return [
+        *("--listen", f"tcp:{port}:interface=127.0.0.1"),
+        *("--telemetry-listen", f"tcp:{telemetry}:interface=127.0.0.1"),
+    ]
 
 
 _GIVEN: set[int] = set()
@@ -106,6 +117,10 @@ class MemoryCgroup:
     def remove(self) -> None:
         """Remove it (its processes have ended)."""
         self.path.rmdir()
+
+
+CHART_LIMIT = 192 * 2**20
+"""The chart's default memory limit (``resources.limits.memory`` in its values.yaml)."""
 
 
 def memory_cgroup(name: str, limit: int) -> Iterator[MemoryCgroup]:
@@ -236,6 +251,29 @@ async def stop(process: subprocess.Popen[bytes], limit: float = 10.0) -> int:
     return int(process.returncode)
 
 
+def scrape_blocking(port: int, timeout: float = 60.0) -> tuple[int, bytes]:
+    """One scrape of the exporter on *port*, blocking: where no reactor runs, or in a thread."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def memory(pid: int) -> dict[str, int]:
+    """A process's resident memory now (``VmRSS``) and at its peak (``VmHWM``), in bytes."""
+    found = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmHWM", "VmRSS")):
+            found[line.split(":")[0]] = int(line.split()[1]) * 1024
+    return found
+
+
+def reset_peak(pid: int) -> None:
+    """Start a process's ``VmHWM`` over from its ``VmRSS`` now (Linux: 5 to clear_refs)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
 def state(pid: int) -> str | None:
     """A process's state letter (Z for a zombie), or None once it is gone."""
     try:
@@ -249,6 +287,19 @@ def pid_1_of(unshare_pid: int) -> int:
     children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
     assert len(children) == 1
     return int(children[0])
+
+
+async def reaped(unshared: subprocess.Popen[bytes]) -> None:
+    """Wait until the exporter, PID 1 of *unshared*'s namespace, has no zombie left."""
+    exporter = pid_1_of(unshared.pid)
+    await wait_for(lambda: zombies_of(exporter) == [], 20, 0.5)
+
+
+async def stop_pid_1(unshared: subprocess.Popen[bytes]) -> int:
+    """SIGTERM the exporter, PID 1 of *unshared*'s namespace; unshare's exit status."""
+    with contextlib.suppress(OSError, AssertionError):
+        os.kill(pid_1_of(unshared.pid), signal.SIGTERM)  # unshare ignores SIGTERM itself
+    return await stop(unshared)
 
 
 def zombies_of(pid: int) -> list[int]:

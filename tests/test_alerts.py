@@ -54,25 +54,16 @@ def rules(values: dict[str, Any] | None = None) -> dict[str, Any]:
     return spec
 
 
-def promtool(binaries: Path, directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(binaries / "promtool"), *args],
-        cwd=directory,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_rules_check_and_unit_tests(prometheus_release: Path, tmp_path: Path) -> None:
     """promtool check rules accepts them, and every alert's unit tests pass, on each release."""
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules({"runbookURL": RUNBOOKS})))
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
-    checked = promtool(prometheus_release, tmp_path, "check", "rules", "rules.yaml")
+    checked = tools.promtool(prometheus_release, "check", "rules", "rules.yaml", directory=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 28 rules found" in checked.stdout
-    tested = promtool(prometheus_release, tmp_path, "test", "rules", RULE_TESTS.name)
+    tested = tools.promtool(
+        prometheus_release, "test", "rules", RULE_TESTS.name, directory=tmp_path
+    )
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 

@@ -134,46 +134,15 @@ def test_every_taint_of_the_device_and_only_held_devices() -> None:
         claims=[held("user", "a"), admin, held("lost", "gone")],
     )
     rows = values(written, TAINTED, *KEYS, "request", "driver", "pool", "value", "namespace")
+
+    def untolerated(key: str, effect: str, rule: str, value: str = "") -> tuple[str, ...]:
+        """A taint's row on device a of the claim user, in its request gpu: not tolerated."""
+        return ("user", "a", key, effect, rule, "false", "gpu", NVIDIA, "pool", value, "workloads")
+
     assert rows == {
-        (
-            "user",
-            "a",
-            "gpu.nvidia.com/xid",
-            "NoSchedule",
-            "",
-            "false",
-            "gpu",
-            NVIDIA,
-            "pool",
-            "48",
-            "workloads",
-        ): 1,
-        (
-            "user",
-            "a",
-            "m",
-            "NoExecute",
-            "drain",
-            "false",
-            "gpu",
-            NVIDIA,
-            "pool",
-            "",
-            "workloads",
-        ): 1,
-        (
-            "user",
-            "a",
-            "fyi",
-            "None",
-            "pool-wide",
-            "false",
-            "gpu",
-            NVIDIA,
-            "pool",
-            "",
-            "workloads",
-        ): 1,
+        untolerated("gpu.nvidia.com/xid", "NoSchedule", "", "48"): 1,
+        untolerated("m", "NoExecute", "drain"): 1,
+        untolerated("fyi", "None", "pool-wide"): 1,
     }
 
 

@@ -9,28 +9,34 @@ the raw map again as a cache key: the first scrape was killed in 192 MiB.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_twisted
-import yaml
 from twisted.internet import threads
 
 from kdraexp.families.allowlist import LAST_APPLIED, MAX_VALUE_LENGTH
+from tests.kubeconfigs import write_kubeconfig
 from tests.objects import new_claim
-from tests.processes import MemoryCgroup, free_port, memory_cgroup, start, stop, wait_for
+from tests.processes import (
+    CHART_LIMIT,
+    MemoryCgroup,
+    free_port,
+    listeners,
+    memory,
+    memory_cgroup,
+    scrape_blocking,
+    start,
+    stop,
+    wait_for,
+)
 from tests.tlsapi import serve
 
 pytestmark = pytest.mark.slow
-CHART_LIMIT = 192 * 2**20
-"""The chart's default memory limit."""
 TOKEN = "allowlist-token"
 CUT_COUNT = (
     'kube_dra_exporter_truncated_values_total{field="metadata.annotations",'
@@ -69,46 +75,6 @@ def noted(n: int) -> dict[str, Any]:
     return new_claim(f"c{n}", annotations={"example.com/notes": f"{n:06d}" + "x" * 250_000})
 
 
-def kubeconfig(path: Path, server: str, ca_pem: bytes) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "fake",
-                "clusters": [
-                    {
-                        "name": "fake",
-                        "cluster": {
-                            "server": server,
-                            "certificate-authority-data": base64.b64encode(ca_pem).decode(),
-                        },
-                    }
-                ],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
-                "users": [{"name": "u", "user": {"token": TOKEN}}],
-            }
-        )
-    )
-    return path
-
-
-def scrape(port: int) -> tuple[int, bytes]:
-    """One scrape of *port*, in a thread: the fake API answers on the reactor meanwhile."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=120) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
-def peak_rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
-
-
 @pytest.fixture
 def chart_limit() -> Iterator[MemoryCgroup]:
     yield from memory_cgroup("allowlists", CHART_LIMIT)
@@ -133,12 +99,10 @@ async def test_every_key_published_fits_the_chart_memory_limit(
         api.fake.tokens = {TOKEN}
         for n in range(claims):
             api.fake.add("resourceclaims", make(n))
-        config = kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem)
+        config = write_kubeconfig(tmp_path / "kubeconfig", api.server, api.ca_pem, {"token": TOKEN})
         port, telemetry = free_port(), free_port()
-        listen = ["--listen", f"tcp:{port}:interface=127.0.0.1"]
-        listen += ["--telemetry-listen", f"tcp:{telemetry}:interface=127.0.0.1"]
         process = start(
-            [*listen, "--timeout", "120", *EVERY_KEY, *args],
+            [*listeners(port, telemetry), "--timeout", "120", *EVERY_KEY, *args],
             tmp_path,
             {"KUBECONFIG": str(config)},
             via_twistd=True,
@@ -152,13 +116,13 @@ async def test_every_key_published_fits_the_chart_memory_limit(
             )
             assert process.poll() is None, (tmp_path / "output.log").read_text()[-2000:]
             code, body = answer
-            peak = peak_rss(process.pid)
+            peak = memory(process.pid)["VmHWM"]
             print(
                 f"{claims} claims: peak RSS {peak / 2**20:.1f} MiB, "
                 f"{time.monotonic() - started:.1f} s to the first answer"
             )
             assert code == 200, body[:2000]
-            own = (await threads.deferToThread(scrape, telemetry))[1].decode()
+            own = (await threads.deferToThread(scrape_blocking, telemetry, 120))[1].decode()
         finally:
             await stop(process, limit=60)
     assert chart_limit.oom_kills() == 0
@@ -176,6 +140,6 @@ async def test_every_key_published_fits_the_chart_memory_limit(
 
 def _answered(port: int) -> tuple[int, bytes] | None:
     try:
-        return scrape(port)
+        return scrape_blocking(port, 120)
     except OSError:
         return None

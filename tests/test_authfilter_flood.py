@@ -22,9 +22,8 @@ from twisted.web.client import HTTPConnectionPool
 from twisted.web.http_headers import Headers
 
 from tests.kubeconfigs import write_kubeconfig
-from tests.processes import free_port, get, start, stop, wait_for
+from tests.processes import free_port, get, memory, reset_peak, start, stop, wait_for
 from tests.test_authfilter import READER, READER_NAME
-from tests.test_hostile_api import memory, reset_peak
 from tests.tlsapi import serve
 
 pytestmark = pytest.mark.slow

@@ -1274,20 +1274,17 @@ REFUSED: list[tuple[list[str], dict[str, Any], str]] = [
         {"exporter": {"metricAllowlist": ["a"], "metricDenylist": ["b"]}},
         "mutually exclusive",
     ),
-    (
-        ["--metric-allowlist=kube_(x"],
-        {"exporter": {"metricAllowlist": ["kube_(x"]}},
-        'exporter.metricAllowlist: "kube_(x" is not a regular expression the chart takes',
-    ),
-    (
-        ["--metric-denylist=[z-a]"],
-        {"exporter": {"metricDenylist": ["[z-a]"]}},
-        'exporter.metricDenylist: "[z-a]" is not a regular expression the chart takes',
-    ),
-    (
-        ["--metric-opt-in-list=a**"],
-        {"exporter": {"metricOptInList": ["a**"]}},
-        'exporter.metricOptInList: "a**" is not a regular expression the chart takes',
+    *(
+        (
+            [f"--{flag}={value}"],
+            {"exporter": {key: [value]}},
+            f'exporter.{key}: "{value}" is not a regular expression the chart takes',
+        )
+        for flag, key, value in [
+            ("metric-allowlist", "metricAllowlist", "kube_(x"),
+            ("metric-denylist", "metricDenylist", "[z-a]"),
+            ("metric-opt-in-list", "metricOptInList", "a**"),
+        ]
     ),
     (
         ["--device-capacities=mem(ory"],
@@ -1306,70 +1303,29 @@ REFUSED: list[tuple[list[str], dict[str, Any], str]] = [
         {"exporter": {"claimDeviceData": ["a.b", "a-b"]}},
         "both give the label data_a_b",
     ),
-    (
-        ["--hides-allocated-devices=DRA_NET"],
-        {"exporter": {"hidesAllocatedDevices": ["DRA_NET"]}},
-        "at '/exporter/hidesAllocatedDevices/0'",
-    ),
-    (
-        ["--metric-labels-allowlist=nodes=[x]"],
-        {"exporter": {"metricLabelsAllowlist": ["nodes=[x]"]}},
-        "at '/exporter/metricLabelsAllowlist/0'",
-    ),
-    (
-        ["--metric-labels-allowlist=pods=[a,]"],
-        {"exporter": {"metricLabelsAllowlist": ["pods=[a,]"]}},
-        "at '/exporter/metricLabelsAllowlist/0'",
-    ),
-    (
-        ["--metric-annotations-allowlist=pods=[a**]"],
-        {"exporter": {"metricAnnotationsAllowlist": ["pods=[a**]"]}},
-        "at '/exporter/metricAnnotationsAllowlist/0'",
-    ),
-    (
-        ["--metric-annotations-allowlist=pods=[a]x"],
-        {"exporter": {"metricAnnotationsAllowlist": ["pods=[a]x"]}},
-        "at '/exporter/metricAnnotationsAllowlist/0'",
-    ),
-    (
-        ["--metric-annotations-allowlist=pods=[a"],
-        {"exporter": {"metricAnnotationsAllowlist": ["pods=[a"]}},
-        "at '/exporter/metricAnnotationsAllowlist/0'",
+    *(
+        ([f"--{flag}={value}"], {"exporter": {key: [value]}}, f"at '/exporter/{key}/0'")
+        for flag, key, value in [
+            ("hides-allocated-devices", "hidesAllocatedDevices", "DRA_NET"),
+            ("metric-labels-allowlist", "metricLabelsAllowlist", "nodes=[x]"),
+            ("metric-labels-allowlist", "metricLabelsAllowlist", "pods=[a,]"),
+            ("metric-annotations-allowlist", "metricAnnotationsAllowlist", "pods=[a**]"),
+            ("metric-annotations-allowlist", "metricAnnotationsAllowlist", "pods=[a]x"),
+            ("metric-annotations-allowlist", "metricAnnotationsAllowlist", "pods=[a"),
+        ]
     ),
     (
         ["--cost-share-capacity=gpu/9memory"],
         {"exporter": {"costShareCapacity": "gpu/9memory"}},
         "at '/exporter/costShareCapacity'",
     ),
-    (
-        ["--resources=nodes", "--expect-pools=GPU=a"],
-        {"exporter": {"resources": ["nodes"], "expectPools": ["GPU=a"]}},
-        "at '/exporter/expectPools/0'",
-    ),
-    (
-        ["--resources=nodes", "--expect-pools=gpu=a in b"],
-        {"exporter": {"resources": ["nodes"], "expectPools": ["gpu=a in b"]}},
-        "at '/exporter/expectPools/0'",
-    ),
-    (
-        ["--resources=nodes", "--expect-pools=gpu=!a=b"],
-        {"exporter": {"resources": ["nodes"], "expectPools": ["gpu=!a=b"]}},
-        "at '/exporter/expectPools/0'",
-    ),
-    (
-        ["--resources=nodes", "--expect-pools=gpu=,a"],
-        {"exporter": {"resources": ["nodes"], "expectPools": ["gpu=,a"]}},
-        "at '/exporter/expectPools/0'",
-    ),
-    (
-        ["--resources=nodes", "--expect-pools=gpu=a,"],
-        {"exporter": {"resources": ["nodes"], "expectPools": ["gpu=a,"]}},
-        "at '/exporter/expectPools/0'",
-    ),
-    (
-        ["--resources=nodes", "--expect-pools=gpu=b/cb/c"],
-        {"exporter": {"resources": ["nodes"], "expectPools": ["gpu=b/cb/c"]}},
-        "at '/exporter/expectPools/0'",
+    *(
+        (
+            ["--resources=nodes", f"--expect-pools={pools}"],
+            {"exporter": {"resources": ["nodes"], "expectPools": [pools]}},
+            "at '/exporter/expectPools/0'",
+        )
+        for pools in ("GPU=a", "gpu=a in b", "gpu=!a=b", "gpu=,a", "gpu=a,", "gpu=b/cb/c")
     ),
     (
         ["--expect-pools=gpu=a"],

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.exposition import generate_latest
@@ -26,7 +25,7 @@ from kdraexp.families.deviceclass import class_created
 from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import select
 from kdraexp.store.collection import Collection
-from tests.collect import collect
+from tests.collect import by_kind, collect, collect_kinds
 from tests.objects import classy, counters, gpu, new_claim, pool_slice, result
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cluster.yaml"
@@ -71,19 +70,7 @@ def assert_same(collection: Collection) -> int:
 
 def test_example_cluster_every_family() -> None:
     """Every family of the example cluster, opt-in ones included."""
-    documents = yaml.safe_load(EXAMPLE.read_text())["items"]
-    by_kind: dict[str, list[Any]] = {}
-    for item in documents:
-        by_kind.setdefault(item["kind"], []).append(item)
-    collection = collect(
-        claims=by_kind["ResourceClaim"],
-        slices=by_kind["ResourceSlice"],
-        classes=by_kind["DeviceClass"],
-        rules=by_kind["DeviceTaintRule"],
-        pods=by_kind["Pod"],
-        nodes=by_kind["Node"],
-        selection=EVERYTHING,
-    )
+    collection = collect_kinds(by_kind(EXAMPLE), EVERYTHING)
     assert {f.name for f, _ in collection.families()} == {f.name for f in EVERYTHING.families}
     assert assert_same(collection) > 200
 

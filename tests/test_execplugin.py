@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
@@ -16,7 +14,7 @@ from twisted.internet.defer import CancelledError, Deferred
 
 from kdraexp.kube.execplugin import MESSAGE_LIMIT, STDOUT_LIMIT, PluginError, run_plugin
 from tests.kubeconfigs import exec_user, write_kubeconfig
-from tests.processes import free_port, get, kdraexp, pid_1_of, state, stop, wait_for, zombies_of
+from tests.processes import free_port, get, kdraexp, reaped, state, stop_pid_1, wait_for
 from tests.tlsapi import serve
 
 
@@ -133,12 +131,9 @@ async def test_pid_1_leaves_no_zombies(tmp_path: Path) -> None:
             for _ in range(10):
                 code, body = await get(f"http://127.0.0.1:{port}/metrics")  # type: ignore[misc]
                 assert code == 500 and b"Timeout" in body
-            exporter = pid_1_of(process.pid)
-            await wait_for(lambda: zombies_of(exporter) == [], 20, 0.5)
+            await reaped(process)
         finally:
-            with contextlib.suppress(OSError, AssertionError):
-                os.kill(pid_1_of(process.pid), signal.SIGTERM)  # unshare ignores SIGTERM itself
-            status = await stop(process)
+            status = await stop_pid_1(process)
     log_text = (tmp_path / "output.log").read_text()
     assert status == 0, log_text
     assert "Running as PID 1: reaping orphaned processes" in log_text

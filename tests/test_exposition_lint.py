@@ -2,49 +2,27 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
-
-import yaml
 
 from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import select
-from tests.collect import collect, text
+from tests import tools
+from tests.collect import by_kind, collect_kinds, text
 from tests.test_file import EXAMPLE
 
 
 def test_demo_exposition_lints_clean_but_for_the_original(prometheus_release: Path) -> None:
     """Every family `make demo` writes, through each release's `promtool check metrics`."""
-    by_kind: dict[str, list[dict[str, object]]] = {}
-    for item in yaml.safe_load(EXAMPLE.read_text())["items"]:
-        by_kind.setdefault(str(item["kind"]), []).append(item)
     chosen = select(
         resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods",
         options=FamilyOptions.from_flags(
             {"device-attributes": "profile", "claim-device-data": "uuid"}
         ),
     )
-    exposition = text(
-        collect(
-            claims=by_kind["ResourceClaim"],
-            slices=by_kind["ResourceSlice"],
-            classes=by_kind["DeviceClass"],
-            rules=by_kind["DeviceTaintRule"],
-            pods=by_kind["Pod"],
-            selection=chosen,
-        )
-    )
+    exposition = text(collect_kinds(by_kind(EXAMPLE), chosen))
     assert "kube_resourceclaim_pending_reason{" in exposition
     assert "kube_pod_dra_device_health{" in exposition
-    linted = subprocess.run(
-        [str(prometheus_release / "promtool"), "check", "metrics"],
-        input=exposition,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    found = [line for line in (linted.stdout + linted.stderr).splitlines() if line.strip()]
+    found = tools.lint(prometheus_release, exposition)
     assert found == [
         'kube_resourceclaim_status_reserved_total non-counter metrics should not have "_total" '
         "suffix"

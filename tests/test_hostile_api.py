@@ -8,20 +8,26 @@ next scrape.
 
 from __future__ import annotations
 
-import gzip
 import json
-import socket
-import threading
 import time
-import urllib.error
 import urllib.request
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.objects import new_claim
-from tests.processes import MemoryCgroup, free_port, memory_cgroup, start
+from tests.hostile import Hostile, slices
+from tests.kubeconfigs import write_kubeconfig
+from tests.processes import (
+    CHART_LIMIT,
+    MemoryCgroup,
+    free_port,
+    memory,
+    memory_cgroup,
+    reset_peak,
+    scrape_blocking,
+    start,
+)
 
 pytestmark = pytest.mark.slow
 LIMIT = 16 * 2**20
@@ -31,257 +37,6 @@ CGROUP_LIMIT = 128 * 2**20
 BOUND = 2 * LIMIT + 24 * 2**20
 """What a hostile answer may add to the exporter's peak memory: the two lists read in parallel
 (slices and claims) may each hold up to the limit, and some room."""
-EMPTY = b'{"kind":"List","metadata":{},"items":[]}'
-
-
-def bomb() -> bytes:
-    """A gzip body of about 1 MB inflating to 1 GB."""
-    compressor = gzip.GzipFile(fileobj=(sink := _Sink()), mode="wb", compresslevel=9)
-    chunk = b" " * 2**20
-    for _ in range(1024):
-        compressor.write(chunk)
-    compressor.close()
-    return sink.data
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.data = b""
-
-    def write(self, data: bytes) -> int:
-        self.data += data
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-
-BOMB = bomb()
-
-
-def _slices(count: int, devices: list[dict[str, object]]) -> bytes:
-    """A list of *count* ResourceSlices, each of its own pool, each holding *devices*."""
-    items = [
-        {
-            "metadata": {"name": f"s{n}", "uid": f"u{n}", "resourceVersion": "1"},
-            "spec": {
-                "driver": "gpu.example.com",
-                "nodeName": f"n{n}",
-                "pool": {"name": f"p{n}", "generation": 1, "resourceSliceCount": 1},
-                "devices": devices,
-            },
-        }
-        for n in range(count)
-    ]
-    return json.dumps({"kind": "List", "metadata": {}, "items": items}).encode()
-
-
-def _claims(batch: str, count: int) -> bytes:
-    """A list of *count* allocated claims, named after *batch*."""
-    items = [
-        new_claim(
-            f"{batch}-{n}",
-            [{"request": "gpu", "driver": "gpu.example.com", "pool": "p", "device": f"d{n}"}],
-            reserved=True,
-        )
-        for n in range(count)
-    ]
-    return json.dumps({"kind": "List", "metadata": {}, "items": items}).encode()
-
-
-def _pods(count: int, annotations: int) -> bytes:
-    """A list of *count* pods asking for nothing, each carrying *annotations* annotations."""
-    items = [
-        {
-            "metadata": {
-                "name": f"p{n}",
-                "namespace": "ns",
-                "uid": f"pu{n}",
-                "resourceVersion": "1",
-                "annotations": {f"note-{i:06d}": "v" * 20 for i in range(annotations)},
-            },
-            "spec": {"containers": [{"name": "c"}]},
-        }
-        for n in range(count)
-    ]
-    return json.dumps({"kind": "PodList", "metadata": {}, "items": items}).encode()
-
-
-FAT_PODS = _pods(18, 90_000)
-"""58 MB: 18 pods of 3.2 MB, each within what one object may be (4 MiB by default)."""
-HUGE_POD = _pods(1, 1_700_000)
-"""58 MB: one pod, far past what one object may be."""
-BARE = _slices(2000, [{"name": f"d{i}"} for i in range(128)])
-"""5 MB: 2,000 slices of 128 devices with nothing but a name, 256,000 devices in one page."""
-FAT = _slices(
-    1,
-    [
-        {"name": f"d{d}", "attributes": {f"a{i}": {"int": i} for i in range(6000)}}
-        for d in range(128)
-    ],
-)
-"""18 MB: one slice of 128 devices of 6,000 attributes each."""
-
-
-class Hostile:
-    """Answers each request by the current behaviour; counts bytes it managed to send."""
-
-    def __init__(self) -> None:
-        self.behaviour = "ok"
-        self.sent_after_abort = 0
-        self.lists = 0
-        """Lists of new claims answered."""
-        self._lock = threading.Lock()
-        self.closed = threading.Event()
-        self._server = socket.socket()
-        self._server.bind(("127.0.0.1", 0))
-        self._server.listen(64)
-        self.port = self._server.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                connection, _ = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
-
-    def _serve(self, connection: socket.socket) -> None:
-        with connection:
-            try:
-                request = connection.recv(65536)
-                if not request:
-                    return
-                line = request.split(b"\r\n", 1)[0]
-                if b"watch=1" in line:  # watch mode: no streaming list, watches that idle
-                    self._watch(connection, b"sendInitialEvents=true" in line)
-                    return
-                answer: Callable[[socket.socket], None] = getattr(self, "_" + self.behaviour)
-                if self.behaviour in ("bare", "fat") and b"/resourceslices" not in request:
-                    answer = self._ok  # the other lists are empty
-                if self.behaviour == "churn" and b"/resourceclaims" in request:
-                    answer = self._new_claims
-                if self.behaviour in ("fat_pods", "huge_pod") and b"/pods" not in request:
-                    answer = self._ok
-                answer(connection)
-            except OSError:
-                self.closed.set()
-
-    def _ok(self, connection: socket.socket) -> None:
-        self._body(connection, EMPTY)
-
-    def _watch(self, connection: socket.socket, streaming: bool) -> None:
-        """A streaming list refused (the exporter lists instead); a watch open, and silent."""
-        if streaming:
-            body = b'{"kind":"Status","status":"Failure","reason":"Invalid","code":422}'
-            connection.sendall(
-                b"HTTP/1.1 422 Unprocessable Entity\r\nContent-Type: application/json\r\n"
-                b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-            )
-            return
-        connection.sendall(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n"
-        )
-        self.closed.wait(300)
-
-    def _fat_pods(self, connection: socket.socket) -> None:
-        self._body(connection, FAT_PODS)
-
-    def _huge_pod(self, connection: socket.socket) -> None:
-        self._body(connection, HUGE_POD)
-
-    def _endless(self, connection: socket.socket) -> None:
-        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[")
-        while True:  # slowly: the deadline, not the size limit, ends it
-            connection.sendall(b" " * 65536)
-            time.sleep(0.05)
-
-    def _huge(self, connection: socket.socket) -> None:
-        size = 500 * 2**20
-        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
-        block = b" " * 2**20
-        for _ in range(500):
-            connection.sendall(block)
-
-    def _big(self, connection: socket.socket) -> None:
-        """A list of 200 MiB, below the old default cap: read whole, it cannot fit 192 MiB."""
-        head, tail = b'{"kind":"List","metadata":{},"items":[', b"]}"
-        size = 200 * 2**20
-        connection.sendall(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-            % (len(head) + size + len(tail), head)
-        )
-        block = b" " * 2**20
-        for _ in range(200):
-            connection.sendall(block)
-        connection.sendall(tail)
-
-    def _bare(self, connection: socket.socket) -> None:
-        self._body(connection, BARE)
-
-    def _fat(self, connection: socket.socket) -> None:
-        self._body(connection, FAT)
-
-    def _body(self, connection: socket.socket, body: bytes) -> None:
-        connection.sendall(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-
-    def _churn(self, connection: socket.socket) -> None:
-        """Pods refused (the claims are new at every list, the other lists empty)."""
-        body = b'{"kind":"Status","status":"Failure","reason":"Forbidden","code":403}'
-        connection.sendall(
-            b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nConnection: close\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-
-    def _new_claims(self, connection: socket.socket) -> None:
-        """3,000 claims none of which was in the list before (a batch cluster's churn)."""
-        with self._lock:
-            self.lists += 1
-            batch = self.lists
-        self._body(connection, _claims(f"b{batch}", 3000))
-
-    def _bomb(self, connection: socket.socket) -> None:
-        connection.sendall(
-            b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
-            % (len(BOMB), BOMB)
-        )
-
-    def _headers(self, connection: socket.socket) -> None:
-        connection.sendall(b"HTTP/1.1 200 OK\r\n")
-        while True:
-            connection.sendall(b"X-Filler: " + b"y" * 8000 + b"\r\n")
-
-    def _line(self, connection: socket.socket) -> None:
-        connection.sendall(b"HTTP/1.1 200 OK\r\nX-Long: " + b"y" * 20000 + b"\r\n\r\n{}")
-
-    def close(self) -> None:
-        self._server.close()
-
-
-def reset_peak(pid: int) -> None:
-    """Start VmHWM over from the current RSS (Linux: 5 to clear_refs)."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-
-
-def memory(pid: int) -> dict[str, int]:
-    found = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("VmHWM", "VmRSS")):
-            found[line.split(":")[0]] = int(line.split()[1]) * 1024
-    return found
-
-
-def scrape(port: int) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as answer:
-            return answer.status, answer.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
 
 
 @pytest.fixture(scope="module")
@@ -312,20 +67,8 @@ def _exporter(
 
     Given once a scrape answers 200 (unless not *ready*: once /healthz does).
     """
-    config = directory / "kubeconfig"
-    config.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "h",
-                "clusters": [
-                    {"name": "h", "cluster": {"server": f"http://127.0.0.1:{hostile.port}"}}
-                ],
-                "contexts": [{"name": "h", "context": {"cluster": "h", "user": "h"}}],
-                "users": [{"name": "h", "user": {}}],
-            }
-        )
+    config = write_kubeconfig(
+        directory / "kubeconfig", f"http://127.0.0.1:{hostile.port}", None, {}
     )
     port = free_port()
     process = start(
@@ -344,7 +87,7 @@ def _exporter(
     try:
         while True:
             try:
-                if ready and scrape(port)[0] == 200:
+                if ready and scrape_blocking(port)[0] == 200:
                     break
                 if not ready:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=60):
@@ -387,21 +130,17 @@ def test_bounded_and_still_serving(
     reset_peak(pid)
     before = memory(pid)
     hostile.behaviour = behaviour
-    code, body = scrape(port)
+    code, body = scrape_blocking(port)
     assert code == 500 and body.startswith(line), body
     time.sleep(1.5)  # an endless body would keep arriving meanwhile
     after = memory(pid)
     assert after["VmHWM"] - before["VmRSS"] < BOUND, (before, after)
     assert after["VmRSS"] - before["VmRSS"] < BOUND, (before, after)
     hostile.behaviour = "ok"
-    assert scrape(port)[0] == 200
+    assert scrape_blocking(port)[0] == 200
     assert cgroup.oom_kills() == 0
     peak = cgroup.peak()
     assert peak is None or peak <= CGROUP_LIMIT
-
-
-CHART_LIMIT = 192 * 2**20
-"""The chart's default memory limit."""
 
 
 @pytest.fixture(scope="module")
@@ -427,11 +166,11 @@ def test_default_cap_fits_the_chart_memory_limit(
     """
     port, _ = defaulted
     hostile.behaviour = behaviour
-    code, body = scrape(port)
+    code, body = scrape_blocking(port)
     hostile.behaviour = "ok"
     assert code == 500, body
     assert b"TooLarge: the response is larger than --max-response-bytes=67108864" in body, body
-    assert scrape(port)[0] == 200
+    assert scrape_blocking(port)[0] == 200
     assert chart_cgroup.oom_kills() == 0
 
 
@@ -470,13 +209,13 @@ def test_what_a_response_becomes_fits_the_chart_memory_limit(
     hostile.behaviour = behaviour
     try:
         for _ in range(4):
-            code, body = scrape(port)
+            code, body = scrape_blocking(port)
             assert code == 500, body
             assert said in body, body
     finally:
         hostile.behaviour = "ok"
     assert memory(pid)["VmHWM"] - before["VmRSS"] < 64 * 2**20
-    assert scrape(port)[0] == 200
+    assert scrape_blocking(port)[0] == 200
     assert chart_cgroup.oom_kills() == 0
 
 
@@ -509,7 +248,7 @@ def test_a_list_that_keeps_failing_keeps_memory_flat(
     try:
         sizes = []
         for _ in range(30):
-            code, body = scrape(port)
+            code, body = scrape_blocking(port)
             assert code == 500 and b"list pods failed: 403 Forbidden" in body, body
             sizes.append(memory(pid)["VmRSS"])
     finally:
@@ -517,7 +256,7 @@ def test_a_list_that_keeps_failing_keeps_memory_flat(
     assert hostile.lists >= 30
     grown = max(sizes[4:]) - sizes[4]  # not only in the end: the collector's rare full pass
     assert grown < 8 * 2**20, [size // 2**20 for size in sizes]
-    assert scrape(port)[0] == 200
+    assert scrape_blocking(port)[0] == 200
     assert chart_cgroup.oom_kills() == 0
 
 
@@ -544,7 +283,7 @@ def test_a_huge_object_in_a_file_is_refused_before_it_is_read(
         },
         "capacity": {"memory": {"value": "80Gi"}},
     }
-    one = json.loads(_slices(1, [])).get("items")[0]
+    one = json.loads(slices(1, [])).get("items")[0]
     one.update({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice"})
     one["spec"]["devices"] = [{"name": f"gpu-{i}", **device} for i in range(300_000)]
     dump = tmp_path / "cluster.json"
@@ -560,7 +299,7 @@ def test_a_huge_object_in_a_file_is_refused_before_it_is_read(
         deadline = time.monotonic() + 120
         while True:
             try:
-                code, body = scrape(port)
+                code, body = scrape_blocking(port)
                 break
             except OSError:
                 assert process.poll() is None and time.monotonic() < deadline
@@ -601,10 +340,10 @@ def test_pages_of_large_pods_fit_the_chart_memory_limit(
     try:
         port, pid = next(running)
         if answered == 200:
-            code, body = scrape(port)
+            code, body = scrape_blocking(port)
             assert code == 200, body
         elif mode == "list":
-            code, body = scrape(port)
+            code, body = scrape_blocking(port)
             assert code == 500 and b"TooLarge: Pod p0 is " in body, body
         else:  # refused twice: what the first refusal read would sit beside the second's
             deadline = time.monotonic() + 30

@@ -19,9 +19,11 @@ import pytest_twisted
 from kdraexp.cel import matching
 from tests.objects import classy, gpu, pool_slice
 from tests.processes import (
+    CHART_LIMIT,
     MemoryCgroup,
     free_port,
     get,
+    listeners,
     memory_cgroup,
     ready,
     start,
@@ -34,8 +36,6 @@ pytestmark = [
     pytest.mark.skipif(not matching.AVAILABLE, reason="no CEL runtime on this platform"),
 ]
 
-CHART_LIMIT = 192 * 2**20
-"""The chart's default memory limit."""
 V1 = {"apiVersion": "resource.k8s.io/v1"}
 BOMB = "'a'" + ".replace('a', 'aaaaaaaaaa')" * 9 + ".size() > 0"
 
@@ -73,14 +73,7 @@ async def test_a_gigabyte_selector_is_over_budget_and_the_exporter_lives(
     )
     port, telemetry = free_port(), free_port()
     process = start(
-        [
-            "--listen",
-            f"tcp:{port}:interface=127.0.0.1",
-            "--telemetry-listen",
-            f"tcp:{telemetry}:interface=127.0.0.1",
-            "--source",
-            f"file:{cluster}",
-        ],
+        [*listeners(port, telemetry), "--source", f"file:{cluster}"],
         tmp_path,
         {"KUBECONFIG": "/nonexistent"},
         cgroup=cgroup,

@@ -31,6 +31,7 @@ from kdraexp.serve.authfilter import MAX_IN_FLIGHT, REVIEW_TIMEOUT
 from tests.fakeapi import Fault
 from tests.kubeconfigs import write_kubeconfig
 from tests.processes import (
+    CHART_LIMIT,
     MemoryCgroup,
     free_port,
     kdraexp,
@@ -46,8 +47,6 @@ from tests.tlsapi import TLSAPI, serve
 
 pytestmark = pytest.mark.slow
 
-CHART_LIMIT = 192 * 2**20
-"""The chart's memory limit."""
 PROBE_EVERY = 0.1
 """Seconds between two probes of /healthz."""
 ALLOWED = "Bearer reader-token"

@@ -10,11 +10,9 @@ SIGTERM.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +25,7 @@ import pytest_twisted
 from tests.helm import render, resource
 from tests.kubeconfigs import exec_user, write_kubeconfig
 from tests.objects import SEED_CLASS, SEED_LINES, SEED_SLICE
-from tests.processes import free_port, get, pid_1_of, stop, wait_for, zombies_of
+from tests.processes import free_port, get, reaped, stop_pid_1, wait_for
 from tests.tlsapi import serve
 
 pytestmark = pytest.mark.slow
@@ -160,12 +158,9 @@ async def test_runs_from_read_only_prefix(prefix: Path) -> None:
             assert answer is not None and answer[0] == 200
             lines = answer[1].decode().splitlines()
             assert SEED_LINES[3] in lines and SEED_LINES[-1] in lines
-            exporter = pid_1_of(process.pid)
-            await wait_for(lambda: zombies_of(exporter) == [], 20, 0.5)
+            await reaped(process)
         finally:
-            with contextlib.suppress(OSError, AssertionError):
-                os.kill(pid_1_of(process.pid), signal.SIGTERM)  # unshare ignores SIGTERM itself
-            status = await stop(process)
+            status = await stop_pid_1(process)
             output.seek(0)
             log = output.read().decode()
             output.close()

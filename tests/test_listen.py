@@ -65,21 +65,28 @@ async def test_every_address_answers_both_families(form: str) -> None:
 
 
 @needs_ipv6
+@pytest.mark.parametrize(
+    ("value", "host", "family", "other", "other_family"),
+    [
+        ("127.0.0.1:0", "127.0.0.1", socket.AF_INET, "::1", socket.AF_INET6),
+        ("[::1]:0", "::1", socket.AF_INET6, "127.0.0.1", socket.AF_INET),
+    ],
+    ids=["ipv4", "ipv6"],
+)
 @pytest_twisted.ensureDeferred
-async def test_one_address() -> None:
+async def test_one_address(
+    value: str,
+    host: str,
+    family: socket.AddressFamily,
+    other: str,
+    other_family: socket.AddressFamily,
+) -> None:
     """``127.0.0.1:PORT`` is IPv4 only, ``[::1]:PORT`` IPv6 only."""
-    port = await bound("127.0.0.1:0")
+    port = await bound(value)
     number = port.getHost().port
     try:
-        assert connects(socket.AF_INET, "127.0.0.1", number)
-        assert not connects(socket.AF_INET6, "::1", number)
-    finally:
-        await port.stopListening()
-    port = await bound("[::1]:0")
-    number = port.getHost().port
-    try:
-        assert connects(socket.AF_INET6, "::1", number)
-        assert not connects(socket.AF_INET, "127.0.0.1", number)
+        assert connects(family, host, number)
+        assert not connects(other_family, other, number)
     finally:
         await port.stopListening()
 

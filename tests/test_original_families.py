@@ -103,27 +103,12 @@ def test_node_name(spec: dict[str, Any], device_extra: dict[str, Any], node: str
 def test_driver_and_pool_identity() -> None:
     """The same device name under other drivers or pools gives distinct series."""
     slices = [
-        resource_slice(
-            "slice-a",
-            [device("gpu0", {"memory": "1Gi"})],
-            "driver-a.example",
-            "pool-a",
-            allNodes=True,
-        ),
-        resource_slice(
-            "slice-b",
-            [device("gpu0", {"memory": "1Gi"})],
-            "driver-b.example",
-            "pool-a",
-            allNodes=True,
-        ),
-        resource_slice(
-            "slice-c",
-            [device("gpu0", {"memory": "1Gi"})],
-            "driver-a.example",
-            "pool-b",
-            allNodes=True,
-        ),
+        resource_slice(name, [device("gpu0", {"memory": "1Gi"})], driver, pool, allNodes=True)
+        for name, driver, pool in [
+            ("slice-a", "driver-a.example", "pool-a"),
+            ("slice-b", "driver-b.example", "pool-a"),
+            ("slice-c", "driver-a.example", "pool-b"),
+        ]
     ]
     families = parsed(reduce(slices, "slices"))
     assert list(families) == ["kube_resourceslice_device_capacity_memory_bytes"]

@@ -17,7 +17,7 @@ from kdraexp.families.resourceslice import D
 from kdraexp.families.selection import select
 from kdraexp.store.collection import Collection, Store
 from kdraexp.util import packed
-from tests.collect import collect, samples, values
+from tests.collect import by_kind, collect, collect_kinds, samples, values
 from tests.objects import classy, counters, device, gpu, new_claim, pool_slice, result
 from tests.test_headroom import MIG, WHOLE, mig_gpu
 from tests.test_metrics_reference import REFERENCE
@@ -409,14 +409,10 @@ def test_plain_requests_judged_from_summaries_as_in_full(monkeypatch: pytest.Mon
     The answer is the one the device-by-device judgement gives, on the example cluster and on
     hand-made pools.
     """
-    import yaml
-
     from tests.test_file import EXAMPLE
 
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for item in yaml.safe_load(EXAMPLE.read_text())["items"]:
-        by_kind.setdefault(str(item["kind"]), []).append(item)
-    classes = by_kind["DeviceClass"]
+    example = by_kind(EXAMPLE)
+    classes = example["DeviceClass"]
     asked = [
         new_claim(
             f"ask-{c['metadata']['name']}-{n}",
@@ -428,10 +424,10 @@ def test_plain_requests_judged_from_summaries_as_in_full(monkeypatch: pytest.Mon
     ]
     clusters = [
         {
-            "slices": by_kind["ResourceSlice"],
-            "claims": [*by_kind["ResourceClaim"], *asked],
+            "slices": example["ResourceSlice"],
+            "claims": [*example["ResourceClaim"], *asked],
             "classes": classes,
-            "rules": by_kind["DeviceTaintRule"],
+            "rules": example["DeviceTaintRule"],
         },
         {
             **cluster(),
@@ -671,24 +667,10 @@ def test_not_together_only_where_the_search_shows_it(
 
 def test_the_example_cluster_shows_every_reason() -> None:
     """``make demo`` serves a pending claim for each reason."""
-    import yaml
-
     from tests.test_file import EXAMPLE
 
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for item in yaml.safe_load(EXAMPLE.read_text())["items"]:
-        by_kind.setdefault(str(item["kind"]), []).append(item)
-    written = collect(
-        slices=by_kind["ResourceSlice"],
-        claims=by_kind["ResourceClaim"],
-        classes=by_kind["DeviceClass"],
-        rules=by_kind["DeviceTaintRule"],
-        pods=by_kind["Pod"],
-        nodes=by_kind["Node"],
-        selection=select(
-            resources="resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods,nodes"
-        ),
-    )
+    every = "resourceclaims,resourceslices,deviceclasses,devicetaintrules,pods,nodes"
+    written = collect_kinds(by_kind(EXAMPLE), select(resources=every))
     assert set(reasons(written).values()) == set(REASONS)
 
 

@@ -22,6 +22,7 @@ from tests.processes import (
     free_port,
     get,
     kdraexp,
+    listeners,
     ready,
     start,
     stop,
@@ -225,10 +226,7 @@ async def test_32000_claims_without_creation_time_log_one_line_and_hold_no_turn(
     port, telemetry = free_port(), free_port()
     process = start(
         [
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--telemetry-listen",
-            f"127.0.0.1:{telemetry}",
+            *listeners(port, telemetry),
             "--source",
             f"file:{dump}",
             "--max-response-bytes",
@@ -303,12 +301,9 @@ async def test_telemetry_while_lists_fail_and_quiet_logs(tmp_path: Path) -> None
         port, telemetry = free_port(), free_port()
         process = start(
             [
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--telemetry-listen",
-                f"127.0.0.1:{telemetry}",
-                "--log-format",
-                "json",
+                *("--listen", f"127.0.0.1:{port}"),
+                *("--telemetry-listen", f"127.0.0.1:{telemetry}"),
+                *("--log-format", "json"),
             ],
             tmp_path,
             {"KUBECONFIG": str(config)},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import tracemalloc
+from functools import partial
 from typing import Any
 
 import pytest
@@ -55,6 +56,14 @@ class Watched:
         self.settle()
         return text(result_of(pending))
 
+    def failure(self) -> BaseException:
+        """What a collection asked for now fails with (it must fail)."""
+        pending = self.gatherer.gather()
+        self.settle()
+        failure = failure_of(pending).value
+        assert failure is not None
+        return failure
+
     def metric(self, name: str, labels: dict[str, str]) -> float | None:
         value = registry(self.stats, self.collections).get_sample_value(name, labels)
         return value
@@ -64,6 +73,15 @@ def seed(fake: FakeKubeAPI) -> None:
     fake.add("deviceclasses", SEED_CLASS)
     fake.add("resourceslices", SEED_SLICE)
     fake.add("resourceclaims", SEED_CLAIM)
+
+
+def synced(fake: FakeKubeAPI, clock: Clock, **options: Any) -> Watched:
+    """A gatherer of the seeded *fake*, started and settled: synchronised, unless it fails."""
+    seed(fake)
+    watched = Watched(fake, clock, **options)
+    watched.gatherer.start()
+    watched.settle()
+    return watched
 
 
 @pytest.fixture
@@ -149,31 +167,21 @@ def test_list_then_watch_without_streaming(watched: Watched) -> None:
 
 def test_closed_watch_resumes_compacted_one_relists(watched: Watched) -> None:
     """A watch the server ends resumes from its version; one too old (410) lists again."""
+    relists = "kube_dra_exporter_watch_relists_total"
+    expired = partial(watched.metric, relists, {"resource": "resourceclaims", "cause": "expired"})
     watched.gatherer.start()
     watched.settle()
     watched.fake.close_watches()
     watched.fake.change("resourceclaims", "ADDED", claim("while-closed"))
     watched.settle()
     assert 'resourceclaim_name="while-closed"' in watched.text()
-    assert (
-        watched.metric(
-            "kube_dra_exporter_watch_relists_total",
-            {"resource": "resourceclaims", "cause": "expired"},
-        )
-        is None
-    )
+    assert expired() is None
     watched.fake.close_watches()
     watched.fake.change("resourceclaims", "ADDED", claim("after-compaction"))
     watched.fake.compact()
     watched.settle()
     assert 'resourceclaim_name="after-compaction"' in watched.text()
-    assert (
-        watched.metric(
-            "kube_dra_exporter_watch_relists_total",
-            {"resource": "resourceclaims", "cause": "expired"},
-        )
-        == 1
-    )
+    assert expired() == 1
 
 
 def watch_requests(watched: Watched, plural: str = "resourceclaims") -> int:
@@ -188,10 +196,7 @@ def test_idle_watch_is_a_failure_stale_since_it_went_silent(
     It is opened again after a backoff; the state it served was last known current when its
     last event or bookmark was applied, so past --max-staleness the scrape fails at once.
     """
-    seed(fake)
-    watched = Watched(fake, clock, staleness=10)
-    watched.gatherer.start()
-    watched.settle()
+    watched = synced(fake, clock, staleness=10)
     watches = watch_requests(watched)
     watched.clock.advance(IDLE + 1)
     watched.settle()
@@ -222,10 +227,7 @@ def test_watch_ended_at_once_backs_off_and_goes_stale(fake: FakeKubeAPI, clock: 
     Reopened at once, it would be asked twenty times a second and never go stale, serving a
     deleted object for as long as it lasts.
     """
-    seed(fake)
-    watched = Watched(fake, clock, staleness=10)
-    watched.gatherer.start()
-    watched.settle()
+    watched = synced(fake, clock, staleness=10)
     assert "kube_resourceclaim_info{" in watched.text()
     watches = watch_requests(watched)
     watched.fake.faults["resourceclaims"] = Fault(200, b"", times=50)  # bounded: a loop ends
@@ -307,10 +309,7 @@ def stale_until_a_bookmark_of_now(
 
 def test_stale_past_the_bound_fails(fake: FakeKubeAPI, clock: Clock) -> None:
     """A watch failing for longer than --max-staleness fails scrapes; before that they go on."""
-    seed(fake)
-    watched = Watched(fake, clock, staleness=60)
-    watched.gatherer.start()
-    watched.settle()
+    watched = synced(fake, clock, staleness=60)
     assert watched.metric("kube_dra_exporter_max_staleness_seconds", {}) == 60
     failing = "kube_dra_exporter_watch_failing_since_timestamp_seconds"
     assert watched.metric(failing, {"resource": "resourceclaims"}) is None
@@ -323,9 +322,7 @@ def test_stale_past_the_bound_fails(fake: FakeKubeAPI, clock: Clock) -> None:
     assert watched.metric(failing, {"resource": "resourceslices"}) is None
     clock.advance(61)
     watched.settle()
-    pending = watched.gatherer.gather()
-    watched.settle()
-    failure = failure_of(pending).value
+    failure = watched.failure()
     assert isinstance(failure, CollectionFailed)
     assert [(e.resource, e.reason) for e in failure.errors] == [("resourceclaims", "Forbidden")]
     assert watched.metric(
@@ -347,10 +344,7 @@ def test_bookmarks_of_an_older_version_keep_nothing_fresh(fake: FakeKubeAPI, clo
     served as current for ever, though nothing newer came.  Such a bookmark is ignored, and
     does not move the version back either.
     """
-    seed(fake)
-    watched = Watched(fake, clock, staleness=10)
-    watched.gatherer.start()
-    watched.settle()
+    watched = synced(fake, clock, staleness=10)
     watch = watched.gatherer._watches["resourceclaims"]
     version = watch._version
     assert version is not None and int(version) > 1
@@ -367,28 +361,20 @@ def test_accepted_then_broken_at_once_goes_stale(fake: FakeKubeAPI, clock: Clock
     Every watch is accepted and breaks at its first event (an object the decoder refuses):
     past --max-staleness scrapes fail, and the deleted slice is not served as current.
     """
-    seed(fake)
-    watched = Watched(fake, clock, staleness=10)
-    watched.gatherer.start()
-    watched.settle()
+    watched = synced(fake, clock, staleness=10)
     fake.close_watches()
     fake.change("resourceslices", "ADDED", {"metadata": {"name": "odd"}, "spec": "not a spec"})
     for _ in range(30):
         clock.advance(1)
         watched.settle()
-    pending = watched.gatherer.gather()
-    watched.settle()
-    failure = failure_of(pending).value
+    failure = watched.failure()
     assert isinstance(failure, CollectionFailed)
     assert [(e.resource, e.reason) for e in failure.errors] == [("resourceslices", "Decode")]
 
 
 def test_410_on_every_relist_backs_off_and_goes_stale(fake: FakeKubeAPI, clock: Clock) -> None:
     """A 410 while listing again is a failure: backed off, counted, stale past the bound."""
-    seed(fake)
-    watched = Watched(fake, clock, staleness=10)
-    watched.gatherer.start()
-    watched.settle()
+    watched = synced(fake, clock, staleness=10)
     fake.faults["resourceclaims"] = Fault(410, status(410, "Expired", "too old"))
     fake.close_watches()
     before = len(fake.requests)
@@ -399,17 +385,12 @@ def test_410_on_every_relist_backs_off_and_goes_stale(fake: FakeKubeAPI, clock: 
     assert watched.metric(
         "kube_dra_exporter_list_errors_total", {"resource": "resourceclaims", "reason": "Expired"}
     )
-    pending = watched.gatherer.gather()
-    watched.settle()
-    assert isinstance(failure_of(pending).value, CollectionFailed)
+    assert isinstance(watched.failure(), CollectionFailed)
 
 
 def test_a_version_refused_again_and_again_is_listed_again(fake: FakeKubeAPI, clock: Clock) -> None:
     """A watch refused three times from one version lists the kind again, from a fresh one."""
-    seed(fake)
-    watched = Watched(fake, clock)
-    watched.gatherer.start()
-    watched.settle()
+    watched = synced(fake, clock)
     fake.faults["resourceclaims"] = Fault(
         400, status(400, "BadRequest", "invalid resourceVersion"), times=3
     )
@@ -493,10 +474,7 @@ def test_events_past_the_bound_are_dropped_and_sent_again(
     """
     from kdraexp.sources import watch
 
-    seed(fake)
-    watched = Watched(fake, clock)
-    watched.gatherer.start()
-    watched.settle()
+    watched = synced(fake, clock)
     kind = watched.gatherer._watches["resourceclaims"]
     monkeypatch.setattr(watch, "BEHIND", 3 * len(json.dumps(claim("late-0"))) + 200)
     Deferred.fromCoroutine(kind.lane.hold())
@@ -522,9 +500,7 @@ def test_rbac_without_watch_is_said(fake: FakeKubeAPI, clock: Clock) -> None:
     watched = Watched(fake, clock)
     watched.gatherer.start()
     watched.settle()
-    pending = watched.gatherer.gather()
-    watched.settle()
-    waiting = failure_of(pending).value
+    waiting = watched.failure()
     assert isinstance(waiting, NotSynced)
     refused = waiting.waiting["deviceclasses"]
     assert isinstance(refused, ListError) and (refused.code, refused.reason) == (403, "Forbidden")
@@ -535,10 +511,7 @@ def test_rbac_without_watch_is_said(fake: FakeKubeAPI, clock: Clock) -> None:
 
 def test_an_object_of_another_kind_is_not_exported(fake: FakeKubeAPI, clock: Clock) -> None:
     """A Pod sent on the slices watch breaks that watch (Decode); it is never a slice."""
-    seed(fake)
-    watched = Watched(fake, clock, staleness=10)
-    watched.gatherer.start()
-    watched.settle()
+    watched = synced(fake, clock, staleness=10)
     intruder = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "intruder"}}
     fake.change("resourceslices", "ADDED", intruder)
     watched.settle()
@@ -556,10 +529,7 @@ def test_an_object_of_another_kind_is_not_exported(fake: FakeKubeAPI, clock: Clo
 
 def test_an_invented_event_type_is_refused(fake: FakeKubeAPI, clock: Clock) -> None:
     """An event type no API server sends ends the watch; no label takes its value."""
-    seed(fake)
-    watched = Watched(fake, clock)
-    watched.gatherer.start()
-    watched.settle()
+    watched = synced(fake, clock)
     invented = "X" * 205
     fake.change("resourceclaims", invented, {"metadata": {"name": "odd"}})
     watched.settle()
@@ -674,10 +644,7 @@ def test_bookmarks_of_no_version_keep_nothing_fresh(fake: FakeKubeAPI, clock: Cl
     such bookmarks, sent every 30 s, kept the last state served as current for ever (and the
     next watch asked from a version the server would refuse).  They are ignored.
     """
-    seed(fake)
-    watched = Watched(fake, clock, staleness=10)
-    watched.gatherer.start()
-    watched.settle()
+    watched = synced(fake, clock, staleness=10)
     watch = watched.gatherer._watches["resourceclaims"]
     version = watch._version
     for count in range(int(IDLE) // 30 + 2):

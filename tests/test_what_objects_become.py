@@ -21,12 +21,21 @@ import pytest_twisted
 
 from tests.kubeconfigs import write_kubeconfig
 from tests.objects import new_claim
-from tests.processes import MemoryCgroup, free_port, get, memory_cgroup, start, stop, wait_for
+from tests.processes import (
+    CHART_LIMIT,
+    MemoryCgroup,
+    free_port,
+    get,
+    listeners,
+    memory,
+    memory_cgroup,
+    start,
+    stop,
+    wait_for,
+)
 from tests.tlsapi import serve
 
 pytestmark = pytest.mark.slow
-CHART_LIMIT = 192 * 2**20
-"""The chart's default memory limit."""
 WITH_PODS = "resourceclaims,resourceslices,deviceclasses,pods"
 
 
@@ -104,14 +113,6 @@ def chart_limit() -> Iterator[MemoryCgroup]:
     yield from memory_cgroup("what-objects-become", CHART_LIMIT)
 
 
-def peak(pid: int) -> int:
-    """The process's peak RSS (VmHWM), in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
-
-
 @pytest.mark.parametrize(
     ("plural", "made", "field"),
     [
@@ -136,10 +137,7 @@ async def test_lists_an_object_holds_are_bounded_in_the_chart_limit(
         port, telemetry = free_port(), free_port()
         process = start(
             [
-                "--listen",
-                f"tcp:{port}:interface=127.0.0.1",
-                "--telemetry-listen",
-                f"tcp:{telemetry}:interface=127.0.0.1",
+                *listeners(port, telemetry),
                 "--timeout",
                 "120",
                 "--resources",
@@ -154,7 +152,7 @@ async def test_lists_an_object_holds_are_bounded_in_the_chart_limit(
             answer = await get(f"http://127.0.0.1:{port}/metrics", timeout=180)
             assert process.poll() is None, (tmp_path / "output.log").read_text()
             assert answer is not None and answer[0] == 200, answer
-            used = peak(process.pid)
+            used = memory(process.pid)["VmHWM"]
             print(f"{plural}: peak RSS {used / 2**20:.0f} MiB")
             counted = await get(f"http://127.0.0.1:{telemetry}/metrics")
             assert counted is not None
@@ -223,7 +221,7 @@ def test_a_file_of_many_small_objects_is_refused_in_the_chart_limit(
                 assert process.poll() is None, (tmp_path / "output.log").read_text()
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
-        used = peak(process.pid)
+        used = memory(process.pid)["VmHWM"]
         print(f"file: peak RSS {used / 2**20:.0f} MiB")
         assert code == 500
         assert b"TooLarge: a page of resourceslices holds more than 16384 objects" in body, body

@@ -203,6 +203,27 @@ def prometheus() -> Path:
     return Path(_last_line(["bash", str(SCRIPTS / "install-prometheus.sh")], "prometheus/promtool"))
 
 
+def promtool(
+    binaries: Path, *args: str, directory: Path | None = None, given: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``promtool`` of *binaries* with *args*, in *directory*, *given* on its input."""
+    return subprocess.run(
+        [str(binaries / "promtool"), *args],
+        cwd=directory,
+        input=given,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def lint(binaries: Path, exposition: str) -> list[str]:
+    """What ``promtool check metrics`` of *binaries* says of *exposition*, a line each."""
+    checked = promtool(binaries, "check", "metrics", given=exposition)
+    return [line for line in (checked.stdout + checked.stderr).splitlines() if line.strip()]
+
+
 def prometheus_operator() -> Path:
     """The directory of the Prometheus Operator and its CRDs (scripts/build-prometheus-operator.sh).
 

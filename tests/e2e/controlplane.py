@@ -90,6 +90,15 @@ class Kube:
     def get(self, path: str) -> Any:
         return self.request("GET", path)
 
+    def find(self, path: str) -> Any:
+        """GET *path*; None while it does not exist (404)."""
+        try:
+            return self.get(path)
+        except APIError as error:
+            if error.code == 404:
+                return None
+            raise
+
     def patch(self, path: str, changes: dict[str, Any]) -> Any:
         """A JSON merge patch (RFC 7386): *changes* merged into the object."""
         return self.request("PATCH", path, changes, "application/merge-patch+json")

@@ -12,6 +12,8 @@ Each function gives one Node's resources; the pool is the Node's name, as the dr
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from copy import deepcopy
 from typing import Any
 
 GPU_MEMORY = 80  # Gi
@@ -47,6 +49,18 @@ def example_gpu(node: str, count: int = 8) -> dict[str, Any]:
     return _pool(node, {"devices": [_example_gpu(node, index) for index in range(count)]})
 
 
+def _partitioned(
+    gpu: dict[str, Any], index: int, name: str, capacity: dict[str, Any], **attributes: Any
+) -> dict[str, Any]:
+    """Device *name* of partitionable *gpu* number *index*: of its counters, all it has."""
+    return {
+        "name": f"gpu-{index}-{name}",
+        "attributes": {**gpu["attributes"], "partitionable": {"bool": True}, **attributes},
+        "capacity": capacity,
+        "consumesCounters": [{"counterSet": f"gpu-{index}-counters", "counters": capacity}],
+    }
+
+
 def example_gpu_partitions(node: str, count: int = 8, partitions: int = 2) -> dict[str, Any]:
     """``gpu.example.com`` with ``GPU_PARTITIONS``: counter sets, then partitions and fulls."""
     memory, compute = f"{GPU_MEMORY // partitions}Gi", str(GPU_COMPUTE // partitions)
@@ -58,79 +72,55 @@ def example_gpu_partitions(node: str, count: int = 8, partitions: int = 2) -> di
         counter_sets.append({"name": f"gpu-{index}-counters", "counters": whole})
         part = {"memory": {"value": memory}, "compute": {"value": compute}}
         for number in range(partitions):
-            devices.append(
-                {
-                    "name": f"gpu-{index}-partition-{number}",
-                    "attributes": {
-                        **gpu["attributes"],
-                        "partition": {"int": number},
-                        "partitionable": {"bool": True},
-                    },
-                    "capacity": part,
-                    "consumesCounters": [{"counterSet": f"gpu-{index}-counters", "counters": part}],
-                }
-            )
-        devices.append(
-            {
-                "name": f"gpu-{index}-full",
-                "attributes": {
-                    **gpu["attributes"],
-                    "partitionable": {"bool": True},
-                    "full": {"bool": True},
-                },
-                "capacity": whole,
-                "consumesCounters": [{"counterSet": f"gpu-{index}-counters", "counters": whole}],
-            }
-        )
+            named = f"partition-{number}"
+            devices.append(_partitioned(gpu, index, named, part, partition={"int": number}))
+        devices.append(_partitioned(gpu, index, "full", whole, full={"bool": True}))
     return _pool(node, {"sharedCounters": counter_sets}, {"devices": devices})
+
+
+def _shared(
+    node: str, prefix: str, count: int, attributes: Callable[[int], Any], capacity: dict[str, Any]
+) -> dict[str, Any]:
+    """One slice of *count* devices PREFIX-N allowing multiple allocations, of *capacity* each."""
+    devices = [
+        {
+            "name": f"{prefix}-{index}",
+            "allowMultipleAllocations": True,
+            "attributes": attributes(index),
+            "capacity": deepcopy(capacity),
+        }
+        for index in range(count)
+    ]
+    return _pool(node, {"devices": devices})
 
 
 def example_cpu(node: str, count: int = 8) -> dict[str, Any]:
     """``cpu.example.com``: NUMA nodes shared by capacity, the capacity name qualified."""
-    return _pool(
+    return _shared(
         node,
-        {
-            "devices": [
-                {
-                    "name": f"numa-{index}",
-                    "allowMultipleAllocations": True,
-                    "attributes": {"numaNodeID": {"int": index}},
-                    "capacity": {"cpu.example.com/cpu": {"value": "4"}},
-                }
-                for index in range(count)
-            ]
-        },
+        "numa",
+        count,
+        lambda index: {"numaNodeID": {"int": index}},
+        {"cpu.example.com/cpu": {"value": "4"}},
     )
 
 
 def example_net(node: str, count: int = 8) -> dict[str, Any]:
     """``net.example.com``: NICs shared by bandwidth and virtual functions."""
-    return _pool(
+    bandwidth = {"default": "1G", "validRange": {"min": "100M", "max": "100G", "step": "1M"}}
+    return _shared(
         node,
+        "nic",
+        count,
+        lambda index: {
+            "index": {"int": index},
+            "uuid": {"string": f"nic-{_uuid(node, 'nic', str(index))}"},
+            "model": {"string": "LATEST-NIC-MODEL"},
+            "driverVersion": {"version": "1.0.0"},
+        },
         {
-            "devices": [
-                {
-                    "name": f"nic-{index}",
-                    "allowMultipleAllocations": True,
-                    "attributes": {
-                        "index": {"int": index},
-                        "uuid": {"string": f"nic-{_uuid(node, 'nic', str(index))}"},
-                        "model": {"string": "LATEST-NIC-MODEL"},
-                        "driverVersion": {"version": "1.0.0"},
-                    },
-                    "capacity": {
-                        "vfs": {"value": "100", "requestPolicy": {"default": "1"}},
-                        "bandwidth": {
-                            "value": "100G",
-                            "requestPolicy": {
-                                "default": "1G",
-                                "validRange": {"min": "100M", "max": "100G", "step": "1M"},
-                            },
-                        },
-                    },
-                }
-                for index in range(count)
-            ]
+            "vfs": {"value": "100", "requestPolicy": {"default": "1"}},
+            "bandwidth": {"value": "100G", "requestPolicy": bandwidth},
         },
     )
 

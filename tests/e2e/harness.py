@@ -87,6 +87,32 @@ def mint_token(kube: Kube, service_account: str, secret: str | None = None) -> s
     return str(answer["status"]["token"])
 
 
+def bound_account(kube: Kube, name: str, namespace: str, rules: list[dict[str, Any]]) -> str:
+    """ServiceAccount *name* of *namespace*, bound to a ClusterRole of its own name: *rules*."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+    )
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole"}
+    kube.create(f"{rbac}/clusterroles", {**role, "metadata": {"name": name}, "rules": rules})
+    kube.create(
+        f"{rbac}/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    return name
+
+
 def write_kubeconfig(path: Path, kube: Kube, token: str) -> Path:
     """A kubeconfig of the control plane, as the holder of *token*."""
     return kubeconfigs.write_kubeconfig(path, kube.server, kube.ca_pem, {"token": token})

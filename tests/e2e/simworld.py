@@ -154,6 +154,29 @@ def claim_spec(device_class_name: str, uuid: str | None = None) -> dict[str, Any
     return {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}
 
 
+def claim_template(name: str, device_class_name: str) -> dict[str, Any]:
+    """A ResourceClaimTemplate of :func:`claim_spec`'s claim for one device of the class."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {"spec": claim_spec(device_class_name)},
+    }
+
+
+def taint_rule(name: str, key: str, effect: str, **selected: str) -> dict[str, Any]:
+    """A DeviceTaintRule tainting the driver's devices *selected* (``pool=``, ``device=``)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": name},
+        "spec": {
+            "deviceSelector": {"driver": DRIVER, **selected},
+            "taint": {"key": key, "effect": effect},
+        },
+    }
+
+
 def pod(
     name: str,
     claim: dict[str, str],

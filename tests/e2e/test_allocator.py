@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from tests.e2e import simworld as world
-from tests.e2e.controlplane import APIError
 from tests.e2e.harness import wait_until
 from tests.e2e.simulated import Simulated, start_simulated
 
@@ -122,28 +121,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
             kube.create(f"{world.RESOURCE}/resourceslices", made)
         kube.create(
             f"{world.RESOURCE}/devicetaintrules",
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceTaintRule",
-                "metadata": {"name": "maintenance"},
-                "spec": {
-                    "deviceSelector": {
-                        "driver": world.DRIVER,
-                        "pool": TAINTED[0],
-                        "device": TAINTED[1],
-                    },
-                    "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
-                },
-            },
+            world.taint_rule(
+                "maintenance",
+                "example.com/maintenance",
+                "NoSchedule",
+                pool=TAINTED[0],
+                device=TAINTED[1],
+            ),
         )
         kube.create(
             f"{world.RESOURCE}/namespaces/{world.NAMESPACE}/resourceclaimtemplates",
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaimTemplate",
-                "metadata": {"name": "one-gpu"},
-                "spec": {"spec": world.claim_spec("sim-gpu")},
-            },
+            world.claim_template("one-gpu", "sim-gpu"),
         )
         kube.create(
             world.CLAIMS,
@@ -342,11 +330,7 @@ def test_watch_follows_the_lifecycle(cluster: Simulated, tmp_path: Path) -> None
         cluster.delete_pod(world.NAMESPACE, "trainer")
 
         def gone() -> bool:
-            try:
-                cluster.kube.get(f"{world.CLAIMS}/{claim_name}")
-            except APIError as error:
-                return error.code == 404
-            return False
+            return cluster.kube.find(f"{world.CLAIMS}/{claim_name}") is None
 
         wait_until(gone, world.SCHEDULED, "the garbage collector deleting the generated claim")
 
@@ -369,19 +353,9 @@ def test_watch_follows_the_lifecycle(cluster: Simulated, tmp_path: Path) -> None
         ]["results"]
         cluster.kube.create(
             f"{world.RESOURCE}/devicetaintrules",
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceTaintRule",
-                "metadata": {"name": "evict"},
-                "spec": {
-                    "deviceSelector": {
-                        "driver": world.DRIVER,
-                        "pool": used["pool"],
-                        "device": used["device"],
-                    },
-                    "taint": {"key": "example.com/xid", "effect": "NoExecute"},
-                },
-            },
+            world.taint_rule(
+                "evict", "example.com/xid", "NoExecute", pool=used["pool"], device=used["device"]
+            ),
         )
 
         def evicted() -> bool:

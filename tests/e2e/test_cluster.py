@@ -14,6 +14,7 @@ from tests.e2e.controlplane import APIError, ControlPlane, Kube
 from tests.e2e.harness import (
     CHART_NAMESPACE,
     Exporter,
+    bound_account,
     ensure_namespace,
     mint_token,
     scrape,
@@ -130,38 +131,8 @@ def _code_is(exporter: Exporter, code: int) -> tuple[int, str] | None:
 def no_pods(kube: Kube) -> str:
     """An identity that may list and watch every DRA resource, and nothing of pods."""
     ensure_namespace(kube, CHART_NAMESPACE)
-    name = "dra-without-pods"
-    kube.create(
-        f"/api/v1/namespaces/{CHART_NAMESPACE}/serviceaccounts",
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
-    )
-    rbac = "/apis/rbac.authorization.k8s.io/v1"
-    kube.create(
-        f"{rbac}/clusterroles",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": [
-                {"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["list", "watch"]}
-            ],
-        },
-    )
-    kube.create(
-        f"{rbac}/clusterrolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": name,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": CHART_NAMESPACE}],
-        },
-    )
-    return name
+    every = {"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["list", "watch"]}
+    return bound_account(kube, "dra-without-pods", CHART_NAMESPACE, [every])
 
 
 @pytest.mark.parametrize("mode", ["list", "watch"])

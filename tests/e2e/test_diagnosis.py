@@ -264,15 +264,8 @@ def test_orphaned_device_and_eviction_condition(cluster: Simulated, tmp_path: Pa
     lost = cluster.kube.get(f"{SLICES_PATH}/diag-b-lost")
     lost["spec"]["devices"] = [world.device("diag-b-lost", "y", "lost")]
     cluster.kube.put(f"{SLICES_PATH}/diag-b-lost", lost)
-    rule = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": "evict-share"},
-        "spec": {
-            "deviceSelector": {"driver": world.DRIVER, "pool": "diag-b-nic", "device": "nic"},
-            "taint": {"key": "example.com/link-down", "effect": "NoExecute"},
-        },
-    }
+    link_down = ("example.com/link-down", "NoExecute")
+    rule = world.taint_rule("evict-share", *link_down, pool="diag-b-nic", device="nic")
     cluster.kube.create(f"{world.RESOURCE}/devicetaintrules", rule)
     started = time.time()
 
@@ -335,15 +328,9 @@ def test_exceeds_capacity_does_not_follow_other_claims(cluster: Simulated, tmp_p
             taken.append(name)
             run(cluster, name, pinned(name, "diag-gpu", "diag-a", f"gpu-{index}"), node="diag-a")
             wait_until(partial(world.bound, cluster, name), world.SCHEDULED, f"{name} scheduled")
-        rule = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceTaintRule",
-            "metadata": {"name": "x-last"},
-            "spec": {
-                "deviceSelector": {"driver": world.DRIVER, "pool": "diag-a", "device": "gpu-2"},
-                "taint": {"key": "example.com/x-last", "effect": "NoSchedule"},
-            },
-        }
+        rule = world.taint_rule(
+            "x-last", "example.com/x-last", "NoSchedule", pool="diag-a", device="gpu-2"
+        )
         cluster.kube.create(f"{world.RESOURCE}/devicetaintrules", rule)
         tainted = world.samples(
             world.scrape_once(cluster, tmp_path / "tainted-state"),

@@ -111,18 +111,7 @@ def test_tolerated_is_what_the_eviction_controller_does(cluster: Simulated, tmp_
     assert "kube-controller-manager" in str(manager.args)
     os.kill(manager.pid, signal.SIGSTOP)
     try:
-        kube.create(
-            RULES,
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceTaintRule",
-                "metadata": {"name": RULE},
-                "spec": {
-                    "deviceSelector": {"driver": world.DRIVER, "pool": NODE},
-                    "taint": {"key": KEY, "effect": "NoExecute"},
-                },
-            },
-        )
+        kube.create(RULES, world.taint_rule(RULE, KEY, "NoExecute", pool=NODE))
         body = world.scrape_once(cluster, tmp_path / "paused")
         for name in TOLERATIONS:  # the controller is paused: nothing is evicted yet
             assert not kube.get(f"{world.PODS}/{name}")["metadata"].get("deletionTimestamp"), name

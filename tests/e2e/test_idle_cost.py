@@ -99,12 +99,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
         for name, deviceclass in (("one-partition", "idle-mig"), ("one-gpu", "idle-gpu")):
             kube.create(
                 f"{world.RESOURCE}/namespaces/{world.NAMESPACE}/resourceclaimtemplates",
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": name},
-                    "spec": {"spec": world.claim_spec(deviceclass)},
-                },
+                world.claim_template(name, deviceclass),
             )
         for name, template in (("small-0", "one-partition"), ("small-1", "one-partition")):
             kube.create(world.PODS, world.pod(name, {"resourceClaimTemplateName": template}))

@@ -130,12 +130,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
         ):
             kube.create(
                 f"{world.RESOURCE}/namespaces/{NAMESPACE}/resourceclaimtemplates",
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": template},
-                    "spec": {"spec": world.claim_spec(deviceclass)},
-                },
+                world.claim_template(template, deviceclass),
             )
         kube.create(_claims(NAMESPACE), world.claim_of("explicit", **world.claim_spec("judge-gpu")))
         kube.create(_claims(NAMESPACE), world.claim_of("starved", **world.claim_spec("judge-none")))

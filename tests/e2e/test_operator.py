@@ -41,8 +41,14 @@ import yaml
 
 from tests import dashboard, tools
 from tests.e2e import crds, prometheus
-from tests.e2e.controlplane import APIError, ControlPlane, Kube, start
-from tests.e2e.harness import Exporter, ensure_namespace, wait_until, write_kubeconfig
+from tests.e2e.controlplane import ControlPlane, Kube, start
+from tests.e2e.harness import (
+    Exporter,
+    bound_account,
+    ensure_namespace,
+    wait_until,
+    write_kubeconfig,
+)
 from tests.helm import CHART
 from tests.processes import free_port
 
@@ -195,48 +201,18 @@ def prometheus_rbac(kube: Kube, setup: Setup) -> None:
 
     Its rules include ``get`` on ``/metrics``: what the auth filter asks for.
     """
-    name = setup.prometheus
-    kube.create(
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
-    )
     watched = ["get", "list", "watch"]
-    kube.create(
-        f"{RBAC}/clusterroles",
+    rules = [
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["nodes", "nodes/metrics", "services", "endpoints", "pods"],
-                    "verbs": watched,
-                },
-                {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": watched},
-                {
-                    "apiGroups": ["discovery.k8s.io"],
-                    "resources": ["endpointslices"],
-                    "verbs": watched,
-                },
-                {"nonResourceURLs": ["/metrics", "/metrics/cadvisor"], "verbs": ["get"]},
-            ],
+            "apiGroups": [""],
+            "resources": ["nodes", "nodes/metrics", "services", "endpoints", "pods"],
+            "verbs": watched,
         },
-    )
-    kube.create(
-        f"{RBAC}/clusterrolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": name,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
-        },
-    )
+        {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": watched},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": watched},
+        {"nonResourceURLs": ["/metrics", "/metrics/cadvisor"], "verbs": ["get"]},
+    ]
+    bound_account(kube, setup.prometheus, NAMESPACE, rules)
 
 
 def _encoded(files: dict[str, bytes]) -> dict[str, str]:
@@ -364,30 +340,29 @@ def installed(plane: ControlPlane, operator: Path, request: pytest.FixtureReques
     return setup
 
 
-def _generated(kube: Kube, setup: Setup) -> str | None:
-    """The operator's configuration once it scrapes the chart's ServiceMonitor."""
-    try:
-        secret = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/prometheus-{setup.prometheus}")
-    except APIError as error:
-        if error.code == 404:  # not written yet
-            return None
-        raise
-    packed = (secret.get("data") or {}).get("prometheus.yaml.gz")
+def operator_configuration(kube: Kube, prometheus: str, monitored: str) -> str | None:
+    """The operator's configuration of Prometheus *prometheus*, once it scrapes *monitored*.
+
+    *monitored* is the chart's ServiceMonitor; None while the configuration is not written.
+    """
+    secret = kube.find(f"/api/v1/namespaces/{NAMESPACE}/secrets/prometheus-{prometheus}")
+    packed = ((secret or {}).get("data") or {}).get("prometheus.yaml.gz")
     if not packed:
         return None
     text = gzip.decompress(base64.b64decode(packed)).decode()
-    return text if f"serviceMonitor/{NAMESPACE}/{setup.fullname}/" in text else None
+    return text if f"serviceMonitor/{NAMESPACE}/{monitored}/" in text else None
 
 
-def _rule_files(kube: Kube, setup: Setup) -> dict[str, str] | None:
+def operator_rule_files(kube: Kube, prometheus: str, monitored: str) -> dict[str, str] | None:
+    """The operator's rule files of Prometheus *prometheus*, once they hold *monitored*'s."""
     maps = kube.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps")["items"]
     files = {
         key: value
         for config_map in maps
-        if config_map["metadata"]["name"].startswith(f"prometheus-{setup.prometheus}-rulefiles-")
+        if config_map["metadata"]["name"].startswith(f"prometheus-{prometheus}-rulefiles-")
         for key, value in (config_map.get("data") or {}).items()
     }
-    return files if any(setup.fullname in key for key in files) else None
+    return files if any(monitored in key for key in files) else None
 
 
 def _bindings(kube: Kube, kind: str, setup: Setup) -> list[dict[str, Any]] | None:
@@ -398,12 +373,9 @@ def _bindings(kube: Kube, kind: str, setup: Setup) -> list[dict[str, Any]] | Non
 
 def _secret_files(kube: Kube, name: str) -> dict[str, bytes] | None:
     """A Secret of the namespace as the files of its volume; None while it does not exist."""
-    try:
-        secret = kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}")
-    except APIError as error:
-        if error.code == 404:
-            return None
-        raise
+    secret = kube.find(f"/api/v1/namespaces/{NAMESPACE}/secrets/{name}")
+    if secret is None:
+        return None
     return {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
 
 
@@ -559,8 +531,9 @@ def test_the_operator_scrapes_the_chart(
     """
     kube, setup = plane.kube, installed
     binaries = prometheus_binaries(setup.version)
-    text = wait_until(partial(_generated, kube, setup), 60, "the operator's configuration")
-    files = wait_until(partial(_rule_files, kube, setup), 60, "the operator's rule files")
+    written = (kube, setup.prometheus, setup.fullname)
+    text = wait_until(partial(operator_configuration, *written), 60, "the operator's configuration")
+    files = wait_until(partial(operator_rule_files, *written), 60, "the operator's rule files")
     assets = wait_until(
         partial(tls_assets, kube, setup.prometheus, setup.tls_secret), 60, "the TLS assets"
     )

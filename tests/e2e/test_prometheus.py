@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,22 +98,10 @@ def test_promtool_accepts_exposition(prometheus_bin: Path, exporter: Exporter) -
     kube_resourceclaim_request_devices ends in _count, and the two shared-counter gauges say
     "counter" (a DRA counter, not a Prometheus one).
     """
-
-    def lint(text: str) -> list[str]:
-        result = subprocess.run(
-            [str(prometheus_bin / "promtool"), "check", "metrics"],
-            input=text,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        return [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
-
     _, body = exporter.scrape()
-    problems = lint(body)
+    problems = tools.lint(prometheus_bin, body)
     assert problems == [
         "kube_resourceclaim_status_reserved_total "
         'non-counter metrics should not have "_total" suffix',
     ], problems
-    assert lint(exporter.telemetry()) == []
+    assert tools.lint(prometheus_bin, exporter.telemetry()) == []

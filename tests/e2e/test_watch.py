@@ -27,6 +27,7 @@ from tests.e2e.harness import (
     CHART_NAMESPACE,
     RESOURCES,
     Exporter,
+    bound_account,
     ensure_namespace,
     mint_token,
     scrape,
@@ -277,45 +278,22 @@ def test_watch_counts_and_logs_what_list_does(
         assert _logged(watching, f"DeviceClass {ERRING}: ") == 1  # it lasted: not logged again
 
         # list_objects follows the watch: the objects held now.
-        claims = _own(
-            watching.telemetry(), "kube_dra_exporter_list_objects", resource="resourceclaims"
-        )
+        def claims_held(exporter: Exporter) -> float | None:
+            telemetry = exporter.telemetry()
+            return _own(telemetry, "kube_dra_exporter_list_objects", resource="resourceclaims")
+
+        claims = claims_held(watching)
         assert claims is not None
         ensure_namespace(kube, "held")
         dataset.create_claim(kube, "held", "held", [], [])
         try:
-            wait_until(
-                lambda: (
-                    _own(
-                        watching.telemetry(),
-                        "kube_dra_exporter_list_objects",
-                        resource="resourceclaims",
-                    )
-                    == claims + 1
-                ),
-                30,
-                "the new claim counted",
-            )
+            wait_until(lambda: claims_held(watching) == claims + 1, 30, "the new claim counted")
             assert listing.scrape()[0] == 200
-            assert (
-                _own(
-                    listing.telemetry(), "kube_dra_exporter_list_objects", resource="resourceclaims"
-                )
-                == claims + 1
-            )
+            assert claims_held(listing) == claims + 1
         finally:
             kube.delete(f"{dataset.V1}/namespaces/held/resourceclaims/held")
         wait_until(
-            lambda: (
-                _own(
-                    watching.telemetry(),
-                    "kube_dra_exporter_list_objects",
-                    resource="resourceclaims",
-                )
-                == claims
-            ),
-            30,
-            "the deleted claim no longer counted",
+            lambda: claims_held(watching) == claims, 30, "the deleted claim no longer counted"
         )
     finally:
         kube.delete(f"{dataset.V1}/deviceclasses/{ERRING}")
@@ -444,35 +422,8 @@ def test_identity_without_watch(plane: ControlPlane, tmp_path: Path) -> None:
     """An identity that may list but not watch: 503 saying watch is refused, and the log too."""
     kube = plane.kube
     ensure_namespace(kube, CHART_NAMESPACE)
-    kube.create(
-        f"/api/v1/namespaces/{CHART_NAMESPACE}/serviceaccounts",
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "list-only"}},
-    )
-    kube.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": "list-only"},
-            "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["list"]}],
-        },
-    )
-    kube.create(
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "list-only"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "list-only",
-            },
-            "subjects": [
-                {"kind": "ServiceAccount", "name": "list-only", "namespace": CHART_NAMESPACE}
-            ],
-        },
-    )
+    listing = {"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["list"]}
+    bound_account(kube, "list-only", CHART_NAMESPACE, [listing])
     watching = start(tmp_path, kube, mint_token(kube, "list-only"), "--mode", "watch")
     try:
 

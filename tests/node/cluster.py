@@ -29,7 +29,7 @@ import attrs
 import yaml
 
 from tests import tools
-from tests.e2e.controlplane import APIError, Kube
+from tests.e2e.controlplane import Kube
 from tests.e2e.harness import wait_until, write_kubeconfig
 from tests.e2e.simulated import Simulated, start_simulated
 from tests.helm import CHART
@@ -500,12 +500,9 @@ def _start_kubelet(node: Node) -> None:
 
     def ready() -> bool:
         _alive(node, "kubelet")
-        try:
-            status = node.kube.get(f"/api/v1/nodes/{NODE}")
-        except APIError as error:
-            if error.code == 404:
-                return False
-            raise
+        status = node.kube.find(f"/api/v1/nodes/{NODE}")
+        if status is None:
+            return False
         conditions = {c["type"]: c["status"] for c in status["status"].get("conditions", [])}
         taints = status["spec"].get("taints") or []
         return conditions.get("Ready") == "True" and not taints

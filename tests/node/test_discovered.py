@@ -14,9 +14,7 @@ devices than the DRA driver publishes.
 
 from __future__ import annotations
 
-import base64
 import copy
-import gzip
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -30,10 +28,11 @@ import yaml
 
 from tests import dashboard, tools
 from tests.e2e import crds, prometheus
-from tests.e2e.controlplane import APIError
 from tests.e2e.harness import wait_until
 from tests.e2e.test_operator import (
     Setup,
+    operator_configuration,
+    operator_rule_files,
     prometheus_cr,
     prometheus_rbac,
     tls_assets,
@@ -161,13 +160,7 @@ def unsatisfiable(node: Node) -> Iterator[str]:
 
 
 def _exists(node: Node, path: str) -> bool:
-    try:
-        node.kube.get(path)
-    except APIError as error:
-        if error.code == 404:
-            return False
-        raise
-    return True
+    return node.kube.find(path) is not None
 
 
 def generated(
@@ -175,26 +168,11 @@ def generated(
 ) -> tuple[str, dict[str, str]] | None:
     """The operator's configuration and rule files for Prometheus *name*, with the chart's."""
     assert operator.poll() is None, node.log("prometheus-operator")
-    try:
-        secret = node.kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/prometheus-{name}")
-    except APIError as error:
-        if error.code == 404:
-            return None
-        raise
-    packed = (secret.get("data") or {}).get("prometheus.yaml.gz")
-    if not packed:
+    text = operator_configuration(node.kube, name, EXPORTER)
+    if text is None:
         return None
-    text = gzip.decompress(base64.b64decode(packed)).decode()
-    if f"serviceMonitor/{NAMESPACE}/{EXPORTER}/" not in text:
-        return None
-    maps = node.kube.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps")["items"]
-    files = {
-        key: value
-        for config_map in maps
-        if config_map["metadata"]["name"].startswith(f"prometheus-{name}-rulefiles-")
-        for key, value in (config_map.get("data") or {}).items()
-    }
-    return (text, files) if any(EXPORTER in key for key in files) else None
+    files = operator_rule_files(node.kube, name, EXPORTER)
+    return None if files is None else (text, files)
 
 
 def test_prometheus_finds_scrapes_and_alerts(
