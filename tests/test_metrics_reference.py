@@ -57,22 +57,29 @@ def test_compatibility_table_names_every_family() -> None:
     assert named <= families, sorted(named - families)
 
 
-def test_readme_table_names_every_own_metric() -> None:
+def test_readme_table_names_every_own_metric(tmp_path: Path) -> None:
     """The README's table of the exporter's own metrics has every family the telemetry writes."""
     from twisted.internet.task import Clock
 
     from kdraexp.store.sharding import Shard
     from kdraexp.telemetry.http import HTTPStats
+    from kdraexp.telemetry.memorylimit import MemoryWatch
     from kdraexp.telemetry.reactorturns import TurnWatch
     from kdraexp.telemetry.selfmetrics import CollectionStats
     from kdraexp.telemetry.watchstats import WatchStats
+    from kdraexp.util.cgroup import V2, MemoryCgroup
 
     stats = CollectionStats(10.0, Shard(0, 2))
+    (tmp_path / "memory.max").write_text("201326592\n")
+    (tmp_path / "memory.current").write_text("104857600\n")
+    memory = MemoryWatch(Clock(), MemoryCgroup(tmp_path, tmp_path, V2))
+    memory.look()
     collectors = [
         stats,
         HTTPStats(),
         WatchStats(stats, ["resourceclaims"], 300.0),
         TurnWatch(Clock(), str),
+        memory,
     ]
     written = {
         metric.name + ("_total" if metric.type == "counter" else "")
@@ -87,4 +94,5 @@ def test_readme_table_names_every_own_metric() -> None:
         )
     )
     assert "kube_dra_exporter_reactor_slow_turns_total" in written
+    assert "kube_dra_exporter_memory_limit_bytes" in written
     assert written - table == set()
