@@ -1,4 +1,4 @@
-"""The memory limit read from a cgroup (v2, v1, a container's own), published, and warned of."""
+"""The memory limit read from a cgroup (v2, v1, a container's own), the peak, and a warning."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from twisted.logger import capturedLogs, formatEvent
 
 from kdraexp.telemetry.memorylimit import LOOK, SIZING, MemoryWatch
 from kdraexp.telemetry.selfmetrics import registry
-from kdraexp.util.cgroup import MemoryCgroup, MemoryUse
+from kdraexp.util.cgroup import MemoryCgroup
+from kdraexp.util.peakrss import peak_rss
 
 MIB = 2**20
 LIMIT = "kube_dra_exporter_memory_limit_bytes"
@@ -19,7 +20,7 @@ V1_UNLIMITED = "9223372036854771712"
 
 
 def write(directory: Path, **files: str) -> Path:
-    """*files* (dots written as underscores in their names) in *directory*, made if need be."""
+    """*files* (the first underscore of each name written as a dot) in *directory*."""
     directory.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (directory / name.replace("_", ".", 1)).write_text(text + "\n")
@@ -34,36 +35,27 @@ def v2(tmp_path: Path, own: str = "/kubepods/pod-a/c1") -> tuple[Path, Path]:
 
 
 def test_v2_the_own_cgroup_and_the_smallest_limit_above_it(tmp_path: Path) -> None:
-    """The container's limit, its use and its peak; a pod's smaller limit above it wins."""
+    """The container's limit; a pod's smaller limit above it wins; ``max`` is none."""
     root, own = v2(tmp_path)
     write(root / "kubepods", memory_max="max")
-    write(root / "kubepods" / "pod-a", memory_max=str(160 * MIB))
-    container = write(
-        root / "kubepods" / "pod-a" / "c1",
-        memory_max=str(192 * MIB),
-        memory_current=str(90 * MIB),
-        memory_peak=str(150 * MIB),
-    )
+    pod = write(root / "kubepods" / "pod-a", memory_max=str(160 * MIB))
+    container = write(root / "kubepods" / "pod-a" / "c1", memory_max=str(192 * MIB))
     cgroup = MemoryCgroup.find(root, own)
     assert cgroup is not None and cgroup.directory == container
-    assert cgroup.read() == MemoryUse(160 * MIB, 90 * MIB, 150 * MIB)
-
-
-def test_v2_no_limit_and_no_peak_on_an_older_kernel(tmp_path: Path) -> None:
-    """``max`` is no limit; a kernel before 5.19 keeps no peak."""
-    root, own = v2(tmp_path, "/")
-    write(root, memory_max="max", memory_current=str(70 * MIB))
-    cgroup = MemoryCgroup.find(root, own)
-    assert cgroup is not None and cgroup.read() == MemoryUse(None, 70 * MIB, None)
+    assert cgroup.limit() == 160 * MIB
+    write(pod, memory_max="max")
+    assert cgroup.limit() == 192 * MIB
+    write(container, memory_max="max")
+    assert cgroup.limit() is None
 
 
 def test_a_container_sees_its_own_cgroup_at_the_mount(tmp_path: Path) -> None:
     """A path named in /proc/self/cgroup but not below the mount: the mount is the cgroup."""
     root, own = v2(tmp_path, "/kubepods/pod-a/c1")
-    write(root, memory_max=str(192 * MIB), memory_current=str(80 * MIB))
+    write(root, memory_max=str(192 * MIB))
     cgroup = MemoryCgroup.find(root, own)
     assert cgroup is not None and cgroup.directory == root
-    assert cgroup.read() == MemoryUse(192 * MIB, 80 * MIB, None)
+    assert cgroup.limit() == 192 * MIB
 
 
 def test_v1_the_memory_hierarchy_and_its_huge_number_for_none(tmp_path: Path) -> None:
@@ -71,17 +63,12 @@ def test_v1_the_memory_hierarchy_and_its_huge_number_for_none(tmp_path: Path) ->
     root = tmp_path / "fs"
     (tmp_path / "self").write_text("9:name=systemd:/\n4:memory:/kdraexp-test\n1:cpu,cpuacct:/\n")
     write(root / "memory", memory_limit_in_bytes=V1_UNLIMITED)
-    limited = write(
-        root / "memory" / "kdraexp-test",
-        memory_limit_in_bytes=str(192 * MIB),
-        memory_usage_in_bytes=str(100 * MIB),
-        memory_max_usage_in_bytes=str(180 * MIB),
-    )
+    limited = write(root / "memory" / "kdraexp-test", memory_limit_in_bytes=str(192 * MIB))
     cgroup = MemoryCgroup.find(root, tmp_path / "self")
     assert cgroup is not None and cgroup.directory == limited
-    assert cgroup.read() == MemoryUse(192 * MIB, 100 * MIB, 180 * MIB)
-    (limited / "memory.limit_in_bytes").write_text(V1_UNLIMITED)
-    assert cgroup.read() == MemoryUse(None, 100 * MIB, 180 * MIB)
+    assert cgroup.limit() == 192 * MIB
+    write(limited, memory_limit_in_bytes=V1_UNLIMITED)
+    assert cgroup.limit() is None
 
 
 def test_no_cgroup_found(tmp_path: Path) -> None:
@@ -91,80 +78,92 @@ def test_no_cgroup_found(tmp_path: Path) -> None:
     assert MemoryCgroup.find(tmp_path / "fs", tmp_path / "missing") is None
 
 
+def status(peak_kib: int) -> str:
+    """A /proc/PID/status with the fields around VmHWM."""
+    return f"Name:\tkdraexp\nVmPeak:\t 900000 kB\nVmHWM:\t {peak_kib} kB\nVmRSS:\t 1000 kB\n"
+
+
+def test_the_peak_is_the_process_and_its_children_summed(tmp_path: Path) -> None:
+    """Its own VmHWM and its children's (named by any of its threads); a child gone counts 0."""
+    proc = tmp_path / "proc"
+    write(proc / "100", status=status(70_000))
+    write(proc / "100" / "task" / "100", children="")
+    write(proc / "100" / "task" / "101", children="200 300")
+    write(proc / "200", status=status(30_000))  # the evaluation process; 300 has ended
+    assert peak_rss(proc, "100") == 100_000 * 1024
+    assert peak_rss(proc, "999") is None
+
+
 def test_the_limit_and_peak_published_and_a_peak_near_the_limit_said_once(tmp_path: Path) -> None:
     """Past 80% of the limit, one warning with the figures, not one a look.
 
     Again only once the limit was raised and the peak passed 80% of the new one.
     """
     root, own = v2(tmp_path, "/")
-    write(
-        root, memory_max=str(192 * MIB), memory_current=str(100 * MIB), memory_peak=str(140 * MIB)
-    )
+    write(root, memory_max=str(192 * MIB))
+    peaks = [140 * MIB]
     clock = Clock()
-    watch = MemoryWatch(clock, MemoryCgroup.find(root, own))
+    watch = MemoryWatch(clock, MemoryCgroup.find(root, own), lambda: peaks[0])
     metrics = registry(watch)
     with capturedLogs() as events:
         watch.start()
         assert metrics.get_sample_value(LIMIT) == 192 * MIB
         assert metrics.get_sample_value(PEAK) == 140 * MIB
-        write(root, memory_peak=str(160 * MIB))  # 83% of 192 MiB
+        peaks[0] = 160 * MIB  # 83% of 192 MiB
         clock.advance(LOOK)
         clock.advance(LOOK)
         write(root, memory_max=str(256 * MIB))  # the pod resized: 62%
         clock.advance(LOOK)
-        write(root, memory_peak=str(210 * MIB))  # 82% of 256 MiB
+        peaks[0] = 210 * MIB  # 82% of 256 MiB
         clock.advance(LOOK)
     assert metrics.get_sample_value(LIMIT) == 256 * MIB
     assert metrics.get_sample_value(PEAK) == 210 * MIB
+    said = (
+        "Memory: the exporter has held up to {} MiB, {}% of its container's {} MiB limit; past"
+        " the limit the kernel kills it, at every collection as large: raise"
+        f" resources.limits.memory for this cluster's size ({SIZING}) (logged once while it"
+        " lasts)"
+    )
     assert [formatEvent(event) for event in events] == [
-        "Memory: the exporter's container has held up to 160 MiB, 83% of its 192 MiB limit;"
-        " past the limit the kernel kills it, at every collection as large: raise"
-        f" resources.limits.memory for this cluster's size ({SIZING}) (logged once while it"
-        " lasts)",
-        "Memory: the exporter's container has held up to 210 MiB, 82% of its 256 MiB limit;"
-        " past the limit the kernel kills it, at every collection as large: raise"
-        f" resources.limits.memory for this cluster's size ({SIZING}) (logged once while it"
-        " lasts)",
+        said.format(160, 83, 192),
+        said.format(210, 82, 256),
     ]
     assert SIZING.endswith("/README.md#sizing")
     watch.stop()
     assert clock.getDelayedCalls() == []
 
 
-def test_the_highest_use_seen_is_the_peak_where_the_kernel_keeps_none(tmp_path: Path) -> None:
-    """Without memory.peak the most seen at a look is the peak: it does not fall with the use."""
+def test_the_most_seen_is_the_peak_when_a_child_ends(tmp_path: Path) -> None:
+    """The evaluation process ended takes its peak along: the most seen stays the peak."""
     root, own = v2(tmp_path, "/")
-    write(root, memory_max=str(192 * MIB), memory_current=str(170 * MIB))
+    write(root, memory_max=str(192 * MIB))
+    peaks = [170 * MIB]
     clock = Clock()
-    watch = MemoryWatch(clock, MemoryCgroup.find(root, own))
+    watch = MemoryWatch(clock, MemoryCgroup.find(root, own), lambda: peaks[0])
     metrics = registry(watch)
     with capturedLogs() as events:
         watch.start()
-        write(root, memory_current=str(90 * MIB))
+        peaks[0] = 90 * MIB
         clock.advance(LOOK)
     assert metrics.get_sample_value(PEAK) == 170 * MIB
     assert len(events) == 1
 
 
-def test_no_limit_nothing_said_and_no_cgroup_nothing_published(tmp_path: Path) -> None:
-    """Without a limit only the peak is published, and nothing logged.
-
-    Without a cgroup, neither family, and no timer.
-    """
+def test_no_limit_nothing_said_and_no_cgroup_no_limit_published(tmp_path: Path) -> None:
+    """Without a limit, or without a cgroup, only the peak is published, and nothing logged."""
     root, own = v2(tmp_path, "/")
-    write(root, memory_max="max", memory_current=str(900 * MIB))
+    write(root, memory_max="max")
     clock = Clock()
-    unlimited = MemoryWatch(clock, MemoryCgroup.find(root, own))
-    nowhere = MemoryWatch(clock, None)
-    metrics = registry(unlimited)
+    unlimited = MemoryWatch(clock, MemoryCgroup.find(root, own), lambda: 900 * MIB)
+    nowhere = MemoryWatch(clock, None, lambda: 900 * MIB)
     with capturedLogs() as events:
         unlimited.start()
         nowhere.start()
         clock.advance(LOOK)
-    assert metrics.get_sample_value(LIMIT) is None
-    assert metrics.get_sample_value(PEAK) == 900 * MIB
-    assert list(nowhere.collect()) == []
+    for watch in (unlimited, nowhere):
+        metrics = registry(watch)
+        assert metrics.get_sample_value(LIMIT) is None
+        assert metrics.get_sample_value(PEAK) == 900 * MIB
+        watch.stop()
     assert events == []
-    unlimited.stop()
-    nowhere.stop()
     assert clock.getDelayedCalls() == []
