@@ -38,6 +38,7 @@ ALERTS = (
     "KubeDraExporterWatchNotSynced",
     "KubeDraExporterWatchStale",
     "KubeDraExporterSlowCollections",
+    "KubeDraExporterMemoryNearLimit",
     "KubeDraExporterCertificateExpiring",
     "KubeDraExporterCertificateReloadFailing",
 )
@@ -71,7 +72,7 @@ def test_rules_check_and_unit_tests(prometheus_release: Path, tmp_path: Path) ->
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
     checked = promtool(prometheus_release, tmp_path, "check", "rules", "rules.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 28 rules found" in checked.stdout
+    assert "SUCCESS: 29 rules found" in checked.stdout
     tested = promtool(prometheus_release, tmp_path, "test", "rules", RULE_TESTS.name)
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
