@@ -701,6 +701,10 @@ def test_notes_say_the_memory_limit_and_what_it_is_sized_for(
         assert f"each pod is limited to {memory} (resources.limits.memory)" in flat, notes
     assert sized in flat, notes
     assert "OOMKilled" in flat, notes
+    sizing = f"https://github.com/gradiant/kube-dra-exporter/blob/v{__version__}/README.md#sizing"
+    assert f"The Sizing table: {sizing}\n" in notes, notes
+    said = "and, with prometheusRule.enabled, KubeDraExporterMemoryNearLimit fires"
+    assert (said in flat) == bool(memory), notes
     selector = "app.kubernetes.io/instance=regression,app.kubernetes.io/name=kube-dra-exporter"
     for command in ("get pods", "describe pods", "top pods"):
         assert f"kubectl --namespace exporter {command} -l {selector}" in notes, notes
