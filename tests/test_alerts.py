@@ -38,6 +38,7 @@ ALERTS = (
     "KubeDraExporterWatchNotSynced",
     "KubeDraExporterWatchStale",
     "KubeDraExporterSlowCollections",
+    "KubeDraExporterMemoryNearLimit",
     "KubeDraExporterCertificateExpiring",
     "KubeDraExporterCertificateReloadFailing",
 )
@@ -60,7 +61,7 @@ def test_rules_check_and_unit_tests(prometheus_release: Path, tmp_path: Path) ->
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
     checked = tools.promtool(prometheus_release, "check", "rules", "rules.yaml", directory=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 28 rules found" in checked.stdout
+    assert "SUCCESS: 29 rules found" in checked.stdout
     tested = tools.promtool(
         prometheus_release, "test", "rules", RULE_TESTS.name, directory=tmp_path
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -701,6 +702,10 @@ def test_notes_say_the_memory_limit_and_what_it_is_sized_for(
         assert f"each pod is limited to {memory} (resources.limits.memory)" in flat, notes
     assert sized in flat, notes
     assert "OOMKilled" in flat, notes
+    sizing = f"https://github.com/gradiant/kube-dra-exporter/blob/v{__version__}/README.md#sizing"
+    assert f"The Sizing table: {sizing}\n" in notes, notes
+    said = "and, with prometheusRule.enabled, KubeDraExporterMemoryNearLimit fires"
+    assert (said in flat) == bool(memory), notes
     selector = "app.kubernetes.io/instance=regression,app.kubernetes.io/name=kube-dra-exporter"
     for command in ("get pods", "describe pods", "top pods"):
         assert f"kubectl --namespace exporter {command} -l {selector}" in notes, notes
@@ -710,7 +715,10 @@ def test_notes_say_the_memory_limit_and_what_it_is_sized_for(
 def test_notes_sizing_follows_the_readme() -> None:
     """The limits NOTES.txt names for 4,000, 16,000 and 64,000 devices are the README's."""
     readme = (CHART.parent.parent / "README.md").read_text()
-    sizing = readme[readme.index("### Sizing") : readme.index("## Troubleshooting")]
+    sizing = readme[readme.index("### Sizing") :]
+    end = re.search(r"\n##+ ", sizing)  # the next heading
+    assert end is not None
+    sizing = sizing[: end.start()]
     rows = {
         cells[0]: cells[-1].split()[0]
         for cells in (

@@ -63,16 +63,25 @@ def test_readme_table_names_every_own_metric() -> None:
 
     from kdraexp.store.sharding import Shard
     from kdraexp.telemetry.http import HTTPStats
+    from kdraexp.telemetry.memorylimit import MemoryWatch
     from kdraexp.telemetry.reactorturns import TurnWatch
     from kdraexp.telemetry.selfmetrics import CollectionStats
     from kdraexp.telemetry.watchstats import WatchStats
+    from kdraexp.util.cgroup import MemoryCgroup
+
+    class Limited(MemoryCgroup):
+        def limit(self) -> int:
+            return 192 * 2**20
 
     stats = CollectionStats(10.0, Shard(0, 2))
+    memory = MemoryWatch(Clock(), Limited(Path(), Path(), ""), lambda: 100 * 2**20)
+    memory.look()
     collectors = [
         stats,
         HTTPStats(),
         WatchStats(stats, ["resourceclaims"], 300.0),
         TurnWatch(Clock(), str),
+        memory,
     ]
     written = {
         metric.name + ("_total" if metric.type == "counter" else "")
@@ -87,4 +96,5 @@ def test_readme_table_names_every_own_metric() -> None:
         )
     )
     assert "kube_dra_exporter_reactor_slow_turns_total" in written
+    assert "kube_dra_exporter_memory_limit_bytes" in written
     assert written - table == set()

@@ -41,10 +41,12 @@ from kdraexp.sources.watch import WatchGatherer
 from kdraexp.store.sharding import Shard
 from kdraexp.telemetry.authfilter import AuthFilterStats
 from kdraexp.telemetry.http import HTTPStats
+from kdraexp.telemetry.memorylimit import MemoryWatch
 from kdraexp.telemetry.reactorturns import TurnWatch
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
 from kdraexp.telemetry.tlsstats import TLSStats
 from kdraexp.telemetry.watchstats import WatchStats
+from kdraexp.util.cgroup import MemoryCgroup
 from kdraexp.util.reactor import IKdraReactor
 
 log = Logger()
@@ -240,10 +242,10 @@ class FrozenStartup(Service):
         gc.freeze()
 
 
-class TurnWatchService(Service):
-    """Measures the reactor's turns while the exporter runs."""
+class WatchService(Service):
+    """Runs a watch of the exporter itself (its reactor's turns, its memory) while it runs."""
 
-    def __init__(self, watch: TurnWatch) -> None:
+    def __init__(self, watch: TurnWatch | MemoryWatch) -> None:
         self.watch = watch
 
     def startService(self) -> None:
@@ -322,7 +324,10 @@ def build_service(
     SourceService(gatherer, exporter, settings.timeout).setServiceParent(top)
     turns = TurnWatch(reactor, lambda: gatherer.doing)
     collectors.append(turns)
-    TurnWatchService(turns).setServiceParent(top)
+    WatchService(turns).setServiceParent(top)
+    memory = MemoryWatch(reactor, MemoryCgroup.find())
+    collectors.append(memory)
+    WatchService(memory).setServiceParent(top)
     if os.getpid() == 1:
         log.info("Running as PID 1: reaping orphaned processes every {period:g}s", period=PERIOD)
         OrphanReaper().setServiceParent(top)

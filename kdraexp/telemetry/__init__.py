@@ -1,4 +1,4 @@
-"""The exporter's own metrics: collections, watches and the HTTP listeners.
+"""The exporter's own metrics: collections, watches, the HTTP listeners, its memory.
 
 Imports :mod:`kdraexp.store` (for the shard's labels) and :mod:`kdraexp.util`.
 """

@@ -47,3 +47,14 @@ def read_regular(path: str | os.PathLike[str], limit: int = SMALL) -> bytes:
         return b"".join(parts)
     finally:
         os.close(descriptor)
+
+
+def kernel_text(path: str | os.PathLike[str]) -> str:
+    """The text of a small file the kernel writes (``/proc``, ``/sys/fs/cgroup``).
+
+    Empty when it cannot be read: a process that ended, a controller not mounted.
+    """
+    try:
+        return read_regular(path, 65536).decode()
+    except (OSError, UnicodeDecodeError):
+        return ""

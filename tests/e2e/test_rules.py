@@ -49,6 +49,9 @@ NOT_LIVE = {
     "expiry it is made of from a served certificate",
     "KubeDraExporterCertificateReloadFailing": "the exporters here serve plain HTTP: promtool "
     "fires it in tests/rules, tests/test_tlsserving.py makes the failed reload it reads",
+    "KubeDraExporterMemoryNearLimit": "the exporters here run in no memory-limited cgroup: "
+    "promtool fires it in tests/rules, tests/test_memory_warning.py reads the limit and peak it "
+    "is made of from an exporter in a real one",
 }
 """The chart's alerts that no exporter of this test can make fire, with where they are shown to."""
 """Dashboard panels that can have no data on this cluster, with the reason."""
