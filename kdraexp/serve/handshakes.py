@@ -121,7 +121,7 @@ class BoundedTLSFactory(TLSMemoryBIOFactory):
     def handshaking(self, protocol: HandshakingTLS) -> None:
         """Count *protocol* in handshake, shedding the most silent one to stay within bounds."""
         while len(self._handshaking) >= self._max:
-            shed = min(self._handshaking, key=lambda p: (unread(p.transport), p.heard))
+            shed = self._most_silent()
             shed.handshake_over()
             log.debug(
                 "Dropping {peer}: {count} TLS handshakes under way, it was the most silent",
@@ -130,6 +130,15 @@ class BoundedTLSFactory(TLSMemoryBIOFactory):
             )
             shed.abortConnection()
         self._handshaking[protocol] = None
+
+    def _most_silent(self) -> HandshakingTLS:
+        """The handshake heard from longest ago whose client's bytes are not waiting unread.
+
+        Looked at in that order, so that a flood costs one look at a socket per connection,
+        not one per handshake under way.
+        """
+        by_silence = sorted(self._handshaking, key=lambda p: p.heard)
+        return next((p for p in by_silence if not unread(p.transport)), by_silence[0])
 
     def handshaken(self, protocol: HandshakingTLS) -> None:
         """*protocol* is out of its handshake (done, refused, dropped or lost)."""
