@@ -136,9 +136,11 @@ def test_tls_and_the_auth_filter_measured(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     measured = json.loads((tmp_path / "results.json").read_text())["secured"]
     assert measured["devices"] == 1000
-    assert measured["plain_calm_median"] > 0 and measured["secured_calm_median"] > 0
-    assert measured["reviews_during_calm_scrapes"] == 0
-    assert "| calm scrape (s) |" in result.stdout
+    for mode in ("list", "watch"):
+        assert measured[f"plain_{mode}_calm_median"] > 0
+        assert measured[f"secured_{mode}_calm_median"] > 0
+        assert measured[f"reviews_during_{mode}_calm_scrapes"] == 0
+    assert "| watch mode |" in result.stdout
     assert "calm scrapes with --auth-filter, cache warm, send no review" in result.stdout
 
 
