@@ -1,4 +1,4 @@
-"""TLS handshakes within bounds: a deadline each, a bounded number at once, the silent shed."""
+"""TLS handshakes within bounds: a deadline each, a bounded number at once, the stalled shed."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.web.resource import Resource
 
-from kdraexp.serve.handshakes import HANDSHAKE_DEADLINE, MAX_HANDSHAKES, BoundedTLSFactory
+from kdraexp.serve.handshakes import (
+    HANDSHAKE_DEADLINE,
+    HELLO_GRACE,
+    MAX_HANDSHAKES,
+    BoundedTLSFactory,
+)
 from kdraexp.serve.site import IDLE_TIMEOUT, BoundedSite
 from kdraexp.serve.tlscontext import ServingTLS
 from kdraexp.telemetry.http import HTTPStats
@@ -135,19 +140,44 @@ def test_a_handshake_done_has_no_deadline(listener: Listener) -> None:
     assert done.tls.read(4096).startswith(b"HTTP/1.1 200 OK")
 
 
-def test_past_the_bound_the_most_silent_handshake_makes_room(listener: Listener) -> None:
-    """At most MAX_HANDSHAKES at once: a new one sheds the one silent longest, never the new."""
+def test_past_the_bound_the_handshake_furthest_behind_makes_room(listener: Listener) -> None:
+    """At most MAX_HANDSHAKES at once: past that, a new one sheds the one furthest behind.
+
+    One that never sent a whole ClientHello, the longest silent; not one answered that owes its
+    reply, however long ago; never the new one.
+    """
+    answered = listener.connect()
+    answered.send(answered.hello())  # the oldest, answered: its client owes the next step
     held = []
-    for _ in range(MAX_HANDSHAKES):
-        held.append(listener.connect())
+    for _ in range(MAX_HANDSHAKES - 1):
         listener.clock.advance(0.01)
+        held.append(listener.connect())
     first = held[0]
-    first.send(first.hello()[:10])  # the oldest spoke last: the second is the most silent now
+    first.send(first.hello()[:10])  # spoke last: the second is now the longest silent
     listener.clock.advance(0.01)
     newest = listener.connect()
     assert len(listener.factory) == MAX_HANDSHAKES
+    assert not answered.transport.disconnected
     assert [c.transport.disconnected for c in held[:3]] == [False, True, False]
     assert not newest.transport.disconnected
     newest.handshake()
-    assert not newest.transport.disconnected
-    assert len(listener.factory) == MAX_HANDSHAKES - 1
+    answered.handshake()
+    assert not (newest.transport.disconnected or answered.transport.disconnected)
+    assert len(listener.factory) == MAX_HANDSHAKES - 2
+
+
+def test_a_burst_is_judged_once_its_clients_could_speak(listener: Listener) -> None:
+    """A burst past the bound, accepted at once, is kept until HELLO_GRACE, then trimmed.
+
+    Judged at once, a client of the burst that had not yet sent its ClientHello (a probe among
+    a flood) would be shed as silent.
+    """
+    burst = [listener.connect() for _ in range(MAX_HANDSHAKES + 10)]
+    spoke = burst[0]
+    spoke.send(spoke.hello())  # answered: it is not among those shed
+    listener.clock.advance(HELLO_GRACE * 0.9)
+    assert not any(c.transport.disconnected for c in burst)
+    listener.clock.advance(HELLO_GRACE * 0.1)
+    assert [c.transport.disconnected for c in burst].count(True) == 10
+    assert len(listener.factory) == MAX_HANDSHAKES
+    assert not spoke.transport.disconnected
