@@ -57,8 +57,9 @@ PROBE_EVERY = 0.1
 """Seconds between two probes of /healthz."""
 PROBE_BOUND = 1.0
 """Seconds the slowest probe may take: the kubelet's default ``timeoutSeconds``, past which a
-probe has failed.  Ten times the 100 ms target, for a shared machine; before the handshakes had
-bounds, half-open handshakes held probes 1.8 s (the listener full, paused a second at a time)."""
+probe has failed.  Ten times the 100 ms target, for a shared machine.  Before the handshakes had
+bounds, half-open handshakes held probes about a second (0.97 to 1.12 s; the listener full,
+paused a second at a time), so the connections held are what tells that bound's absence."""
 ALLOWED = "Bearer reader-token"
 CLIENT = client()
 """The clients' TLS context, made once: made for each connection it costs 40 ms of CPU (the
