@@ -23,6 +23,11 @@ N take step S of its life now and answers the time it was sent.
 With ``FAKEAPI_CERT`` (a PEM file: the private key and the certificate chain) it speaks HTTPS, as
 every API server does; with ``FAKEAPI_TOKEN``, a list or watch without that bearer token is
 answered 401.  The paths above that steer it need no token.
+
+It answers TokenReviews and SubjectAccessReviews (posted with ``FAKEAPI_TOKEN``), as an
+exporter with ``--auth-filter`` sends them: :data:`SCRAPER_TOKEN` is :data:`SCRAPER`'s, who may
+``get`` ``/metrics``; any other token is not authenticated, and nothing else is allowed.
+``GET /reviews`` answers the reviews received per kind.
 """
 
 from __future__ import annotations
@@ -45,6 +50,14 @@ PREFIX = "/apis/resource.k8s.io/v1/"
 PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
 DEFAULT_LIMIT = 500
+SCRAPER_TOKEN = "bench-scraper-token"
+"""The bearer token a Prometheus scrapes an exporter with ``--auth-filter`` with."""
+SCRAPER = "system:serviceaccount:monitoring:prometheus"
+"""Whose it is: allowed to get ``/metrics``, as kube-prometheus' Prometheus is."""
+REVIEWS = {
+    "/apis/authentication.k8s.io/v1/tokenreviews": "tokenreviews",
+    "/apis/authorization.k8s.io/v1/subjectaccessreviews": "subjectaccessreviews",
+}
 
 
 def _listed(item: dict[str, Any]) -> tuple[str, str]:
@@ -72,6 +85,8 @@ class Pages:
             cluster(nodes, pending, with_pods, with_nodes=with_nodes, shape=shape, claims=claims)
         )
         self.requests: Counter[str] = Counter()
+        self.reviews: Counter[str] = Counter()
+        """Reviews received by kind (their own count: ``requests`` counts lists and watches)."""
         self.delay = 0.0
         self.compacted = 0
         self.changed = threading.Condition(self.lock)
@@ -243,6 +258,10 @@ def serve(
                 with pages.lock:
                     self._send(200, json.dumps(pages.requests).encode())
                 return
+            if url.path == "/reviews":
+                with pages.lock:
+                    self._send(200, json.dumps(pages.reviews).encode())
+                return
             if url.path == "/delay":
                 pages.delay = float(query["seconds"][0])
                 self._send(200, b"{}")
@@ -313,6 +332,29 @@ def serve(
             if pages.delay:
                 time.sleep(pages.delay)
             self._send(200, pages.page(plural, offset, limit))
+
+        def do_POST(self) -> None:
+            kind = REVIEWS.get(urlsplit(self.path).path)
+            length = int(self.headers.get("Content-Length", "0"))
+            review = json.loads(self.rfile.read(length)) if 0 < length <= 65536 else {}
+            if kind is None:
+                self._send(404, b'{"kind":"Status","code":404,"reason":"NotFound"}')
+                return
+            if bearer is not None and self.headers.get("Authorization") != bearer:
+                self._send(401, b'{"kind":"Status","code":401,"reason":"Unauthorized"}')
+                return
+            with pages.lock:
+                pages.reviews[kind] += 1
+            spec = review.get("spec", {})
+            if kind == "tokenreviews":
+                known = spec.get("token") == SCRAPER_TOKEN
+                user = {"username": SCRAPER, "groups": ["system:authenticated"]}
+                status: dict[str, Any] = {"authenticated": known, "user": user if known else {}}
+            else:
+                asked = spec.get("nonResourceAttributes", {})
+                allowed = (spec.get("user"), asked.get("verb"), asked.get("path"))
+                status = {"allowed": allowed == (SCRAPER, "get", "/metrics")}
+            self._send(201, json.dumps({**review, "status": status}).encode())
 
         def _watch(self, plural: str, query: dict[str, list[str]]) -> None:
             with pages.lock:

@@ -23,6 +23,7 @@ import attrs
 import trustme
 
 from benchmarks.cluster import DEVICES_PER_NODE
+from benchmarks.fakeapi import SCRAPER_TOKEN
 
 BIN = Path(sys.executable).parent
 PAGE_SIZE = 500
@@ -36,9 +37,18 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def get(port: int, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-    """GET *path* on a new connection; (status, body)."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+def get(
+    port: int,
+    path: str,
+    headers: dict[str, str] | None = None,
+    context: ssl.SSLContext | None = None,
+) -> tuple[int, bytes]:
+    """GET *path* on a new connection (HTTPS with *context*); (status, body)."""
+    connection = (
+        http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        if context is None
+        else http.client.HTTPSConnection("127.0.0.1", port, timeout=300, context=context)
+    )
     try:
         connection.request("GET", path, headers=headers or {})
         response = connection.getresponse()
@@ -71,6 +81,32 @@ class ApiTls:
 
     def context(self) -> ssl.SSLContext:
         """A client's context trusting the CA."""
+        return ssl.create_default_context(cafile=str(self.ca))
+
+
+@attrs.frozen
+class ServingTls:
+    """An exporter's ``--tls-config``: a certificate for 127.0.0.1 from a CA of its own."""
+
+    config: Path
+    ca: Path
+
+    @classmethod
+    def made(cls, directory: Path) -> ServingTls:
+        """The web configuration, its pair and their CA, written into *directory*."""
+        authority = trustme.CA()
+        issued = authority.issue_cert("127.0.0.1")
+        issued.cert_chain_pems[0].write_to_path(str(directory / "tls.crt"))
+        issued.private_key_pem.write_to_path(str(directory / "tls.key"))
+        made = cls(directory / "web.yml", directory / "serving-ca.pem")
+        made.config.write_text(
+            json.dumps({"tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"}})
+        )
+        authority.cert_pem.write_to_path(str(made.ca))
+        return made
+
+    def context(self) -> ssl.SSLContext:
+        """A scraper's context trusting the CA."""
         return ssl.create_default_context(cafile=str(self.ca))
 
 
@@ -126,7 +162,9 @@ class Run:
     With *api*, the exporter reads that run's fake API instead of starting one; the API
     started otherwise holds *pending* pending claims more (see benchmarks.cluster.PENDING), the
     cluster's pods *with_pods* and its Nodes *with_nodes*, and serves a cluster of *shape*
-    (benchmarks.cluster.SHAPES), its claims allocated unless *claims* is false.
+    (benchmarks.cluster.SHAPES), its claims allocated unless *claims* is false.  With *secured*
+    the exporter serves over TLS (``--tls-config``) behind ``--auth-filter``, and is asked as
+    Prometheus would ask it: over HTTPS, with a token the fake API's reviews allow.
     """
 
     def __init__(
@@ -140,6 +178,7 @@ class Run:
         with_nodes: bool = False,
         shape: str = "mixed",
         claims: bool = True,
+        secured: bool = False,
     ) -> None:
         self.devices = devices
         self.nodes = max(1, devices // DEVICES_PER_NODE)
@@ -191,6 +230,15 @@ class Run:
                 }
             )
         )
+        self._headers: dict[str, str] = {}
+        """Headers sent with every request to the exporter (a secured one's token)."""
+        self._context: ssl.SSLContext | None = None
+        """How to reach the exporter over TLS (None: plain HTTP)."""
+        if secured:
+            serving = ServingTls.made(directory)
+            exporter_args = [*exporter_args, "--tls-config", str(serving.config), "--auth-filter"]
+            self._headers = {"Authorization": f"Bearer {SCRAPER_TOKEN}"}
+            self._context = serving.context()
         env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
         env["KUBECONFIG"] = str(config)
         self.log = directory / f"exporter-{devices}.log"
@@ -213,7 +261,7 @@ class Run:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        wait_for(lambda: get(self.port, "/healthz")[0] == 200, 60, "the exporter starting")
+        wait_for(lambda: self.get("/healthz")[0] == 200, 60, "the exporter starting")
         self.start_cpu = self.cpu()
         self.healthz_while_starting, self.start_seconds = self._healthz_while(self._until_ready)
         self.start_cpu = self.cpu() - self.start_cpu
@@ -223,12 +271,20 @@ class Run:
     def _until_ready(self) -> float:
         """Seconds until /readyz answers 200 (at most ten minutes)."""
         start = time.perf_counter()
-        wait_for(lambda: get(self.port, "/readyz")[0] == 200, 600, "the exporter ready")
+        wait_for(lambda: self.get("/readyz")[0] == 200, 600, "the exporter ready")
         return time.perf_counter() - start
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """GET *path* of the exporter on a new connection, as its scrapers ask; (status, body)."""
+        return get(self.port, path, {**self._headers, **(headers or {})}, self._context)
+
+    def reviews(self) -> int:
+        """Reviews the fake API has answered so far."""
+        return sum(json.loads(self.api_get("/reviews")[1]).values())
 
     def series(self) -> dict[str, int]:
         """Series per DRA family in one uncompressed scrape."""
-        code, body = get(self.port, "/metrics")
+        code, body = self.get("/metrics")
         if code != 200:
             raise RuntimeError(f"scrape answered {code}: {body[:300]!r}")
         counts: dict[str, int] = {}
@@ -249,7 +305,7 @@ class Run:
     def scrape(self) -> float:
         """Seconds one scrape takes, as Prometheus asks for it."""
         start = time.perf_counter()
-        code, body = get(self.port, "/metrics", SCRAPE_HEADERS)
+        code, body = self.get("/metrics", SCRAPE_HEADERS)
         elapsed = time.perf_counter() - start
         if code != 200:
             raise RuntimeError(f"scrape answered {code}: {body[:300]!r}")
@@ -307,18 +363,18 @@ class Run:
 
     def body_sizes(self) -> tuple[int, int]:
         """Bytes of one scrape's body, plain and gzip."""
-        plain = get(self.port, "/metrics")[1]
-        gzipped = get(self.port, "/metrics", SCRAPE_HEADERS)[1]
+        plain = self.get("/metrics")[1]
+        gzipped = self.get("/metrics", SCRAPE_HEADERS)[1]
         return len(plain), len(gzipped)
 
     def memory_burst(self, headers: dict[str, str], count: int = 40) -> int:
         """Bytes added to the peak RSS by *count* concurrent scrapes asking with *headers*."""
-        get(self.port, "/metrics", headers)  # nothing left to render: only the writing counts
+        self.get("/metrics", headers)  # nothing left to render: only the writing counts
         self.reset_peak()
         before = self.rss()
 
         def scrape() -> None:
-            code, _ = get(self.port, "/metrics", headers)
+            code, _ = self.get("/metrics", headers)
             if code != 200:
                 raise RuntimeError(f"scrape answered {code}")
 
@@ -363,7 +419,7 @@ class Run:
         slowest = 0.0
         while not done.is_set():
             start = time.perf_counter()
-            get(self.port, "/healthz")
+            self.get("/healthz")
             slowest = max(slowest, time.perf_counter() - start)
             time.sleep(0.02)
         thread.join()

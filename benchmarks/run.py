@@ -8,8 +8,9 @@ or gzip; /healthz within 100 ms while the collection made at start runs and duri
 every size; scrapes growing with the cluster as the floor does (linear); from 16k devices the
 first scrape after start (the exporter ready) within 2x a calm one.  Watch mode and shards,
 upstream's DRA scale job (``scalejob``), pending claims, each family's cost, the Pod and Node
-views, scrapes of objects all new and claims without a creation time are measured by the modules
-named after them (``--*-size`` 0 leaves one out).
+views, scrapes of objects all new, claims without a creation time and scrapes over TLS behind
+the auth filter (``secured``) are measured by the modules named after them (``--*-size`` 0
+leaves one out).
 
 Scrapes ask what Prometheus asks: the text format, gzip-compressed.
 """
@@ -24,7 +25,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import diagnosis, familycost, nodeview, pods, renewal, scalejob, undated, watching
+from benchmarks import (
+    diagnosis,
+    familycost,
+    nodeview,
+    pods,
+    renewal,
+    scalejob,
+    secured,
+    undated,
+    watching,
+)
 from benchmarks.cluster import DEVICES_PER_NODE
 from benchmarks.processes import SCRAPE_HEADERS, Run
 
@@ -300,6 +311,12 @@ def main(argv: list[str] | None = None) -> int:
         default=64000,
         help="devices at which claims without creationTimestamp are measured (0: not measured)",
     )
+    parser.add_argument(
+        "--secured-size",
+        type=int,
+        default=64000,
+        help="devices at which scrapes over TLS behind --auth-filter are measured (0: none)",
+    )
     args = parser.parse_args(argv)
 
     results = []
@@ -311,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     costed: dict[str, Any] | None = None
     renewed: dict[str, Any] | None = None
     undated_run: dict[str, Any] | None = None
+    secured_run: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as directory:
         for size in (int(s) for s in args.sizes.split(",") if s):
             results.append(measure(size, args.scrapes, Path(directory), args.exporter_args.split()))
@@ -342,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.undated_size:
             undated_run = undated.measure(args.undated_size, Path(directory) / "undated")
             print("measured claims without creationTimestamp", file=sys.stderr, flush=True)
+        if args.secured_size:
+            secured_run = secured.measure(args.secured_size, Path(directory) / "secured")
+            print("measured scrapes over TLS behind the auth filter", file=sys.stderr, flush=True)
     if results:
         print(table(results))
         print()
@@ -383,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
         print(undated.table(undated_run))
         print()
         checks += undated.targets(undated_run)
+    if secured_run is not None:
+        print(secured.table(secured_run))
+        print()
+        checks += secured.targets(secured_run)
     for name, ok in checks:
         print(f"- {'met' if ok else 'MISSED'}: {name}")
     args.json.write_text(
@@ -397,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                 "families": costed,
                 "renewal": renewed,
                 "undated": undated_run,
+                "secured": secured_run,
                 "targets": dict(checks),
             },
             indent=2,

@@ -44,6 +44,8 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
             "1000",
             "--undated-size",
             "1000",
+            "--secured-size",
+            "0",
             "--no-rest",
             "--json",
             str(tmp_path / "results.json"),
@@ -105,6 +107,41 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert renewed["shaped_scrape"] > 0 and renewed["shaped_start_healthz_max"] > 0
     assert "H100 fleet: every object new, after a 20-slice cluster" in result.stdout
     assert "while an H100 fleet's objects are all new" in result.stdout
+
+
+def test_tls_and_the_auth_filter_measured(tmp_path: Path) -> None:
+    """1,000 devices scraped plain and over TLS behind --auth-filter, alone: warm, no review."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--sizes", ""]
+        + [
+            f"--{name}-size={size}"
+            for name, size in (
+                ("watch", 0),
+                ("scale-job", 0),
+                ("diagnosis", 0),
+                ("pods", 0),
+                ("nodes", 0),
+                ("renewal", 0),
+                ("undated", 0),
+                ("secured", 1000),
+            )
+        ]
+        + ["--json", str(tmp_path / "results.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    measured = json.loads((tmp_path / "results.json").read_text())["secured"]
+    assert measured["devices"] == 1000
+    for mode in ("list", "watch"):
+        assert measured[f"plain_{mode}_calm_median"] > 0
+        assert measured[f"secured_{mode}_calm_median"] > 0
+        assert measured[f"reviews_during_{mode}_calm_scrapes"] == 0
+    assert "| watch mode |" in result.stdout
+    assert "calm scrapes with --auth-filter, cache warm, send no review" in result.stdout
 
 
 def test_the_fake_api_speaks_https_and_asks_for_the_token(tmp_path: Path) -> None:

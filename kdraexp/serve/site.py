@@ -154,7 +154,7 @@ class BoundedChannel(HTTPChannel):
         if self._in_request or now - self.opened < GRACE:
             return None
         if self._deadline is None:
-            if _waiting(self.transport):
+            if unread(self.transport):
                 return None  # its request is there, not read yet: the reactor is behind
             return (1, self.opened)
         if now - self._requested < GRACE:
@@ -199,11 +199,11 @@ class BoundedChannel(HTTPChannel):
         super().connectionLost(reason)
 
 
-def _waiting(transport: Any) -> bool:
+def unread(transport: Any) -> bool:
     """Whether bytes the client sent wait in its socket, unread.
 
     On a loaded machine the reactor can take longer than :data:`GRACE` to read a burst's
-    requests: such a connection is not idle.
+    requests (or handshakes): such a connection is not idle.
     """
     try:
         count = fcntl.ioctl(transport.fileno(), termios.FIONREAD, b"\0\0\0\0")

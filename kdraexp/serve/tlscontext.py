@@ -25,10 +25,11 @@ from twisted.internet.interfaces import (
 )
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
-from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
+from twisted.protocols.tls import TLSMemoryBIOProtocol
 from zope.interface import implementer
 
 from kdraexp.serve import webconfig
+from kdraexp.serve.handshakes import BoundedTLSFactory
 from kdraexp.serve.webconfig import WebConfig, WebConfigError
 from kdraexp.telemetry.tlsstats import TLSStats
 
@@ -80,8 +81,11 @@ class ServingTLS(Service):
         return SSL.Connection(self._context, None)
 
     def wrap(self, factory: IProtocolFactory, reactor: IReactorTime) -> IProtocolFactory:
-        """*factory*'s protocols spoken over TLS (*reactor* times the writes' buffering)."""
-        return _TLSFactory(self, False, factory, reactor)
+        """*factory*'s protocols spoken over TLS, handshakes bounded (:mod:`.handshakes`).
+
+        *reactor* times the handshakes' deadlines and the writes' buffering.
+        """
+        return BoundedTLSFactory(self, factory, reactor)
 
     def startService(self) -> None:
         """Check the files from now on."""
@@ -128,18 +132,6 @@ class ServingTLS(Service):
         log.info(
             "--tls-config {path} read again: new connections get what it names now", path=self._path
         )
-
-
-class _TLSFactory(TLSMemoryBIOFactory):
-    """TLS over a factory that may refuse a connection (a full listener returns None)."""
-
-    def buildProtocol(self, addr: Any) -> TLSMemoryBIOProtocol | None:  # type: ignore[override]
-        """The wrapped protocol over TLS, or None when the wrapped factory refuses."""
-        inner = self.wrappedFactory.buildProtocol(addr)
-        if inner is None:
-            return None
-        protocol: TLSMemoryBIOProtocol = self.protocol(self, inner)
-        return protocol
 
 
 def context(config: WebConfig) -> tuple[SSL.Context, float]:
