@@ -61,6 +61,8 @@ class Gatherer:
         """What the last collection read: unchanged objects keep their rows."""
         self._problems = ProblemLog(stats)
         self._doing = IDLE
+        self._stopped = False
+        """Whether the exporter is stopping: a list failing then was cut short, not failed."""
         self._flight: SingleFlight[Collection] = SingleFlight(
             lambda: Deferred.fromCoroutine(self._collect())
         )
@@ -103,6 +105,7 @@ class Gatherer:
 
     def stop(self) -> None:
         """Cancel the collection in flight (the exporter is stopping); end the CEL process."""
+        self._stopped = True
         self._flight.cancel()
         self._idle.stop()
         self._matcher.close()
@@ -158,6 +161,8 @@ class Gatherer:
         def failed(failure: Failure) -> ListError | Failure:
             if failure.check(CancelledError):
                 return failure
+            if self._stopped:  # a list the cancel did not reach, cut as the reactor stops
+                return Failure(CancelledError())
             error = failure.value if isinstance(failure.value, ListError) else None
             if error is None:
                 log.failure("Unexpected failure listing {resource}", failure, resource=kind.plural)
