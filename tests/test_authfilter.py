@@ -184,6 +184,20 @@ def test_the_answers(web: Guarded) -> None:
     assert token == {"token": "reader-token"}
 
 
+def test_a_removed_binding_takes_effect_within_the_allowed_ttl(
+    fake: FakeKubeAPI, clock: Clock
+) -> None:
+    """``--auth-allowed-ttl`` shortens how long an allowed answer is kept, nothing else."""
+    web = guarded(fake, clock, allowed_ttl=20.0)
+    assert web.get("/metrics", "reader-token")[0] == 200
+    web.fake.grants.discard((READER_NAME, "get", "/metrics"))
+    web.clock.advance(19)
+    assert web.get("/metrics", "reader-token")[0] == 200
+    web.clock.advance(1)
+    assert web.get("/metrics", "reader-token")[0] == 403
+    assert (web.reviews("tokenreviews"), web.reviews("subjectaccessreviews")) == (1, 2)
+
+
 def test_a_huge_authorization_header_is_refused_without_a_review(web: Guarded) -> None:
     code, _, _ = web.get("/metrics", "x" * (MAX_AUTHORIZATION - len("Bearer ") + 1))
     assert code == 401

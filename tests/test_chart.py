@@ -1160,6 +1160,7 @@ def test_auth_filter(kind: str) -> None:
             "authFilter": {
                 "enabled": True,
                 "tokenAudiences": ["kdraexp", "metrics"],
+                "allowedTTL": 60,
                 "metricsReaderSubjects": [reader],
                 "scrapeCredentials": {"name": "prometheus-token"},
             },
@@ -1167,7 +1168,11 @@ def test_auth_filter(kind: str) -> None:
         }
     )
     args = container(docs)["args"]
-    assert args[-2:] == ["--auth-filter", "--auth-token-audiences=kdraexp,metrics"]
+    assert args[-3:] == [
+        "--auth-filter",
+        "--auth-token-audiences=kdraexp,metrics",
+        "--auth-allowed-ttl=60",
+    ]
     roles = {doc["metadata"]["name"]: doc for doc in docs if doc["kind"] == "ClusterRole"}
     exporter = roles["exporter-regression-kube-dra-exporter"]
     assert exporter["rules"][-2:] == [

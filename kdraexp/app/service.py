@@ -80,6 +80,8 @@ class Settings:
     auth_filter: bool = False
     """Every route but the probes behind a TokenReview and a SubjectAccessReview."""
     auth_token_audiences: tuple[str, ...] = ()
+    auth_allowed_ttl: float = 300.0
+    """Seconds an allowing SubjectAccessReview is kept: a removed binding's delay."""
     tls_config: str | None = None
     """The web configuration file both listeners serve TLS as; None serves plain HTTP."""
     probe_listen: str = ""
@@ -399,7 +401,7 @@ def _protection(
     stats = AuthFilterStats()
     collectors.append(stats)
     log.info("Auth filter on: every route but the probes asks for an allowed bearer token")
-    return AuthFilter(client.reviews, reactor, stats).protect
+    return AuthFilter(client.reviews, reactor, stats, allowed_ttl=settings.auth_allowed_ttl).protect
 
 
 def _over(site: BoundedSite, tls: ServingTLS | None, reactor: IKdraReactor) -> IProtocolFactory:

@@ -197,6 +197,13 @@ class Options(usage.Options):
             "With --auth-filter: comma-separated audiences a token must be meant for.",
         ],
         [
+            "auth-allowed-ttl",
+            None,
+            300.0,
+            "With --auth-filter: seconds an allowing SubjectAccessReview is kept.",
+            _seconds("auth-allowed-ttl"),
+        ],
+        [
             "probe-listen",
             None,
             "",
@@ -292,6 +299,7 @@ class Options(usage.Options):
             log_format=self["log-format"],
             auth_filter=bool(self["auth-filter"]),
             auth_token_audiences=audiences,
+            auth_allowed_ttl=self["auth-allowed-ttl"],
             tls_config=self["tls-config"],
             probe_listen=self["probe-listen"],
         )

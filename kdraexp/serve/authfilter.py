@@ -48,7 +48,8 @@ OPEN_PATHS = frozenset({b"/healthz", b"/livez", b"/readyz"})
 AUTHENTICATED_TTL = 60.0
 """Seconds a TokenReview's answer is kept (controller-runtime's CacheTTL), either way."""
 ALLOWED_TTL = 300.0
-"""Seconds an allowing SubjectAccessReview is kept (controller-runtime's AllowCacheTTL)."""
+"""Seconds an allowing SubjectAccessReview is kept by default (controller-runtime's
+AllowCacheTTL): a binding removed takes effect within it (``--auth-allowed-ttl``)."""
 DENIED_TTL = 30.0
 """Seconds a denying one is kept (DenyCacheTTL): a new binding is honoured within it."""
 REVIEW_TIMEOUT = 10.0
@@ -146,6 +147,7 @@ class AuthFilter(Generic[S]):
         cache_entries: int = CACHE_ENTRIES,
         max_in_flight: int = MAX_IN_FLIGHT,
         reviews_per_second: float = REVIEWS_PER_SECOND,
+        allowed_ttl: float = ALLOWED_TTL,
     ) -> None:
         self._reviews = reviews
         self._clock = clock
@@ -154,6 +156,7 @@ class AuthFilter(Generic[S]):
         stats.entries = self._cache.__len__
         self._flights = KeyedFlights[bytes, object](abandon=False)
         """Reviews in flight by key; each runs on for the cache when its requests go away."""
+        self._allowed_ttl = allowed_ttl
         self._max_in_flight = max_in_flight
         self._in_flight = 0
         self._bucket = TokenBucket(reviews_per_second, int(reviews_per_second), clock)
@@ -198,7 +201,7 @@ class AuthFilter(Generic[S]):
 
     async def _authorize(self, user: S, verb: str, path: str) -> tuple[object, float]:
         allowed = await self._reviews.authorize(user, verb, path)
-        return allowed, ALLOWED_TTL if allowed else DENIED_TTL
+        return allowed, self._allowed_ttl if allowed else DENIED_TTL
 
     async def _review(
         self, key: bytes, kind: str, start: Callable[[], Coroutine[Any, Any, tuple[object, float]]]

@@ -170,6 +170,7 @@ exporter.deviceTaintRules is true, or auto and the API serves them.
 {{- with .Values.authFilter.tokenAudiences }}
 - {{ printf "--auth-token-audiences=%s" (join "," .) | quote }}
 {{- end }}
+- {{ printf "--auth-allowed-ttl=%v" .Values.authFilter.allowedTTL | quote }}
 {{- end }}
 {{- if .Values.tls.enabled }}
 - "--tls-config=/etc/kdraexp/web/web-config.yml"
