@@ -28,6 +28,7 @@ import msgspec
 from twisted.internet.defer import Deferred
 
 from benchmarks import cluster
+from benchmarks.processes import PAGE_SIZE
 from kdraexp.cel.matching import Matcher
 from kdraexp.families import BY_NAME
 from kdraexp.families.options import FamilyOptions
@@ -192,7 +193,10 @@ def _collect(
     for first in (True, False):
         for kind in selection.kinds:
             if listed_first(kind) == first:
-                builder.reader(kind).page(encoded.get(kind.plural, []))
+                items = encoded.get(kind.plural, [])
+                # by pages, as the exporter lists: a page is bounded by --max-response-bytes
+                for start in range(0, max(1, len(items)), PAGE_SIZE):
+                    builder.reader(kind).page(items[start : start + PAGE_SIZE])
         if first:
             builder.classes_listed()
     finished = Deferred.fromCoroutine(builder.finish())

@@ -169,3 +169,35 @@ def test_the_fake_api_speaks_https_and_asks_for_the_token(tmp_path: Path) -> Non
                 connection.close()
         finally:
             api.terminate()
+
+
+def test_family_costs_read_lists_by_pages() -> None:
+    """The in-process first collection takes its lists a page at a time, as the exporter does.
+
+    More claims than one response may hold (an object counted per 4 KiB of the response bound:
+    16,384 by default), as at 64,000 devices: read as one page, the reader refuses them.
+    """
+    import msgspec
+
+    from benchmarks import familycost
+    from kdraexp.cel.matching import Matcher
+    from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES
+    from kdraexp.store.reader import OBJECT_BYTES
+
+    count = DEFAULT_MAX_RESPONSE_BYTES // OBJECT_BYTES + 1
+    claims = [
+        msgspec.Raw(
+            msgspec.json.encode(
+                {
+                    "metadata": {"name": f"c{i}", "namespace": "bench", "uid": f"u{i}"},
+                    "spec": {"devices": {"requests": []}},
+                }
+            )
+        )
+        for i in range(count)
+    ]
+    matcher = Matcher()
+    try:
+        familycost._collect({"resourceclaims": claims}, matcher, familycost.NO_ALLOWLISTS)
+    finally:
+        matcher.close()

@@ -194,14 +194,14 @@ def test_monitor_details() -> None:
     assert monitor["metadata"]["labels"]["prometheus"] == "default"
     assert monitor["spec"]["selector"]["matchLabels"] == {"app": "x"}
     main, telemetry = monitor["spec"]["endpoints"]
-    assert main == {
-        "targetPort": "http",
+    assert telemetry == {
+        "targetPort": "telemetry",
         "path": "/metrics",
         "honorLabels": True,
         "scrapeTimeout": "30s",
         "metricRelabelings": [{"action": "keep"}],
     }
-    assert telemetry == {**main, "targetPort": "telemetry"}
+    assert main == {**telemetry, "targetPort": "http", "relabelings": [SKIP_UNREADY_ENDPOINTS]}
     assert "namespaceSelector" not in monitor["spec"]
     pod_monitor = resource(
         render({"prometheus": {"podmonitor": {"enabled": True, "prometheusInstance": ""}}}),
@@ -223,8 +223,8 @@ def test_monitor_relabelings_and_telemetry(key: str) -> None:
     endpoints = monitor["spec"]["endpoints" if key == "servicemonitor" else "podMetricsEndpoints"]
     port = "targetPort" if key == "servicemonitor" else "port"
     assert [e[port] for e in endpoints] == ["http", "telemetry"]
+    assert [e["relabelings"][-1:] for e in endpoints] == [relabel, relabel]
     for endpoint in endpoints:
-        assert endpoint["relabelings"] == relabel
         assert endpoint["metricRelabelings"] == metric_relabel
         assert endpoint["honorLabels"] is True
     alone = resource(
@@ -234,6 +234,49 @@ def test_monitor_relabelings_and_telemetry(key: str) -> None:
     assert (
         len(alone["spec"]["endpoints" if key == "servicemonitor" else "podMetricsEndpoints"]) == 1
     )
+
+
+SKIP_UNREADY_ENDPOINTS = {
+    "sourceLabels": [
+        "__meta_kubernetes_endpoint_ready",
+        "__meta_kubernetes_endpointslice_endpoint_conditions_ready",
+    ],
+    "regex": ".*false.*",
+    "action": "drop",
+}
+"""An endpoint not ready, found through Endpoints or EndpointSlices, left out."""
+SKIP_UNREADY_PODS = {
+    "sourceLabels": ["__meta_kubernetes_pod_ready"],
+    "regex": "true",
+    "action": "keep",
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "rule"),
+    [("servicemonitor", SKIP_UNREADY_ENDPOINTS), ("podmonitor", SKIP_UNREADY_PODS)],
+)
+def test_monitors_skip_unready_metrics(key: str, rule: dict[str, Any]) -> None:
+    """The DRA metrics of a pod not ready are left out, first; its telemetry is scraped.
+
+    Prometheus scrapes endpoints that are not ready, and the first scrape after a start would
+    wait for the collection made at start. skipUnready: false scrapes them as before.
+    """
+    kind, endpoints = (
+        ("ServiceMonitor", "endpoints")
+        if key == "servicemonitor"
+        else ("PodMonitor", "podMetricsEndpoints")
+    )
+    relabel = [{"action": "labeldrop", "regex": "pod"}]
+    values = {"enabled": True, "relabelings": relabel}
+    main, telemetry = resource(render({"prometheus": {key: values}}), kind)["spec"][endpoints]
+    assert main["relabelings"] == [rule, *relabel]
+    assert telemetry["relabelings"] == relabel
+    values["skipUnready"] = False
+    for endpoint in resource(render({"prometheus": {key: values}}), kind)["spec"][endpoints]:
+        assert endpoint["relabelings"] == relabel
+    alone = resource(render({"prometheus": {key: {"enabled": True, "skipUnready": False}}}), kind)
+    assert not any("relabelings" in e for e in alone["spec"][endpoints])
 
 
 def test_ports_priority_and_pull_secrets() -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from twisted.internet.defer import Deferred
 from twisted.logger import capturedLogs
 
 from kdraexp.dra.problems import Problem
-from kdraexp.sources.problemlog import ProblemLog
+from kdraexp.sources.problemlog import STEP, ProblemLog
 from kdraexp.telemetry.selfmetrics import CollectionStats, registry
+from kdraexp.util.turns import Turns
 
 INVALID = "kube_dra_exporter_invalid_values_total"
 CREATED = {"resource": "resourceclaims", "field": "metadata.creationTimestamp"}
@@ -45,6 +47,42 @@ def test_32000_problems_of_one_kind_are_one_line_each_counted() -> None:
         " creationTimestamp: no timestamp; and 31997 more"
     ]
     assert registry(stats).get_sample_value(INVALID, CREATED) == 64_000
+
+
+class Counted(Turns):
+    """Turns that never yield, counting the looks at the clock they are asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.looks = 0
+
+    async def take(self) -> None:
+        self.looks += 1
+
+
+def test_a_collection_of_32000_problems_is_read_in_turns() -> None:
+    """A collection's 32,000 problems are read a few hundred at a time; the same outcome.
+
+    Between two looks at the clock (where the reactor gets a turn once 10 ms have passed,
+    :mod:`kdraexp.util.turns`) at most :data:`~kdraexp.sources.problemlog.STEP` problems are
+    read, and as many held: 32 ms in one turn before, at 64,000 devices.
+    """
+    stats = CollectionStats()
+    problems = ProblemLog(stats)
+    with capturedLogs() as events:
+        for _ in range(2):  # the next collection: nothing new to log
+            turns = Counted()
+            reading = Deferred.fromCoroutine(
+                problems.read_in_turns("collection", undated(32_000), {}, turns)
+            )
+            assert reading.called
+            assert turns.looks >= 2 * 32_000 // STEP
+    assert [e["count"] for e in events] == [32_000]
+    assert registry(stats).get_sample_value(INVALID, CREATED) == 64_000
+    problems.forget("collection")
+    with capturedLogs() as events:
+        problems.read("collection", undated(1), {})
+    assert len(events) == 1, "the problem went with its source, and is new again"
 
 
 def test_one_line_per_kind_and_a_lone_problem_as_it_was() -> None:

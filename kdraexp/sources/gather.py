@@ -131,7 +131,7 @@ class Gatherer:
         self._doing = "making the families of a collection"
         collection = await builder.finish(Turns(self._clock))
         self._doing = "counting and logging the values a collection could not read"
-        self._report(collection)
+        await self._report(collection)
         return collection
 
     async def _lists(
@@ -191,10 +191,12 @@ class Gatherer:
         outcome: Deferred[ListError | None] = listing.addCallbacks(lambda _: None, failed)
         return outcome
 
-    def _report(self, collection: Collection) -> None:
+    async def _report(self, collection: Collection) -> None:
         """Count what could not be read in every object listed; log each problem once."""
         classes = {
             name: (count, collection.class_error_messages[name])
             for name, count in collection.class_errors.items()
         }
-        self._problems.read("collection", collection.problems, classes)
+        await self._problems.read_in_turns(
+            "collection", collection.problems, classes, Turns(self._clock)
+        )

@@ -19,6 +19,7 @@ from twisted.logger import Logger
 
 from kdraexp.dra.problems import Problem
 from kdraexp.telemetry.selfmetrics import CollectionStats
+from kdraexp.util.turns import Turns
 
 log = Logger()
 
@@ -26,6 +27,8 @@ Classes = Mapping[str, tuple[int, str]]
 """Per DeviceClass, the devices whose match with it could not be decided, and one reason."""
 
 EXAMPLES = 3
+STEP = 256
+"""Problems read between two looks at the clock by :meth:`ProblemLog.read_in_turns`."""
 """New problems of one kind named in its line; the others are counted."""
 Kind = tuple[str, str]
 """(resource, field) of a problem: the new problems of one kind are logged in one line."""
@@ -57,15 +60,35 @@ class ProblemLog:
 
         A few microseconds a read: a watch's full list reads every object that has a problem.
         """
+        for _ in self._read(source, problems, classes):
+            pass
+
+    async def read_in_turns(
+        self, source: Hashable, problems: Iterable[Problem], classes: Classes, turns: Turns
+    ) -> None:
+        """:meth:`read`, giving the reactor its turns: a collection's problems may be many.
+
+        32,000 claims without a creation time held the reactor 32 ms in one turn, at the end
+        of the collection made at start, and 13 ms at every scrape after it.
+        """
+        for _ in self._read(source, problems, classes):
+            await turns.take()
+
+    def _read(
+        self, source: Hashable, problems: Iterable[Problem], classes: Classes
+    ) -> Iterator[None]:
+        """:meth:`read`, pausing every :data:`STEP` problems."""
         now: dict[str, Problem] = {}
         counts: dict[Kind, int] = {}
         cut: dict[Kind, int] = {}
         """Values written cut short: counted apart from those left out."""
-        for problem in problems:
+        for index, problem in enumerate(problems, 1):
             kind = (problem.resource, problem.field)
             counted = cut if problem.cut_short else counts
             counted[kind] = counted.get(kind, 0) + problem.count
             now[problem.message] = problem
+            if not index % STEP:
+                yield
         for (resource, field), count in counts.items():
             self._stats.invalid(resource, field, count)
         for (resource, field), count in cut.items():
@@ -76,16 +99,17 @@ class ProblemLog:
                 "deviceclasses", "selectors", f"DeviceClass {name}: {reason}"
             )
         if self._new is not None:
-            self._hold(source, now, self._new)
+            yield from self._hold(source, now, self._new)
         else:
             new: dict[Kind, list[str]] = {}
-            self._hold(source, now, new)
+            yield from self._hold(source, now, new)
             if new:
                 _log_all(new)
 
     def forget(self, source: Hashable) -> None:
         """*source* is gone: its problems no longer last through it."""
-        self._hold(source, {}, {})
+        for _ in self._hold(source, {}, {}):
+            pass
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -104,26 +128,36 @@ class ProblemLog:
         """The sources that hold problems now."""
         return list(self._held)
 
-    def _hold(self, source: Hashable, now: dict[str, Problem], new: dict[Kind, list[str]]) -> None:
-        """Hold *now* for *source*; what no source held before goes to *new*, by kind."""
-        before = self._held.pop(source, None) or {}
+    def _hold(
+        self, source: Hashable, now: dict[str, Problem], new: dict[Kind, list[str]]
+    ) -> Iterator[None]:
+        """Hold *now* for *source*; what no source held before goes to *new*, by kind.
+
+        Pauses every :data:`STEP` problems; *source* holds what it held before until the end.
+        """
+        before = self._held.get(source) or {}
         holders = self._holders
-        for key, problem in now.items():
-            if key in before:
-                continue
-            held = holders.get(key, 0)
-            if not held:
-                new.setdefault((problem.resource, problem.field), []).append(problem.message)
-            holders[key] = held + 1
-        for key in before:
+        for index, (key, problem) in enumerate(now.items(), 1):
+            if key not in before:
+                held = holders.get(key, 0)
+                if not held:
+                    new.setdefault((problem.resource, problem.field), []).append(problem.message)
+                holders[key] = held + 1
+            if not index % STEP:
+                yield
+        for index, key in enumerate(before, 1):
             if key not in now:
                 left = holders[key] - 1
                 if left:
                     holders[key] = left
                 else:
                     del holders[key]
+            if not index % STEP:
+                yield
         if now:
             self._held[source] = now
+        else:
+            self._held.pop(source, None)
 
 
 def _log_all(new: dict[Kind, list[str]]) -> None:

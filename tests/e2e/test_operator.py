@@ -21,6 +21,9 @@ Endpoints and EndpointSlice of its Service (as a cluster's controllers would pub
 operator's default discovery role, kube-prometheus-stack's too, reads Endpoints) publish a
 documentation-range address (Kubernetes refuses loopback there) that an appended relabeling
 rewrites to 127.0.0.1, keeping loopback targets only, so nothing else is ever dialled.
+Published not ready, as for a pod whose readiness probe has not passed, the exporter's metrics
+are left out by the chart's monitor, its telemetry scraped, and the rule for a pod never ready
+holds.
 """
 
 from __future__ import annotations
@@ -213,6 +216,27 @@ def prometheus_rbac(kube: Kube, setup: Setup) -> None:
         {"nonResourceURLs": ["/metrics", "/metrics/cadvisor"], "verbs": ["get"]},
     ]
     bound_account(kube, setup.prometheus, NAMESPACE, rules)
+
+
+def bind_prometheus(kube: Kube, setup: Setup) -> None:
+    """Prometheus' ServiceAccount bound to its ClusterRole, unless it already is."""
+    name = setup.prometheus
+    if kube.find(f"{RBAC}/clusterrolebindings/{name}") is not None:
+        return
+    kube.create(
+        f"{RBAC}/clusterrolebindings",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+        },
+    )
 
 
 def _encoded(files: dict[str, bytes]) -> dict[str, str]:
@@ -414,12 +438,15 @@ def exporter_args(kube: Kube, setup: Setup, directory: Path) -> list[str]:
     return found
 
 
-def _publish(kube: Kube, exporter: Exporter, setup: Setup) -> None:
+def _publish(kube: Kube, exporter: Exporter, setup: Setup, *, ready: bool = True) -> None:
     """A Pod object naming the exporter's ports, and its Service's Endpoints and EndpointSlice.
 
     Nothing runs the Pod (no kubelet): it carries the Deployment's labels and the container
-    ports by name, which service discovery joins to the endpoints' ports.
+    ports by name, which service discovery joins to the endpoints' ports. Not *ready*, its
+    address is published as the endpoints controller publishes a pod whose readiness probe
+    has not passed.
     """
+    _withdraw(kube, setup)
     service = kube.get(f"/api/v1/namespaces/{NAMESPACE}/services/{setup.fullname}")
     labels = service["spec"]["selector"]
     ports = {"http": exporter.port, "telemetry": exporter.telemetry_port}
@@ -442,24 +469,14 @@ def _publish(kube: Kube, exporter: Exporter, setup: Setup) -> None:
             },
         },
     )
-    target = {
-        "kind": "Pod",
-        "namespace": NAMESPACE,
-        "name": pod["metadata"]["name"],
-        "uid": pod["metadata"]["uid"],
-    }
+    target = _target(pod)
     kube.create(
         f"/api/v1/namespaces/{NAMESPACE}/endpoints",
         {
             "apiVersion": "v1",
             "kind": "Endpoints",
             "metadata": {"name": setup.fullname, "labels": service["metadata"]["labels"]},
-            "subsets": [
-                {
-                    "addresses": [{"ip": PUBLISHED, "targetRef": target}],
-                    "ports": [{"name": n, "port": p, "protocol": "TCP"} for n, p in ports.items()],
-                }
-            ],
+            "subsets": _subsets(target, ports, ready),
         },
     )
     kube.create(
@@ -476,12 +493,62 @@ def _publish(kube: Kube, exporter: Exporter, setup: Setup) -> None:
                 },
             },
             "addressType": "IPv4",
-            "endpoints": [
-                {"addresses": [PUBLISHED], "conditions": {"ready": True}, "targetRef": target}
-            ],
+            "endpoints": _sliced(target, ready),
             "ports": [{"name": n, "port": p, "protocol": "TCP"} for n, p in ports.items()],
         },
     )
+
+
+def _target(pod: dict[str, Any]) -> dict[str, str]:
+    """What an endpoint's targetRef says of *pod*."""
+    return {
+        "kind": "Pod",
+        "namespace": NAMESPACE,
+        "name": pod["metadata"]["name"],
+        "uid": pod["metadata"]["uid"],
+    }
+
+
+def _subsets(target: dict[str, str], ports: dict[str, int], ready: bool) -> list[dict[str, Any]]:
+    addresses = "addresses" if ready else "notReadyAddresses"
+    return [
+        {
+            addresses: [{"ip": PUBLISHED, "targetRef": target}],
+            "ports": [{"name": n, "port": p, "protocol": "TCP"} for n, p in ports.items()],
+        }
+    ]
+
+
+def _sliced(target: dict[str, str], ready: bool) -> list[dict[str, Any]]:
+    return [{"addresses": [PUBLISHED], "conditions": {"ready": ready}, "targetRef": target}]
+
+
+def _now_ready(kube: Kube, exporter: Exporter, setup: Setup) -> None:
+    """The published address ready, as once the readiness probe has passed."""
+    pod = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{setup.fullname}-0")
+    target = _target(pod)
+    ports = {"http": exporter.port, "telemetry": exporter.telemetry_port}
+    kube.patch(
+        f"/api/v1/namespaces/{NAMESPACE}/endpoints/{setup.fullname}",
+        {"subsets": _subsets(target, ports, ready=True)},
+    )
+    kube.patch(
+        f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices/"
+        f"{setup.fullname}-published",
+        {"endpoints": _sliced(target, ready=True)},
+    )
+
+
+def _withdraw(kube: Kube, setup: Setup) -> None:
+    """What :func:`_publish` made, deleted where it is."""
+    for path in (
+        f"/api/v1/namespaces/{NAMESPACE}/pods/{setup.fullname}-0",
+        f"/api/v1/namespaces/{NAMESPACE}/endpoints/{setup.fullname}",
+        f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices/"
+        f"{setup.fullname}-published",
+    ):
+        if kube.find(path) is not None:
+            kube.delete(path)
 
 
 def runnable(text: str, kubeconfig: Path, rules: Path, certs: Path, setup: Setup) -> dict[str, Any]:
@@ -510,6 +577,41 @@ def runnable(text: str, kubeconfig: Path, rules: Path, certs: Path, setup: Setup
     return config
 
 
+def _operator_files(
+    kube: Kube, setup: Setup, directory: Path
+) -> tuple[str, dict[str, str], Path, Path]:
+    """The operator's configuration and rule files, the rules and TLS assets written out."""
+    written = (kube, setup.prometheus, setup.fullname)
+    text = wait_until(partial(operator_configuration, *written), 60, "the operator's configuration")
+    files = wait_until(partial(operator_rule_files, *written), 60, "the operator's rule files")
+    assets = wait_until(
+        partial(tls_assets, kube, setup.prometheus, setup.tls_secret), 60, "the TLS assets"
+    )
+    rules_dir = directory / "rules"
+    rules_dir.mkdir()
+    for key, value in files.items():
+        (rules_dir / key).write_text(value)
+    certs = directory / "certs"
+    certs.mkdir()
+    for key, content in assets.items():
+        (certs / key).write_bytes(content)
+    return text, files, rules_dir, certs
+
+
+def _exporter(
+    kube: Kube, setup: Setup, directory: Path
+) -> tuple[Exporter, list[str], dict[str, str]]:
+    """The exporter on the Deployment's arguments, with a token of the chart's ServiceAccount."""
+    token = kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{setup.fullname}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    exporter_config = write_kubeconfig(directory / "exporter.kubeconfig", kube, token)
+    env = {"KUBECONFIG": str(exporter_config)}
+    args = exporter_args(kube, setup, directory / "mounted")
+    return Exporter(directory / "exporter", args, env, probes=True), args, env
+
+
 def test_the_operator_scrapes_the_chart(
     plane: ControlPlane, operator: Path, installed: Setup, tmp_path: Path
 ) -> None:
@@ -531,26 +633,13 @@ def test_the_operator_scrapes_the_chart(
     """
     kube, setup = plane.kube, installed
     binaries = prometheus_binaries(setup.version)
-    written = (kube, setup.prometheus, setup.fullname)
-    text = wait_until(partial(operator_configuration, *written), 60, "the operator's configuration")
-    files = wait_until(partial(operator_rule_files, *written), 60, "the operator's rule files")
-    assets = wait_until(
-        partial(tls_assets, kube, setup.prometheus, setup.tls_secret), 60, "the TLS assets"
-    )
+    text, files, rules_dir, certs = _operator_files(kube, setup, tmp_path)
     for kind in ("servicemonitors", "prometheusrules"):
         bindings = wait_until(partial(_bindings, kube, kind, setup), 60, f"{kind} bound")
         bound = [(b["resource"], b["name"]) for b in bindings]
         assert bound == [("prometheuses", setup.prometheus)], bindings
         conditions = {c["type"]: c["status"] for c in bindings[0]["conditions"]}
         assert conditions == {"Accepted": "True"}, bindings
-    rules_dir = tmp_path / "rules"
-    rules_dir.mkdir()
-    for key, value in files.items():
-        (rules_dir / key).write_text(value)
-    certs = tmp_path / "certs"
-    certs.mkdir()
-    for key, content in assets.items():
-        (certs / key).write_bytes(content)
 
     kube.create(
         "/apis/resource.k8s.io/v1/deviceclasses",
@@ -561,14 +650,7 @@ def test_the_operator_scrapes_the_chart(
             "spec": {},
         },
     )
-    token = kube.create(
-        f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{setup.fullname}/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )["status"]["token"]
-    exporter_config = write_kubeconfig(tmp_path / "exporter.kubeconfig", kube, token)
-    env = {"KUBECONFIG": str(exporter_config)}
-    args = exporter_args(kube, setup, tmp_path / "mounted")
-    exporter = Exporter(tmp_path / "exporter", args, env, probes=True)
+    exporter, args, env = _exporter(kube, setup, tmp_path)
     try:
         _publish(kube, exporter, setup)
         config = runnable(text, operator, rules_dir, certs, setup)
@@ -639,3 +721,87 @@ def test_the_operator_scrapes_the_chart(
             assert wait_until(partial(up, 0), 60, "both of the exporter's endpoints down")
     finally:
         exporter.stop()
+        _withdraw(kube, setup)
+        bind_prometheus(kube, setup)
+
+
+def test_a_pod_not_ready_is_not_scraped_and_pages(
+    plane: ControlPlane, operator: Path, installed: Setup, tmp_path: Path
+) -> None:
+    """The chart's monitor leaves out the metrics of a pod not ready; KubeDraExporterDown holds.
+
+    Prometheus scrapes endpoints that are not ready unless told not to, and a first scrape
+    after a start waits for the collection made at start. The exporter's address is published
+    not ready, as the endpoints controller publishes a pod whose readiness probe has not
+    passed (or never passes): Prometheus on the operator's configuration scrapes its
+    telemetry, drops its metrics target, and the exporter answers no request for its
+    /metrics; the operator's rule for KubeDraExporterDown holds for the pod (pending: it pages
+    after its ``for``). Published ready, both endpoints are up and the alert is gone.
+    """
+    kube, setup, job = plane.kube, installed, installed.job
+    binaries = prometheus_binaries(setup.version)
+    text, _, rules_dir, certs = _operator_files(kube, setup, tmp_path)
+    exporter, _, _ = _exporter(kube, setup, tmp_path)
+    pod = f"{setup.fullname}-0"
+    try:
+        _publish(kube, exporter, setup, ready=False)
+        config = runnable(text, operator, rules_dir, certs, setup)
+        server = tmp_path / "prometheus"
+        server.mkdir()
+        with prometheus.serve(binaries, config, server) as port:
+
+            def up() -> dict[str, int] | None:
+                try:
+                    found = prometheus.query(port, f'up{{job="{job}"}}')
+                except OSError:
+                    return None
+                return {t["metric"]["endpoint"]: int(t["value"][1]) for t in found} or None
+
+            assert wait_until(up, 120, "the telemetry scraped") == {"telemetry": 1}
+
+            def down() -> list[dict[str, Any]] | None:
+                alerts = prometheus.query(
+                    port, f'ALERTS{{alertname="KubeDraExporterDown", job="{job}", pod="{pod}"}}'
+                )
+                return alerts or None
+
+            (alert,) = wait_until(down, 120, "KubeDraExporterDown for the pod not ready")
+            assert (alert["metric"]["namespace"], alert["metric"]["alertstate"]) == (
+                NAMESPACE,
+                "pending",  # firing after its for: 5m
+            ), alert
+            assert up() == {"telemetry": 1}
+            targets = prometheus.api(port, "targets")
+            active = [t for t in targets["activeTargets"] if t["labels"].get("job") == job]
+            assert [t["labels"]["endpoint"] for t in active] == ["telemetry"], active
+            left_out = [
+                t["discoveredLabels"]
+                for t in targets["droppedTargets"]
+                if t["discoveredLabels"].get("__address__") == f"{PUBLISHED}:{exporter.port}"
+                and t["discoveredLabels"].get("__meta_kubernetes_endpoint_port_name") == "http"
+            ]
+            assert left_out, targets["droppedTargets"]
+            assert {d["__meta_kubernetes_endpoint_ready"] for d in left_out} == {"false"}
+            answered = (
+                f'kube_dra_exporter_http_requests_total{{job="{job}", listener="main", '
+                'handler="metrics"}'
+            )
+            assert prometheus.query(port, answered) == []  # not one scrape of its /metrics
+
+            _now_ready(kube, exporter, setup)
+            both = wait_until(lambda: up() == {"http": 1, "telemetry": 1}, 120, "both endpoints up")
+            assert both  # the DRA metrics scraped
+            counted = wait_until(
+                partial(prometheus.query, port, answered), 120, "its scrapes counted"
+            )
+            assert {c["metric"]["code"] for c in counted} == {"200"}, counted
+
+            def resolved() -> bool:
+                return not prometheus.query(
+                    port, f'ALERTS{{alertname="KubeDraExporterDown", job="{job}"}}'
+                )
+
+            assert wait_until(resolved, 120, "KubeDraExporterDown resolved")
+    finally:
+        exporter.stop()
+        _withdraw(kube, setup)
