@@ -63,6 +63,8 @@ PUBLISHED = "192.0.2.10"
 """The address the exporter's endpoints publish: TEST-NET-1, rewritten to 127.0.0.1."""
 MONITORING = "/apis/monitoring.coreos.com/v1"
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
+ALLOWED_TTL = 20.0
+"""Seconds the installed exporter keeps an allowed answer (``authFilter.allowedTTL``)."""
 SHIPPED = yaml.safe_load(VALUES.read_text())
 TLS_SECRET: str = SHIPPED["tls"]["existingSecret"]
 """The serving certificate's Secret the values file names, which its users make."""
@@ -112,8 +114,12 @@ class Setup:
         return f"{self.helm_release}-{self.job}"
 
     def values(self) -> list[str]:
-        """helm's values: kube-prometheus-stack-values.yaml as shipped, then this install's."""
-        found = ["-f", str(VALUES)]
+        """helm's values: kube-prometheus-stack-values.yaml as shipped, then this install's.
+
+        An allowed answer is kept :data:`ALLOWED_TTL` seconds rather than five minutes, so that
+        a removed binding is seen to take effect in a running exporter.
+        """
+        found = ["-f", str(VALUES), "--set", f"authFilter.allowedTTL={ALLOWED_TTL:g}"]
         if self.release != "kube-prometheus-stack":
             for where in ("prometheus.servicemonitor", "prometheusRule", "dashboards"):
                 found += ["--set", f"{where}.labels.release={self.release}"]
@@ -598,9 +604,7 @@ def _operator_files(
     return text, files, rules_dir, certs
 
 
-def _exporter(
-    kube: Kube, setup: Setup, directory: Path
-) -> tuple[Exporter, list[str], dict[str, str]]:
+def _exporter(kube: Kube, setup: Setup, directory: Path) -> Exporter:
     """The exporter on the Deployment's arguments, with a token of the chart's ServiceAccount."""
     token = kube.create(
         f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{setup.fullname}/token",
@@ -609,7 +613,7 @@ def _exporter(
     exporter_config = write_kubeconfig(directory / "exporter.kubeconfig", kube, token)
     env = {"KUBECONFIG": str(exporter_config)}
     args = exporter_args(kube, setup, directory / "mounted")
-    return Exporter(directory / "exporter", args, env, probes=True), args, env
+    return Exporter(directory / "exporter", args, env, probes=True)
 
 
 def test_the_operator_scrapes_the_chart(
@@ -625,11 +629,9 @@ def test_the_operator_scrapes_the_chart(
     kube-prometheus-stack's release named otherwise and Prometheus 2.42 (the job is then the
     name, which the alerts select and the dashboard's job variable offers).
 
-    Then the binding that lets Prometheus get /metrics is removed and both scrapes fail, 403.
-    A running exporter keeps an allowed answer five minutes (controller-runtime's window), so
-    a removed binding takes effect within that; waiting it out would be a five-minute sleep.
-    The exporter is restarted instead, as a rollout would (same ports, an empty cache): the
-    first review after the removal is the one that must deny.
+    Then the binding that lets Prometheus get /metrics is removed and both scrapes of the same
+    exporter fail, 403, once its allowed answer is older than ``authFilter.allowedTTL``: no
+    restart, no review but the one that denies.
     """
     kube, setup = plane.kube, installed
     binaries = prometheus_binaries(setup.version)
@@ -650,7 +652,7 @@ def test_the_operator_scrapes_the_chart(
             "spec": {},
         },
     )
-    exporter, args, env = _exporter(kube, setup, tmp_path)
+    exporter = _exporter(kube, setup, tmp_path)
     try:
         _publish(kube, exporter, setup)
         config = runnable(text, operator, rules_dir, certs, setup)
@@ -708,9 +710,6 @@ def test_the_operator_scrapes_the_chart(
             assert wait_until(loaded, 60, "the rules loaded") == expected
 
             kube.delete(f"{RBAC}/clusterrolebindings/{setup.prometheus}")
-            ports = (exporter.port, exporter.telemetry_port)
-            assert exporter.stop() == 0, exporter.log()
-            exporter = Exporter(tmp_path / "restarted", args, env, ports=ports, probes=True)
 
             def refused() -> list[str] | None:
                 found = prometheus.api(port, "targets", state="active")["activeTargets"]
@@ -719,6 +718,7 @@ def test_the_operator_scrapes_the_chart(
 
             wait_until(refused, 120, "both scrapes refused 403")
             assert wait_until(partial(up, 0), 60, "both of the exporter's endpoints down")
+            assert exporter.process.poll() is None, "the same exporter throughout"
     finally:
         exporter.stop()
         _withdraw(kube, setup)
@@ -741,7 +741,7 @@ def test_a_pod_not_ready_is_not_scraped_and_pages(
     kube, setup, job = plane.kube, installed, installed.job
     binaries = prometheus_binaries(setup.version)
     text, _, rules_dir, certs = _operator_files(kube, setup, tmp_path)
-    exporter, _, _ = _exporter(kube, setup, tmp_path)
+    exporter = _exporter(kube, setup, tmp_path)
     pod = f"{setup.fullname}-0"
     try:
         _publish(kube, exporter, setup, ready=False)
