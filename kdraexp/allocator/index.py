@@ -464,17 +464,6 @@ class ClusterIndex:
                         key = (counter_set, counter)
                         pool.consumed[key] = pool.consumed.get(key, 0.0) + value
 
-    @staticmethod
-    def current(slices: list[SliceFacts]) -> Iterator[SliceFacts]:
-        """The slices of their pool's current generation (the highest among its slices)."""
-        highest: dict[tuple[str, str], int] = {}
-        for facts in slices:
-            key = (facts.driver, facts.pool)
-            highest[key] = max(highest.get(key, facts.generation), facts.generation)
-        for facts in slices:
-            if facts.generation == highest[(facts.driver, facts.pool)]:
-                yield facts
-
     def device_states(self) -> Iterator[tuple[GroupValues, str]]:
         """Each current device's one state: allocated, unusable, tainted, blocked or available.
 
@@ -681,6 +670,17 @@ class ClusterIndex:
 
 def _everything(driver: str, pool: str) -> bool:
     return True
+
+
+def current(slices: Mapping[str, SliceFacts]) -> Iterator[str]:
+    """The keys of the slices of their pool's current generation (the highest among its slices)."""
+    highest: dict[tuple[str, str], int] = {}
+    for facts in slices.values():
+        pool = (facts.driver, facts.pool)
+        highest[pool] = max(highest.get(pool, facts.generation), facts.generation)
+    for key, facts in slices.items():
+        if facts.generation == highest[(facts.driver, facts.pool)]:
+            yield key
 
 
 def set_use(pool: Pool, counter_set: str, consumed: Mapping[Any, float] | None = None) -> float:

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from kdraexp.allocator import CLUSTER_NEEDS, ClusterIndex, join_inputs
+from kdraexp.allocator import CLUSTER_NEEDS, current, join_inputs
 from kdraexp.cel.classindex import ClassEntry, ClassIndex
 from kdraexp.cel.matching import Matcher
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Kind
@@ -37,7 +37,7 @@ from kdraexp.store.changes import Change, Everything, Made, change, many, touche
 from kdraexp.store.clusterrows import ClusterRows, Laid
 from kdraexp.store.keptblocks import KindBlocks
 from kdraexp.store.reader import Entry, KindReader, row_families
-from kdraexp.store.rows import BLOCK_OBJECTS, Block, expand, flatten
+from kdraexp.store.rows import Block, Flat, expand, flatten
 from kdraexp.store.sharding import Shard
 from kdraexp.util.turns import Turns
 
@@ -70,6 +70,8 @@ class KindState:
     """The entries last looked at and those with problems."""
     problems: Made | None = None
     """Its entries with problems, and their problems."""
+    current: Made | None = None
+    """Its facts last laid, and per family counting only the current generation, its rows."""
 
 
 class Store:
@@ -146,6 +148,31 @@ class Store:
             state.fact_changes = change(before, facts, touched)
         return facts
 
+    def current_of(self, plural: str, families: list[Family]) -> dict[str, Laid]:
+        """Per family of *families*, its rows of the slices of their pools' current generation.
+
+        Laid by slice when the slices' facts change (:meth:`facts_of` follows them), each
+        family's blocks following the slices whose rows are not the same: a collection of
+        unchanged slices cuts nothing again.
+        """
+        state = self.kind(plural)
+        facts = self.facts_of(plural)
+        found = state.current
+        if found is not None and found.source is facts:
+            laid: dict[str, Laid] = found.made
+            return laid
+        owners: dict[str, dict[Hashable, Flat]] = {family.name: {} for family in families}
+        for key in current(facts):
+            for name, flat in facts[key].rows:
+                owners[name][key] = flat
+        old: dict[str, Laid] = found.made if found is not None else {}
+        laid = {
+            family.name: _laid_after(old.get(family.name), owners[family.name], family)
+            for family in families
+        }
+        state.current = Made(facts, laid)
+        return laid
+
 
 def _follow(
     state: KindState,
@@ -189,6 +216,16 @@ def _follow(
     return made, found.made if found is not None else None, touched, Made(entries, made)
 
 
+def _laid_after(old: Laid | None, owners: dict[Hashable, Flat], family: Family) -> Laid:
+    """*owners*' rows laid, following *old*'s blocks for the owners whose rows are not the same."""
+    width = len(family.labels) + 1
+    if old is None:
+        return Laid(owners, {}, width=width)
+    touched = [owner for owner, flat in owners.items() if old.owners.get(owner) is not flat]
+    touched.extend(owner for owner in old.owners if owner not in owners)
+    return Laid(owners, {}, old.size, width, old, touched)
+
+
 @attrs.define(eq=False, repr=False)
 class Collection:
     """Every family's rows (made when asked for), and what could not be read."""
@@ -196,7 +233,8 @@ class Collection:
     selection: Selection
     _entries: dict[str, dict[str, Entry]]
     _keys: dict[str, Hashable]
-    _cluster: Mapping[str, Laid]
+    _laid: Mapping[str, Laid]
+    """The rows laid by owner: the cross-object families', and the current generation's."""
     problems: list[Problem]
     """Every value not read: the objects' and the cross-object families'."""
     class_errors: dict[str, int]
@@ -243,24 +281,16 @@ class Collection:
                 yield from expand(flat, width)
 
     def blocks(self, family: Family) -> Iterator[Block]:
-        """The rows of one family in blocks: equal blocks, equal rows (see :data:`Block`)."""
-        laid = self._cluster.get(family.name)
+        """The rows of one family in blocks: equal blocks, equal rows (see :data:`Block`).
+
+        Laid by owner when the collection was made (a cross-object family's, or one counting
+        the current generation only), else cut of each object's kept rows.
+        """
+        laid = self._laid.get(family.name)
         if laid is not None or family.reads is CLUSTER:
             yield from filter(None, laid.view) if laid is not None else ()
             return
         plural = family.reads.plural  # type: ignore[union-attr]
-        if family.current_generation:
-            entries = self._entries.get(plural, {})
-            slices = [entry.facts for entry in entries.values()]
-            flats = [
-                flat
-                for facts in ClusterIndex.current(slices)
-                for owner, flat in facts.rows
-                if owner == family.name
-            ]
-            for start in range(0, len(flats), BLOCK_OBJECTS):
-                yield tuple(flats[start : start + BLOCK_OBJECTS])
-            return
         kept = self._kept.setdefault(plural, KindBlocks())
         entries = self._entries.get(plural, {})
         yield from filter(
@@ -296,6 +326,11 @@ class CollectionBuilder:
         self._context: Hashable = ()
         matcher.new_collection()
         self._readers: dict[str, KindReader] = {}
+        self._generation_families: dict[str, list[Family]] = {}
+        """Per kind, the families counting only the current generation (laid when collected)."""
+        for family in selection.families:
+            if family.current_generation and isinstance(family.reads, Kind):
+                self._generation_families.setdefault(family.reads.plural, []).append(family)
 
     def reader(self, kind: Kind, live: bool = False) -> KindReader:
         """What reads the pages of *kind* (made when its list starts).
@@ -433,12 +468,15 @@ class CollectionBuilder:
             for problem in found
         ]
         problems.extend(cluster_problems)
+        laid = dict(store.cluster.laid)
+        for plural, families in self._generation_families.items():
+            laid.update(store.current_of(plural, families))
         kinds = store.kinds
         collection = Collection(
             self._selection,
             {plural: state.entries for plural, state in kinds.items()},
             keys,
-            dict(store.cluster.laid),
+            laid,
             problems,
             class_errors,
             messages,
