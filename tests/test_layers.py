@@ -213,6 +213,7 @@ GENERIC = (
     "store/collection.py",
     "store/reader.py",
     "store/clusterrows.py",
+    "store/budget.py",
     "store/sharding.py",
     "sources/gather.py",
     "sources/watch.py",

@@ -33,6 +33,7 @@ from kdraexp.families import KINDS
 from kdraexp.families.family import CLUSTER, Family, Row
 from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import Selection
+from kdraexp.store.budget import MatcherBudget
 from kdraexp.store.changes import Change, Everything, Made, change, many, touched_between
 from kdraexp.store.clusterrows import ClusterRows, Laid
 from kdraexp.store.keptblocks import KindBlocks
@@ -324,7 +325,7 @@ class CollectionBuilder:
         """``--max-response-bytes``: what a page becomes is bounded by it too."""
         self._classes = ClassIndex()
         self._context: Hashable = ()
-        matcher.new_collection()
+        self._budget = MatcherBudget(matcher)
         self._readers: dict[str, KindReader] = {}
         self._generation_families: dict[str, list[Family]] = {}
         """Per kind, the families counting only the current generation (laid when collected)."""
@@ -346,6 +347,7 @@ class CollectionBuilder:
             kind,
             self._selection,
             self._classes,
+            self._budget,
             context,
             previous,
             warm,
@@ -430,8 +432,7 @@ class CollectionBuilder:
     async def collection(self, turns: Turns | None = None) -> Collection:
         """The collection of the store's entries, with the cross-object families made."""
         turns = turns or Turns.never()
-        self._matcher.collected()  # the lists of this one are read
-        self._matcher.new_collection()  # what is read from now on is the next one's
+        self._budget.collected()  # what is read from now on is the next one's
         store = self._store
         listed = sorted(self._readers)
         made_of = tuple((name, store.versions.get(name, 0)) for name in listed)
@@ -498,6 +499,7 @@ class CollectionBuilder:
             keys,
             join_inputs(facts, store.versions, changes),
             self._classes,
+            self._budget,
             turns,
             self._shard,
             self._selection.options.expected_pools,

@@ -28,6 +28,7 @@ from kdraexp.families import KINDS
 from kdraexp.families.context import Context
 from kdraexp.families.family import Family
 from kdraexp.families.selection import Selection
+from kdraexp.store.budget import MatcherBudget
 from kdraexp.store.changes import EVERYTHING, Everything, many, mostly_new
 from kdraexp.store.rows import Flat, flatten
 from kdraexp.store.sharding import Part, Shard
@@ -100,6 +101,7 @@ class KindReader:
         kind: Kind,
         selection: Selection,
         classes: ClassIndex,
+        budget: MatcherBudget,
         context: Hashable,
         previous: Mapping[str, Entry],
         warm: Mapping[str, Entry] | None = None,
@@ -136,6 +138,7 @@ class KindReader:
         self._options = selection.options
         self._spec = KINDS[kind]
         self._classes = classes
+        self._budget = budget
         self._context = context
         self._previous = previous
         self._warm = warm or {}
@@ -249,8 +252,8 @@ class KindReader:
             return None
         if item.metadata is not None and item.metadata.uid == key:
             item.metadata.uid = key  # one string for the identity and the rows
-        if self._live and self._spec.reads_classes and self._classes.matcher is not None:
-            self._classes.matcher.new_collection()  # an event is a collection of its own
+        if self._live and self._spec.reads_classes:
+            self._budget.event(self._classes)
         entry = self._read(item, version, part is Part.WRITE, lone)
         if entry.facts is None and not (entry.problems or entry.class_errors or any(entry.rows)):
             self.skipped[key] = version  # it gives nothing (a pod using no device)
