@@ -12,7 +12,7 @@ import itertools
 import math
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, cast
@@ -233,10 +233,10 @@ class Round:
     """What a collection gives the join besides its slices, classes and rules.
 
     One record, taken whole by :meth:`ClusterIndex.begin` before any family reads the index.
+    The claims are not in it: the index has them as it allocated them (:meth:`ClusterIndex.build`
+    and :meth:`ClusterIndex.follow`).
     """
 
-    claims: list[ClaimFacts]
-    """Every claim's facts, as the index has allocated them."""
     selectors: OwnSelectors | None
     """Claims' own selectors' answers."""
     owns: Callable[[str, str], bool]
@@ -356,7 +356,6 @@ class ClusterIndex:
 
     def begin(self, round_: Round) -> None:
         """A collection's own inputs; what was judged of the last one's claims is forgotten."""
-        self.claims = round_.claims
         self.selectors = round_.selectors
         self.owns = round_.owns
         self.pods = round_.pods
@@ -432,6 +431,25 @@ class ClusterIndex:
             if count % 256 == 0:
                 await turns.take()
         return index
+
+    def follow(
+        self,
+        before: Mapping[str, ClaimFacts],
+        claims: Mapping[str, ClaimFacts],
+        moved: Iterable[str],
+    ) -> set[tuple[str, str]]:
+        """Claims *before* become *claims*, those *moved* allocated again: the pools they use.
+
+        What the pools consume is not added up again here (:meth:`consume`, pool by pool).
+        """
+        pools: set[tuple[str, str]] = set()
+        for key in moved:
+            if key in before:
+                pools |= self.allocate(before[key], -1)
+            if key in claims:
+                pools |= self.allocate(claims[key], 1)
+        self.claims = list(claims.values())
+        return pools
 
     def allocate(self, claim: ClaimFacts, by: int) -> set[tuple[str, str]]:
         """Count the devices *claim* was allocated (*by* 1) or no longer is (-1); its pools."""

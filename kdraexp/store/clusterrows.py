@@ -199,7 +199,6 @@ class ClusterRows:
         pods: dict[tuple[str, str], PodFacts] = self._pods.made
         index.begin(
             Round(
-                list(inputs.claims.values()),
                 self._selectors,
                 _owner(shard),
                 list(pods.values()),
@@ -236,13 +235,7 @@ class ClusterRows:
         turns: Turns,
     ) -> Touched:
         """Bring the index up to *claims*, those *moved* new: the pools and claims it changed."""
-        before = self._claims
-        pools: set[tuple[str, str]] = set()
-        for key in moved:
-            if key in before:
-                pools |= index.allocate(before[key], -1)
-            if key in claims:
-                pools |= index.allocate(claims[key], 1)
+        pools = index.follow(self._claims, claims, moved)
         for count, touched in enumerate(pools):
             pool = index.pools.get(touched)
             if pool is not None:
