@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import pytest_twisted
 from twisted.internet.defer import Deferred
@@ -20,10 +21,16 @@ class BusyClock(Clock):
 
 
 class Pages:
+    chunk = CHUNK
+    off_reactor = False
+
     def __init__(self) -> None:
         self.items: list[int] = []
 
-    def page(self, items: list[int]) -> None:
+    def response(self) -> None:
+        pass
+
+    def page(self, items: Sequence[int]) -> None:
         self.items.extend(items)
 
 
@@ -55,7 +62,7 @@ async def test_a_reader_off_the_reactor_reads_while_the_reactor_runs() -> None:
     class Slow(Pages):
         off_reactor = True
 
-        def page(self, items: list[int]) -> None:
+        def page(self, items: Sequence[int]) -> None:
             self.thread = threading.current_thread()
             assert freed.wait(10), "the reactor did not run while the page was read"
             super().page(items)
