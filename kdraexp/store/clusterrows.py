@@ -182,7 +182,7 @@ class ClusterRows:
         shard: Shard,
         expected: tuple[tuple[str, LabelSelector], ...],
     ) -> dict[tuple[str, str], PodFacts]:
-        """Begin the collection on *index*: its claims, selectors, pods and Nodes; the pods."""
+        """Begin the collection on *index*: its selectors, pods and Nodes; the pods."""
         self._selectors = budget.own_selectors(
             self._selectors,
             classes,
