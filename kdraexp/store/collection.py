@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Collection as Keys
 from typing import Any
 
@@ -38,7 +38,7 @@ from kdraexp.store.changes import Change, Everything, Made, change, many, touche
 from kdraexp.store.clusterrows import ClusterRows, Laid
 from kdraexp.store.keptblocks import KindBlocks
 from kdraexp.store.reader import Entry, KindReader, row_families
-from kdraexp.store.rows import Block, Flat, expand, flatten
+from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, expand, flatten
 from kdraexp.store.sharding import Shard
 from kdraexp.util.turns import Turns
 
@@ -72,7 +72,8 @@ class KindState:
     problems: Made | None = None
     """Its entries with problems, and their problems."""
     current: Made | None = None
-    """Its facts last laid, and per family counting only the current generation, its rows."""
+    """Its facts last looked at, and per family counting only the current generation, its
+    blocks."""
 
 
 class Store:
@@ -149,30 +150,30 @@ class Store:
             state.fact_changes = change(before, facts, touched)
         return facts
 
-    def current_of(self, plural: str, families: list[Family]) -> dict[str, Laid]:
-        """Per family of *families*, its rows of the slices of their pools' current generation.
+    def current_of(self, plural: str, families: list[Family]) -> dict[str, list[Block]]:
+        """Per family of *families*, its blocks of the slices of their pools' current generation.
 
-        Laid by slice when the slices' facts change (:meth:`facts_of` follows them), each
-        family's blocks following the slices whose rows are not the same: a collection of
-        unchanged slices cuts nothing again.
+        Made again when the slices' facts are (:meth:`facts_of` follows them), in blocks of
+        :data:`BLOCK_OBJECTS` slices: large ones, deflated with more of the text before them.
         """
         state = self.kind(plural)
         facts = self.facts_of(plural)
         found = state.current
         if found is not None and found.source is facts:
-            laid: dict[str, Laid] = found.made
-            return laid
-        owners: dict[str, dict[Hashable, Flat]] = {family.name: {} for family in families}
+            made: dict[str, list[Block]] = found.made
+            return made
+        flats: dict[str, list[Flat]] = {family.name: [] for family in families}
         for key in current(facts):
             for name, flat in facts[key].rows:
-                owners[name][key] = flat
-        old: dict[str, Laid] = found.made if found is not None else {}
-        laid = {
-            family.name: _laid_after(old.get(family.name), owners[family.name], family)
-            for family in families
+                flats[name].append(flat)
+        made = {
+            name: [
+                tuple(found[at : at + BLOCK_OBJECTS]) for at in range(0, len(found), BLOCK_OBJECTS)
+            ]
+            for name, found in flats.items()
         }
-        state.current = Made(facts, laid)
-        return laid
+        state.current = Made(facts, made)
+        return made
 
 
 def _follow(
@@ -217,16 +218,6 @@ def _follow(
     return made, found.made if found is not None else None, touched, Made(entries, made)
 
 
-def _laid_after(old: Laid | None, owners: dict[Hashable, Flat], family: Family) -> Laid:
-    """*owners*' rows laid, following *old*'s blocks for the owners whose rows are not the same."""
-    width = len(family.labels) + 1
-    if old is None:
-        return Laid(owners, {}, width=width)
-    touched = [owner for owner, flat in owners.items() if old.owners.get(owner) is not flat]
-    touched.extend(owner for owner in old.owners if owner not in owners)
-    return Laid(owners, {}, old.size, width, old, touched)
-
-
 @attrs.define(eq=False, repr=False)
 class Collection:
     """Every family's rows (made when asked for), and what could not be read."""
@@ -234,8 +225,9 @@ class Collection:
     selection: Selection
     _entries: dict[str, dict[str, Entry]]
     _keys: dict[str, Hashable]
-    _laid: Mapping[str, Laid]
-    """The rows laid by owner: the cross-object families', and the current generation's."""
+    _made: Mapping[str, Sequence[Block]]
+    """Per family whose blocks were made with the collection, its blocks: the cross-object
+    families', and those counting the current generation only."""
     problems: list[Problem]
     """Every value not read: the objects' and the cross-object families'."""
     class_errors: dict[str, int]
@@ -266,9 +258,9 @@ class Collection:
         """A collection of the given rows (for code that builds rows itself, and tests)."""
         families = tuple(family for family, _ in given)
         selection = Selection(frozenset(), families, FamilyOptions())
-        laid = {family.name: Laid({0: flatten(rows)}, {}) for family, rows in given}
-        keys: dict[str, Hashable] = {name: ("given", id(found)) for name, found in laid.items()}
-        return cls(selection, {}, keys, laid, [], {}, {})
+        made = {family.name: Laid({0: flatten(rows)}, {}).view for family, rows in given}
+        keys: dict[str, Hashable] = {name: ("given", id(found)) for name, found in made.items()}
+        return cls(selection, {}, keys, made, [], {}, {})
 
     def key(self, family: Family) -> Hashable:
         """Equal for two collections whose rows of *family* are equal."""
@@ -284,12 +276,12 @@ class Collection:
     def blocks(self, family: Family) -> Iterator[Block]:
         """The rows of one family in blocks: equal blocks, equal rows (see :data:`Block`).
 
-        Laid by owner when the collection was made (a cross-object family's, or one counting
-        the current generation only), else cut of each object's kept rows.
+        Made with the collection (a cross-object family's, or one counting the current
+        generation only), else cut of each object's kept rows.
         """
-        laid = self._laid.get(family.name)
-        if laid is not None or family.reads is CLUSTER:
-            yield from filter(None, laid.view) if laid is not None else ()
+        made = self._made.get(family.name)
+        if made is not None or family.reads is CLUSTER:
+            yield from filter(None, made or ())
             return
         plural = family.reads.plural  # type: ignore[union-attr]
         kept = self._kept.setdefault(plural, KindBlocks())
@@ -469,15 +461,15 @@ class CollectionBuilder:
             for problem in found
         ]
         problems.extend(cluster_problems)
-        laid = dict(store.cluster.laid)
+        made = {name: laid.view for name, laid in store.cluster.laid.items()}
         for plural, families in self._generation_families.items():
-            laid.update(store.current_of(plural, families))
+            made.update(store.current_of(plural, families))
         kinds = store.kinds
         collection = Collection(
             self._selection,
             {plural: state.entries for plural, state in kinds.items()},
             keys,
-            laid,
+            made,
             problems,
             class_errors,
             messages,

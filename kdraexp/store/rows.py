@@ -22,6 +22,8 @@ Block = tuple[Flat, ...]
 """Some of a family's rows, as flats: equal blocks write equal text."""
 BLOCK_SIZE = 64
 """Objects a kind's blocks are cut with (a block is cut in two past twice as many)."""
+BLOCK_OBJECTS = 1024
+"""At most this many objects in a block of the current generation's slices."""
 
 LABELS = operator.itemgetter(slice(0, -1))
 """A row's label values (all but its value)."""
