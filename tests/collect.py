@@ -20,6 +20,7 @@ from kdraexp.sources.gather import listed_first
 from kdraexp.store.collection import Collection, CollectionBuilder, Store
 from kdraexp.store.reader import KindReader
 from kdraexp.store.sharding import Shard
+from kdraexp.util.turns import CHUNK
 from tests.conftest import result_of
 
 EVALUATOR = Evaluator()
@@ -29,12 +30,18 @@ EVALUATOR = Evaluator()
 class Recorder:
     """A Reader that keeps what it is handed."""
 
+    chunk = CHUNK
+    off_reactor = False
+
     def __init__(self) -> None:
         self.items: list[Any] = []
         self.pages = 0
         self.restarts = 0
         self.count: int | None = None
         """What the source said it listed."""
+
+    def response(self) -> None:
+        pass
 
     def page(self, items: Sequence[Any]) -> None:
         self.items.extend(items)
@@ -48,8 +55,14 @@ class Recorder:
 class Both:
     """Hands each page to a Recorder and to a real reader."""
 
+    chunk = CHUNK
+    off_reactor = False
+
     def __init__(self, recorder: Recorder, reader: KindReader) -> None:
         self._recorder, self._reader = recorder, reader
+
+    def response(self) -> None:
+        pass
 
     def page(self, items: Sequence[Any]) -> None:
         self._recorder.page(items)

@@ -89,3 +89,20 @@ def test_a_class_change_reads_the_kept_slices_again() -> None:
     slices.reread("/s")
     assert slices.entries["/s"] is not before and slices.changed
     assert matched() == [("gpu", "all"), ("gpu", "all")]
+
+
+def test_a_watched_slice_has_a_collections_budget_of_its_own() -> None:
+    """A watch's events come one at a time: each slice read begins the matcher's count again.
+
+    A list's slices share one collection's count.
+    """
+    matcher = Matcher()
+    builder = CollectionBuilder(select(), matcher)
+    builder.classes_listed()
+    watched, listed = builder.reader(RESOURCE_SLICES, live=True), builder.reader(RESOURCE_SLICES)
+    begun = matcher.collection
+    for n in range(3):
+        watched.apply("ADDED", _raw(pool_slice(f"s{n}", [gpu("g0")], pool=f"p{n}")))
+    assert matcher.collection == begun + 3
+    listed.page([_raw(pool_slice(f"t{n}", [gpu("g0")], pool=f"q{n}")) for n in range(3)])
+    assert matcher.collection == begun + 3

@@ -234,6 +234,27 @@ def test_a_changed_claim_renders_its_blocks_only(monkeypatch: pytest.MonkeyPatch
         assert len(blocks) <= 2 and sum(blocks) <= 128, f"{name}: blocks of {blocks} rows"
 
 
+def test_a_pools_new_generation_beside_its_old_slice_writes_what_fresh_writes() -> None:
+    """The device families count a pool's new generation alone, kept as a fresh render writes.
+
+    Of 500 pools one publishes a new generation while its old slice is still listed; then the
+    old slice goes.
+    """
+    slices = [
+        pool_slice(f"slice-{p}", [gpu(f"gpu-{p}-{d}") for d in range(4)], pool=f"node-{p}")
+        for p in range(500)
+    ]
+    store, renderer = Store(), Renderer(Clock())
+    bodies(renderer, collect(slices=slices, store=store), b"")
+    slices.append(pool_slice("slice-new", [gpu("gpu-new")], pool="node-257", generation=2))
+    info = b"kube_resourceslice_device_info{resourceslice_name="
+    for _ in range(2):
+        text = bodies(renderer, collect(slices=slices, store=store), b"")[1]
+        assert text == bodies(Renderer(Clock()), collect(slices=slices), b"")[1]
+        assert info + b'"slice-new"' in text and info + b'"slice-257"' not in text
+        del slices[257]
+
+
 def test_a_store_starting_again_drops_what_the_renderer_kept_and_writes_as_fresh(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import pytest_twisted
 from twisted.internet.defer import Deferred
@@ -20,11 +21,17 @@ class BusyClock(Clock):
 
 
 class Pages:
+    chunk = CHUNK
+    off_reactor = False
+
     def __init__(self) -> None:
         self.items: list[bytes] = []
         self.pages: list[int] = []
 
-    def page(self, items: list[bytes]) -> None:
+    def response(self) -> None:
+        pass
+
+    def page(self, items: Sequence[bytes]) -> None:
         self.items.extend(items)
         self.pages.append(len(items))
 
@@ -72,7 +79,7 @@ async def test_a_reader_off_the_reactor_reads_while_the_reactor_runs() -> None:
     class Slow(Pages):
         off_reactor = True
 
-        def page(self, items: list[bytes]) -> None:
+        def page(self, items: Sequence[bytes]) -> None:
             self.thread = threading.current_thread()
             assert freed.wait(10), "the reactor did not run while the page was read"
             super().page(items)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from kdraexp.allocator.answers import SelectorAnswers
 from kdraexp.allocator.facts import ClaimFacts, NodeFacts, PodFacts, RuleFacts, SliceFacts
-from kdraexp.allocator.index import ClusterIndex, Pools, Round
+from kdraexp.allocator.index import ClusterIndex, Pools, Round, current
 from kdraexp.allocator.join import CLUSTER_NEEDS, Inputs, join_inputs, pool_key
 from kdraexp.allocator.scopes import ALL_CHANGED, SCOPES, AllChanged, Join, Per, Touched
 
@@ -42,6 +42,7 @@ __all__ = [
     "SelectorAnswers",
     "SliceFacts",
     "Touched",
+    "current",
     "join_inputs",
     "pool_key",
 ]

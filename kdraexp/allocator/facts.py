@@ -75,8 +75,8 @@ class SliceFacts(msgspec.Struct, gc=False):
     name: str = ""
 
 
-class ResultFacts(msgspec.Struct, gc=False):
-    """One allocation result of a claim."""
+class ResultFacts(msgspec.Struct, gc=False, kw_only=True):
+    """One allocation result of a claim (made by keyword: its fields read alike)."""
 
     driver: str
     pool: str
@@ -177,8 +177,8 @@ class Placement(msgspec.Struct, gc=False, frozen=True):
         return self.affinity is None or self.affinity.matches(node.name, node.labels)
 
 
-class PodFacts(msgspec.Struct, gc=False, frozen=True):
-    """What the pod families need of one pod that matters."""
+class PodFacts(msgspec.Struct, gc=False, frozen=True, kw_only=True):
+    """What the pod families need of one pod that matters (made by keyword: ten fields)."""
 
     namespace: str
     name: str

@@ -12,7 +12,7 @@ import itertools
 import math
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, cast
@@ -233,10 +233,10 @@ class Round:
     """What a collection gives the join besides its slices, classes and rules.
 
     One record, taken whole by :meth:`ClusterIndex.begin` before any family reads the index.
+    The claims are not in it: the index has them as it allocated them (:meth:`ClusterIndex.build`
+    and :meth:`ClusterIndex.follow`).
     """
 
-    claims: list[ClaimFacts]
-    """Every claim's facts, as the index has allocated them."""
     selectors: OwnSelectors | None
     """Claims' own selectors' answers."""
     owns: Callable[[str, str], bool]
@@ -358,7 +358,6 @@ class ClusterIndex:
 
     def begin(self, round_: Round) -> None:
         """A collection's own inputs; what was judged of the last one's claims is forgotten."""
-        self.claims = round_.claims
         self.selectors = round_.selectors
         self.owns = round_.owns
         self.pods = round_.pods
@@ -435,6 +434,25 @@ class ClusterIndex:
                 await turns.take()
         return index
 
+    def follow(
+        self,
+        before: Mapping[str, ClaimFacts],
+        claims: Mapping[str, ClaimFacts],
+        moved: Iterable[str],
+    ) -> set[tuple[str, str]]:
+        """Claims *before* become *claims*, those *moved* allocated again: the pools they use.
+
+        What the pools consume is not added up again here (:meth:`consume`, pool by pool).
+        """
+        pools: set[tuple[str, str]] = set()
+        for key in moved:
+            if key in before:
+                pools |= self.allocate(before[key], -1)
+            if key in claims:
+                pools |= self.allocate(claims[key], 1)
+        self.claims = list(claims.values())
+        return pools
+
     def allocate(self, claim: ClaimFacts, by: int) -> set[tuple[str, str]]:
         """Count the devices *claim* was allocated (*by* 1) or no longer is (-1); its pools."""
         pools = set()
@@ -465,17 +483,6 @@ class ClusterIndex:
                     for counter, value in counters.items():
                         key = (counter_set, counter)
                         pool.consumed[key] = pool.consumed.get(key, 0.0) + value
-
-    @staticmethod
-    def current(slices: list[SliceFacts]) -> Iterator[SliceFacts]:
-        """The slices of their pool's current generation (the highest among its slices)."""
-        highest: dict[tuple[str, str], int] = {}
-        for facts in slices:
-            key = (facts.driver, facts.pool)
-            highest[key] = max(highest.get(key, facts.generation), facts.generation)
-        for facts in slices:
-            if facts.generation == highest[(facts.driver, facts.pool)]:
-                yield facts
 
     def device_states(self) -> Iterator[tuple[GroupValues, str]]:
         """Each current device's one state: allocated, unusable, tainted, blocked or available.
@@ -683,6 +690,17 @@ class ClusterIndex:
 
 def _everything(driver: str, pool: str) -> bool:
     return True
+
+
+def current(slices: Mapping[str, SliceFacts]) -> Iterator[str]:
+    """The keys of the slices of their pool's current generation (the highest among its slices)."""
+    highest: dict[tuple[str, str], int] = {}
+    for facts in slices.values():
+        pool = (facts.driver, facts.pool)
+        highest[pool] = max(highest.get(pool, facts.generation), facts.generation)
+    for key, facts in slices.items():
+        if facts.generation == highest[(facts.driver, facts.pool)]:
+            yield key
 
 
 def set_use(pool: Pool, counter_set: str, consumed: Mapping[Any, float] | None = None) -> float:

@@ -15,6 +15,7 @@ import msgspec
 
 from kdraexp.dra import wire
 from kdraexp.util.surrogates import Mended
+from kdraexp.util.turns import Pages
 
 GROUP = "resource.k8s.io"
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 2**20
@@ -138,8 +139,12 @@ class ShapeError(ValueError):
     """An object that is not of its kind's shape (a field of the wrong type); says where."""
 
 
-class Reader(Protocol):
-    """Takes the pages of one list as they arrive, so each can be dropped after."""
+class Reader(Pages[msgspec.Raw | Mended], Protocol):
+    """Takes the pages of one list as they arrive, so each can be dropped after.
+
+    Handed a response's objects a few at a time, with turns for the reactor between them
+    (:func:`kdraexp.util.turns.feed`).
+    """
 
     def page(self, items: Sequence[msgspec.Raw | Mended]) -> None:
         """Read one page of objects, each the undecoded JSON of one object.

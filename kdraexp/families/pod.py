@@ -113,21 +113,23 @@ class PodView:
         placed = conditions.get("PodScheduled")
         made_for = {entry.name for entry in status.resource_claim_statuses or ()}
         self.facts = PodFacts(
-            sys.intern(meta.namespace or ""),
-            meta.name or "",
-            meta.uid or "",
-            intern(spec.node_name or ""),
-            extended,
-            tuple(
+            namespace=sys.intern(meta.namespace or ""),
+            name=meta.name or "",
+            uid=meta.uid or "",
+            node=intern(spec.node_name or ""),
+            extended=extended,
+            named=tuple(
                 c.resource_claim_name for c in spec.resource_claims or () if c.resource_claim_name
             ),
-            any(
+            unmade=any(
                 c.resource_claim_template_name and c.name not in made_for
                 for c in spec.resource_claims or ()
             ),
-            tuple(claims),
-            (placed.status or "", placed.reason or "", placed.message or "") if placed else None,
-            health,
+            claims=tuple(claims),
+            scheduled=(
+                (placed.status or "", placed.reason or "", placed.message or "") if placed else None
+            ),
+            health=health,
             placement=self._placement(spec, where),
             waiting_since=self._waiting_since(meta, spec, status, conditions, where),
         )

@@ -217,17 +217,17 @@ class ClaimView:
             self.where,
             tuple(
                 ResultFacts(
-                    r.driver,
-                    r.pool,
-                    r.device,
-                    r.admin,
-                    r.deviceclass,
-                    bool(r.consumed),
-                    r.consumed.get(share, r.consumed.get(f"{r.driver}/{share}")),
-                    r.consumed or NOTHING,
-                    r.request,
-                    r.tolerations,
-                    r.driver in hiding,
+                    driver=r.driver,
+                    pool=r.pool,
+                    device=r.device,
+                    admin=r.admin,
+                    deviceclass=r.deviceclass,
+                    consumed=bool(r.consumed),
+                    consumed_share=r.consumed.get(share, r.consumed.get(f"{r.driver}/{share}")),
+                    consumed_capacity=r.consumed or NOTHING,
+                    request=r.request,
+                    tolerations=r.tolerations,
+                    hidden=r.driver in hiding,
                 )
                 for r in self.results
             ),

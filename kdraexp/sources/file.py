@@ -36,7 +36,7 @@ from kdraexp.dra.listing import (
     Reason,
     ShapeError,
 )
-from kdraexp.store.reader import OBJECT_BYTES, OBJECT_SHARE, object_too_large, objects_too_many
+from kdraexp.store.reader import OBJECT_BYTES, OBJECT_SHARE, object_too_large, page_too_large
 from kdraexp.util.aliases import expands_past
 from kdraexp.util.files import read_regular
 from kdraexp.util.singleflight import SingleFlight
@@ -201,7 +201,7 @@ class FileSource:
                 raise object_too_large(kind, printable(name, 253), len(raw), self.limit)
             counts[kind.kind] = count = counts.get(kind.kind, 0) + 1
             if count > self.limit // OBJECT_BYTES:  # the file is one response of each kind
-                raise objects_too_many(kind, self.limit)
+                raise page_too_large(kind, self.limit, "objects", OBJECT_BYTES)
             kept.append(item)
         return kept
 

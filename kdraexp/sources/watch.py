@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -90,7 +91,7 @@ class KindWatch:
         reader: KindReader,
         clock: IReactorTime,
         stats: WatchStats,
-        changed: Any,
+        changed: Callable[[Kind], None],
         problems: ProblemLog,
     ) -> None:
         self.kind = kind

@@ -37,6 +37,7 @@ from kdraexp.cel.classindex import ClassIndex
 from kdraexp.dra.labelselector import LabelSelector
 from kdraexp.dra.problems import Problem
 from kdraexp.families.family import Family
+from kdraexp.store.budget import MatcherBudget
 from kdraexp.store.changes import EVERYTHING, Change, Everything, Made, many, touched_between
 from kdraexp.store.keptblocks import KeptBlocks
 from kdraexp.store.rows import Flat, flatten, size_for
@@ -122,6 +123,7 @@ class ClusterRows:
         keys: Mapping[str, Hashable],
         inputs: Inputs[Change],
         classes: ClassIndex,
+        budget: MatcherBudget,
         turns: Turns,
         shard: Shard = Shard(),  # noqa: B008 - frozen
         expected: tuple[tuple[str, LabelSelector], ...] = (),
@@ -148,7 +150,7 @@ class ClusterRows:
         else:
             touched = await self._follow(index, claims, moved, turns)
             self._follow_pending(claims, touched.claims)
-        pods = self._begin(index, inputs, classes, nodes, shard, expected)
+        pods = self._begin(index, inputs, classes, budget, nodes, shard, expected)
         join = Join(index, claims, self._pending, pods, nodes or {})
         for family in changed:
             self.laid[family.name] = await self._lay(family, join, touched, turns)
@@ -175,20 +177,21 @@ class ClusterRows:
         index: ClusterIndex,
         inputs: Inputs[Change],
         classes: ClassIndex,
+        budget: MatcherBudget,
         nodes: dict[str, NodeFacts] | None,
         shard: Shard,
         expected: tuple[tuple[str, LabelSelector], ...],
     ) -> dict[tuple[str, str], PodFacts]:
-        """Begin the collection on *index*: its claims, selectors, pods and Nodes; the pods."""
-        if self._selectors is None or self._selectors.matcher is not classes.matcher:
-            self._selectors = SelectorAnswers(classes.matcher)
-        self._selectors.new_collection(
+        """Begin the collection on *index*: its selectors, pods and Nodes; the pods."""
+        self._selectors = budget.own_selectors(
+            self._selectors,
+            classes,
             {
                 (r.deviceclass, r.selectors): len(index.by_class.get(r.deviceclass, ()))
                 for c in self._pending.values()
                 for r in c.pending
                 if r.selectors
-            }
+            },
         )
         if self._pods.source is not inputs.pods:
             matter = [pod for pod in inputs.pods.values() if pod is not None]
@@ -196,7 +199,6 @@ class ClusterRows:
         pods: dict[tuple[str, str], PodFacts] = self._pods.made
         index.begin(
             Round(
-                list(inputs.claims.values()),
                 self._selectors,
                 _owner(shard),
                 list(pods.values()),
@@ -233,13 +235,7 @@ class ClusterRows:
         turns: Turns,
     ) -> Touched:
         """Bring the index up to *claims*, those *moved* new: the pools and claims it changed."""
-        before = self._claims
-        pools: set[tuple[str, str]] = set()
-        for key in moved:
-            if key in before:
-                pools |= index.allocate(before[key], -1)
-            if key in claims:
-                pools |= index.allocate(claims[key], 1)
+        pools = index.follow(self._claims, claims, moved)
         for count, touched in enumerate(pools):
             pool = index.pools.get(touched)
             if pool is not None:

@@ -18,13 +18,13 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Collection as Keys
 from typing import Any
 
 import attrs
 
-from kdraexp.allocator import CLUSTER_NEEDS, ClusterIndex, join_inputs
+from kdraexp.allocator import CLUSTER_NEEDS, current, join_inputs
 from kdraexp.cel.classindex import ClassEntry, ClassIndex
 from kdraexp.cel.matching import Matcher
 from kdraexp.dra.listing import DEFAULT_MAX_RESPONSE_BYTES, Kind
@@ -33,11 +33,12 @@ from kdraexp.families import KINDS
 from kdraexp.families.family import CLUSTER, Family, Row
 from kdraexp.families.options import FamilyOptions
 from kdraexp.families.selection import Selection
+from kdraexp.store.budget import MatcherBudget
 from kdraexp.store.changes import Change, Everything, Made, change, many, touched_between
 from kdraexp.store.clusterrows import ClusterRows, Laid
 from kdraexp.store.keptblocks import KindBlocks
 from kdraexp.store.reader import Entry, KindReader, row_families
-from kdraexp.store.rows import BLOCK_OBJECTS, Block, expand, flatten
+from kdraexp.store.rows import BLOCK_OBJECTS, Block, Flat, expand, flatten
 from kdraexp.store.sharding import Shard
 from kdraexp.util.turns import Turns
 
@@ -70,6 +71,9 @@ class KindState:
     """The entries last looked at and those with problems."""
     problems: Made | None = None
     """Its entries with problems, and their problems."""
+    current: Made | None = None
+    """Its facts last looked at, and per family counting only the current generation, its
+    blocks."""
 
 
 class Store:
@@ -146,6 +150,31 @@ class Store:
             state.fact_changes = change(before, facts, touched)
         return facts
 
+    def current_of(self, plural: str, families: list[Family]) -> dict[str, list[Block]]:
+        """Per family of *families*, its blocks of the slices of their pools' current generation.
+
+        Made again when the slices' facts are (:meth:`facts_of` follows them), in blocks of
+        :data:`BLOCK_OBJECTS` slices: large ones, deflated with more of the text before them.
+        """
+        state = self.kind(plural)
+        facts = self.facts_of(plural)
+        found = state.current
+        if found is not None and found.source is facts:
+            made: dict[str, list[Block]] = found.made
+            return made
+        flats: dict[str, list[Flat]] = {family.name: [] for family in families}
+        for key in current(facts):
+            for name, flat in facts[key].rows:
+                flats[name].append(flat)
+        made = {
+            name: [
+                tuple(found[at : at + BLOCK_OBJECTS]) for at in range(0, len(found), BLOCK_OBJECTS)
+            ]
+            for name, found in flats.items()
+        }
+        state.current = Made(facts, made)
+        return made
+
 
 def _follow(
     state: KindState,
@@ -196,7 +225,9 @@ class Collection:
     selection: Selection
     _entries: dict[str, dict[str, Entry]]
     _keys: dict[str, Hashable]
-    _cluster: Mapping[str, Laid]
+    _made: Mapping[str, Sequence[Block]]
+    """Per family whose blocks were made with the collection, its blocks: the cross-object
+    families', and those counting the current generation only."""
     problems: list[Problem]
     """Every value not read: the objects' and the cross-object families'."""
     class_errors: dict[str, int]
@@ -227,9 +258,9 @@ class Collection:
         """A collection of the given rows (for code that builds rows itself, and tests)."""
         families = tuple(family for family, _ in given)
         selection = Selection(frozenset(), families, FamilyOptions())
-        laid = {family.name: Laid({0: flatten(rows)}, {}) for family, rows in given}
-        keys: dict[str, Hashable] = {name: ("given", id(found)) for name, found in laid.items()}
-        return cls(selection, {}, keys, laid, [], {}, {})
+        made = {family.name: Laid({0: flatten(rows)}, {}).view for family, rows in given}
+        keys: dict[str, Hashable] = {name: ("given", id(found)) for name, found in made.items()}
+        return cls(selection, {}, keys, made, [], {}, {})
 
     def key(self, family: Family) -> Hashable:
         """Equal for two collections whose rows of *family* are equal."""
@@ -243,24 +274,16 @@ class Collection:
                 yield from expand(flat, width)
 
     def blocks(self, family: Family) -> Iterator[Block]:
-        """The rows of one family in blocks: equal blocks, equal rows (see :data:`Block`)."""
-        laid = self._cluster.get(family.name)
-        if laid is not None or family.reads is CLUSTER:
-            yield from filter(None, laid.view) if laid is not None else ()
+        """The rows of one family in blocks: equal blocks, equal rows (see :data:`Block`).
+
+        Made with the collection (a cross-object family's, or one counting the current
+        generation only), else cut of each object's kept rows.
+        """
+        made = self._made.get(family.name)
+        if made is not None or family.reads is CLUSTER:
+            yield from filter(None, made or ())
             return
         plural = family.reads.plural  # type: ignore[union-attr]
-        if family.current_generation:
-            entries = self._entries.get(plural, {})
-            slices = [entry.facts for entry in entries.values()]
-            flats = [
-                flat
-                for facts in ClusterIndex.current(slices)
-                for owner, flat in facts.rows
-                if owner == family.name
-            ]
-            for start in range(0, len(flats), BLOCK_OBJECTS):
-                yield tuple(flats[start : start + BLOCK_OBJECTS])
-            return
         kept = self._kept.setdefault(plural, KindBlocks())
         entries = self._entries.get(plural, {})
         yield from filter(
@@ -294,8 +317,13 @@ class CollectionBuilder:
         """``--max-response-bytes``: what a page becomes is bounded by it too."""
         self._classes = ClassIndex()
         self._context: Hashable = ()
-        matcher.new_collection()
+        self._budget = MatcherBudget(matcher)
         self._readers: dict[str, KindReader] = {}
+        self._generation_families: dict[str, list[Family]] = {}
+        """Per kind, the families counting only the current generation (laid when collected)."""
+        for family in selection.families:
+            if family.current_generation and isinstance(family.reads, Kind):
+                self._generation_families.setdefault(family.reads.plural, []).append(family)
 
     def reader(self, kind: Kind, live: bool = False) -> KindReader:
         """What reads the pages of *kind* (made when its list starts).
@@ -311,6 +339,7 @@ class CollectionBuilder:
             kind,
             self._selection,
             self._classes,
+            self._budget,
             context,
             previous,
             warm,
@@ -395,8 +424,7 @@ class CollectionBuilder:
     async def collection(self, turns: Turns | None = None) -> Collection:
         """The collection of the store's entries, with the cross-object families made."""
         turns = turns or Turns.never()
-        self._matcher.collected()  # the lists of this one are read
-        self._matcher.new_collection()  # what is read from now on is the next one's
+        self._budget.collected()  # what is read from now on is the next one's
         store = self._store
         listed = sorted(self._readers)
         made_of = tuple((name, store.versions.get(name, 0)) for name in listed)
@@ -433,12 +461,15 @@ class CollectionBuilder:
             for problem in found
         ]
         problems.extend(cluster_problems)
+        made = {name: laid.view for name, laid in store.cluster.laid.items()}
+        for plural, families in self._generation_families.items():
+            made.update(store.current_of(plural, families))
         kinds = store.kinds
         collection = Collection(
             self._selection,
             {plural: state.entries for plural, state in kinds.items()},
             keys,
-            dict(store.cluster.laid),
+            made,
             problems,
             class_errors,
             messages,
@@ -460,6 +491,7 @@ class CollectionBuilder:
             keys,
             join_inputs(facts, store.versions, changes),
             self._classes,
+            self._budget,
             turns,
             self._shard,
             self._selection.options.expected_pools,

@@ -28,6 +28,7 @@ from kdraexp.families import KINDS
 from kdraexp.families.context import Context
 from kdraexp.families.family import Family
 from kdraexp.families.selection import Selection
+from kdraexp.store.budget import MatcherBudget
 from kdraexp.store.changes import EVERYTHING, Everything, many, mostly_new
 from kdraexp.store.rows import Flat, flatten
 from kdraexp.store.sharding import Part, Shard
@@ -100,6 +101,7 @@ class KindReader:
         kind: Kind,
         selection: Selection,
         classes: ClassIndex,
+        budget: MatcherBudget,
         context: Hashable,
         previous: Mapping[str, Entry],
         warm: Mapping[str, Entry] | None = None,
@@ -136,6 +138,7 @@ class KindReader:
         self._options = selection.options
         self._spec = KINDS[kind]
         self._classes = classes
+        self._budget = budget
         self._context = context
         self._previous = previous
         self._warm = warm or {}
@@ -204,7 +207,7 @@ class KindReader:
                 self.entries[key] = entry
                 self._kept += 1
                 if self._kept > self._limit // OBJECT_BYTES:
-                    raise objects_too_many(self.kind, self._limit)
+                    raise page_too_large(self.kind, self._limit, "objects", OBJECT_BYTES)
 
     def read(
         self, raw: msgspec.Raw, known: wire.Identity, key: str, reuse: bool, lone: int = 0
@@ -249,8 +252,8 @@ class KindReader:
             return None
         if item.metadata is not None and item.metadata.uid == key:
             item.metadata.uid = key  # one string for the identity and the rows
-        if self._live and self._spec.reads_classes and self._classes.matcher is not None:
-            self._classes.matcher.new_collection()  # an event is a collection of its own
+        if self._live and self._spec.reads_classes:
+            self._budget.event(self._classes)
         entry = self._read(item, version, part is Part.WRITE, lone)
         if entry.facts is None and not (entry.problems or entry.class_errors or any(entry.rows)):
             self.skipped[key] = version  # it gives nothing (a pod using no device)
@@ -273,7 +276,7 @@ class KindReader:
         """Count an object's *parts* against the response's bound (see :data:`PART_BYTES`)."""
         self._parts += parts
         if self._parts > self._limit // PART_BYTES:
-            raise page_too_large(self.kind, self._limit)
+            raise page_too_large(self.kind, self._limit, "devices", PART_BYTES)
 
     def touch(self, key: str) -> None:
         """An event touched *key*: remembered until the next snapshot, unless many were.
@@ -405,27 +408,17 @@ def object_too_large(kind: Kind, name: str, size: int, limit: int) -> ListError:
     )
 
 
-def page_too_large(kind: Kind, limit: int) -> ListError:
-    """A response whose objects hold more parts than :data:`PART_BYTES` allow of *limit*."""
+def page_too_large(kind: Kind, limit: int, what: str, each: int) -> ListError:
+    """A response of more of *what* than *each* bytes apiece allow of *limit*.
+
+    Devices (parts) count :data:`PART_BYTES` each; objects, :data:`OBJECT_BYTES`.
+    """
     return ListError(
         kind.plural,
         Reason.TOO_LARGE,
         None,
-        f"a page of {kind.plural} holds more than {limit // PART_BYTES} devices, each counted "
-        f"as {PART_BYTES} bytes of --max-response-bytes={limit}: read, they would not fit "
-        "beside it",
-        public=True,
-    )
-
-
-def objects_too_many(kind: Kind, limit: int) -> ListError:
-    """A response of more objects than :data:`OBJECT_BYTES` allow of *limit*."""
-    return ListError(
-        kind.plural,
-        Reason.TOO_LARGE,
-        None,
-        f"a page of {kind.plural} holds more than {limit // OBJECT_BYTES} objects, each counted "
-        f"as {OBJECT_BYTES} bytes of --max-response-bytes={limit}: read, they would not fit "
+        f"a page of {kind.plural} holds more than {limit // each} {what}, each counted "
+        f"as {each} bytes of --max-response-bytes={limit}: read, they would not fit "
         "beside it",
         public=True,
     )

@@ -8,8 +8,8 @@ answer whatever is waiting (``/healthz``, other scrapes) before it goes on.  On 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Sequence, Sized
+from typing import Protocol, TypeVar
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
@@ -48,11 +48,29 @@ class Turns:
             self._since = clock.seconds()
 
 
-def _nothing() -> None:
-    pass
+T_contra = TypeVar("T_contra", bound=Sized, contravariant=True)
+"""An item: an object's JSON, whose length bounds how many are read at once."""
 
 
-async def feed(reader: Any, items: Sequence[Any], clock: IReactorTime) -> None:
+class Pages(Protocol[T_contra]):
+    """What :func:`feed` hands one response's items to, a few at a time."""
+
+    @property
+    def chunk(self) -> int:
+        """Items read between two looks at the clock (:data:`CHUNK`, or fewer costly ones)."""
+
+    @property
+    def off_reactor(self) -> bool:
+        """Whether the rest of the items is read in a thread of the reactor's pool."""
+
+    def response(self) -> None:
+        """A new response's items follow (what they become is bounded per response)."""
+
+    def page(self, items: Sequence[T_contra]) -> None:
+        """Read some of the response's items."""
+
+
+async def feed(reader: Pages[T_contra], items: Sequence[T_contra], clock: IReactorTime) -> None:
     """Hand *items*, one response's, to ``reader.page``, without holding the reactor.
 
     They are read a few at a time, giving the reactor its turns; once the reader says so
@@ -61,11 +79,11 @@ async def feed(reader: Any, items: Sequence[Any], clock: IReactorTime) -> None:
     """
     pool = thread_pool(clock)
     turns = Turns(clock)
-    chunk = getattr(reader, "chunk", CHUNK)
-    getattr(reader, "response", _nothing)()  # what the items become is bounded per response
+    chunk = reader.chunk
+    reader.response()  # what the items become is bounded per response
     start = 0
     while start < len(items):
-        if pool is not None and getattr(reader, "off_reactor", False):
+        if pool is not None and reader.off_reactor:
             await deferToThreadPool(clock, pool(), reader.page, list(items[start:]))  # type: ignore[arg-type]
             return
         end, size = start, 0
