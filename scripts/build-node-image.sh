@@ -108,4 +108,7 @@ tar -C "$binaries" -c pause | podman import --quiet --change 'ENTRYPOINT ["/paus
 podman save --quiet --format docker-archive --output "$tmp/pause.tar" "$pause_image"
 cache_commit
 release_storage
+# Each change of the source makes an image of 290 MB: keep the three built last.
+find "$cache_root" -maxdepth 1 -type d -name 'node-image-*' -printf '%T@ %p\n' | sort -rn \
+  | tail -n +4 | cut -d' ' -f2- | xargs -r rm -rf
 echo "$out"
