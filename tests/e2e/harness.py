@@ -96,8 +96,14 @@ def bound_account(kube: Kube, name: str, namespace: str, rules: list[dict[str, A
     )
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole"}
     kube.create(f"{rbac}/clusterroles", {**role, "metadata": {"name": name}, "rules": rules})
+    bind_cluster_role(kube, name, namespace)
+    return name
+
+
+def bind_cluster_role(kube: Kube, name: str, namespace: str) -> None:
+    """ServiceAccount *name* of *namespace* bound to the ClusterRole of its name."""
     kube.create(
-        f"{rbac}/clusterrolebindings",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
@@ -110,7 +116,6 @@ def bound_account(kube: Kube, name: str, namespace: str, rules: list[dict[str, A
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
         },
     )
-    return name
 
 
 def write_kubeconfig(path: Path, kube: Kube, token: str) -> Path:

@@ -47,6 +47,7 @@ from tests.e2e import crds, prometheus
 from tests.e2e.controlplane import ControlPlane, Kube, start
 from tests.e2e.harness import (
     Exporter,
+    bind_cluster_role,
     bound_account,
     ensure_namespace,
     wait_until,
@@ -227,22 +228,8 @@ def prometheus_rbac(kube: Kube, setup: Setup) -> None:
 def bind_prometheus(kube: Kube, setup: Setup) -> None:
     """Prometheus' ServiceAccount bound to its ClusterRole, unless it already is."""
     name = setup.prometheus
-    if kube.find(f"{RBAC}/clusterrolebindings/{name}") is not None:
-        return
-    kube.create(
-        f"{RBAC}/clusterrolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": name,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
-        },
-    )
+    if kube.find(f"{RBAC}/clusterrolebindings/{name}") is None:
+        bind_cluster_role(kube, name, NAMESPACE)
 
 
 def _encoded(files: dict[str, bytes]) -> dict[str, str]:
